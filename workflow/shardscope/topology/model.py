@@ -1,0 +1,167 @@
+"""The topology data contract: GPUs, pairwise links, NVLink islands, NUMA nodes, fabric class.
+
+Every probe (NVML, ``nvidia-smi topo -m``, ``rocm-smi``, the OS for CPU-only machines) and
+every parser of saved probe text produces a :class:`Topology`; ``topology.json`` is its
+:meth:`Topology.to_dict`. The fabric class and the islands are derived here, in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: The fabric classes of DESIGN.md, in the order a reader would rank them.
+FABRICS = ("nvswitch", "nvlink_mesh", "nvlink_partial", "nvlink_islands", "pcie", "single", "cpu")
+
+_NV_CODE = re.compile(r"^NV(\d+)$")
+
+
+def nvlink_count(code: str) -> int:
+    """Number of bonded NVLinks a matrix code such as ``NV18`` stands for (0 for PCIe codes)."""
+    match = _NV_CODE.match(code)
+    return int(match.group(1)) if match else 0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One accelerator as the probe saw it; fields the probe could not see are ``None``."""
+
+    index: int
+    name: str | None = None
+    memory_bytes: int | None = None
+    pci_bus_id: str | None = None
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+
+
+@dataclass(frozen=True)
+class Link:
+    """The connection between GPUs ``a < b``: the matrix code (``NV18``, ``PIX``, ``SYS``…)."""
+
+    a: int
+    b: int
+    code: str
+    nvlinks: int = 0
+
+    def __post_init__(self) -> None:
+        if self.a >= self.b:
+            raise ValueError(f"link endpoints must be ordered a < b, got {self.a}, {self.b}")
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A network interface from the topology matrix and the GPUs closest to it."""
+
+    name: str
+    device: str | None = None
+    nearest_gpus: tuple[int, ...] = ()
+    nearest_code: str | None = None
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """A NUMA node with its CPU list (as the OS or nvidia-smi printed it) and core count."""
+
+    id: int
+    cpus: str | None = None
+    cores: int | None = None
+
+
+@dataclass
+class Topology:
+    """Everything later stages need to know about the node's interconnect."""
+
+    gpus: list[Gpu]
+    links: list[Link]
+    numa_nodes: list[NumaNode]
+    source: dict[str, Any]
+    nics: list[Nic] = field(default_factory=list)
+    cpu: dict[str, Any] = field(default_factory=dict)
+    accelerator: str = "none"  # "nvidia", "amd" or "none"
+    pcie_only_view: bool = False
+    notes: list[str] = field(default_factory=list)
+    fabric_override: str | None = None
+
+    @property
+    def islands(self) -> list[list[int]]:
+        """Connected components of the NVLink (or XGMI) graph, each sorted, ordered by first GPU."""
+        return nvlink_islands([g.index for g in self.gpus], self.links)
+
+    @property
+    def fabric(self) -> str:
+        """The fabric class of DESIGN.md derived from the GPUs and links."""
+        if self.fabric_override is not None:
+            return self.fabric_override
+        return classify_fabric([g.index for g in self.gpus], self.links)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``topology.json`` document: plain JSON types, stable key names."""
+        return {
+            "schema": "shardscope.topology/1",
+            "fabric": self.fabric,
+            "accelerator": self.accelerator,
+            "gpu_count": len(self.gpus),
+            "gpus": [asdict(g) for g in self.gpus],
+            "links": [asdict(link) for link in self.links],
+            "islands": self.islands,
+            "numa_nodes": [asdict(n) for n in self.numa_nodes],
+            "nics": [dict(asdict(n), nearest_gpus=list(n.nearest_gpus)) for n in self.nics],
+            "cpu": dict(self.cpu),
+            "pcie_only_view": self.pcie_only_view,
+            "notes": list(self.notes),
+            "source": dict(self.source),
+        }
+
+
+def nvlink_islands(gpu_indices: list[int], links: list[Link]) -> list[list[int]]:
+    """Group GPUs into islands: connected components over links with at least one NVLink."""
+    parent = {g: g for g in gpu_indices}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for link in links:
+        if link.nvlinks > 0 and link.a in parent and link.b in parent:
+            parent[find(link.a)] = find(link.b)
+    groups: dict[int, list[int]] = {}
+    for g in gpu_indices:
+        groups.setdefault(find(g), []).append(g)
+    return sorted((sorted(v) for v in groups.values()), key=lambda island: island[0])
+
+
+def classify_fabric(gpu_indices: list[int], links: list[Link]) -> str:
+    """Fabric class from the NVLink graph alone (see DESIGN.md for the meaning of each)."""
+    n = len(gpu_indices)
+    if n == 0:
+        return "cpu"
+    if n == 1:
+        return "single"
+    nv_links = [link for link in links if link.nvlinks > 0]
+    if not nv_links:
+        return "pcie"
+    islands = nvlink_islands(gpu_indices, links)
+    if len(islands) > 1:
+        return "nvlink_islands"
+    if len(nv_links) < n * (n - 1) // 2:
+        return "nvlink_partial"
+    return "nvswitch" if n > 2 and len({link.nvlinks for link in nv_links}) == 1 else "nvlink_mesh"
+
+
+def from_dict(doc: dict[str, Any]) -> Topology:
+    """Rebuild a :class:`Topology` from a ``topology.json`` document (the inverse of ``to_dict``)."""
+    return Topology(
+        gpus=[Gpu(**g) for g in doc.get("gpus", [])],
+        links=[Link(**link) for link in doc.get("links", [])],
+        numa_nodes=[NumaNode(**n) for n in doc.get("numa_nodes", [])],
+        nics=[Nic(**dict(n, nearest_gpus=tuple(n.get("nearest_gpus", ())))) for n in doc.get("nics", [])],
+        source=dict(doc.get("source", {})),
+        cpu=dict(doc.get("cpu", {})),
+        accelerator=doc.get("accelerator", "none"),
+        pcie_only_view=bool(doc.get("pcie_only_view", False)),
+        notes=list(doc.get("notes", [])),
+        fabric_override=doc.get("fabric"),
+    )
