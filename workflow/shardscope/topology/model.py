@@ -8,6 +8,7 @@ every parser of saved probe text produces a :class:`Topology`; ``topology.json``
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,6 +16,21 @@ from typing import Any
 FABRICS = ("nvswitch", "nvlink_mesh", "nvlink_partial", "nvlink_islands", "pcie", "single", "cpu")
 
 _NV_CODE = re.compile(r"^NV(\d+)$")
+
+#: NVLinks one GPU of a generation can drive (its whole budget, whoever is at the other end).
+#: Searched in order; the first pattern found in the GPU name wins.
+_NVLINK_BUDGETS: tuple[tuple[re.Pattern[str], int], ...] = (
+    (re.compile(r"GB[23]00|B[123]00"), 18),
+    (re.compile(r"H100|H200|\bH20\b"), 18),
+    (re.compile(r"H800|A800"), 8),
+    (re.compile(r"A100"), 12),
+    (re.compile(r"V100"), 6),
+    (re.compile(r"P100"), 4),
+    (re.compile(r"A6000|A5000|\bA40\b|3090"), 4),
+)
+
+#: The budget assumed when the GPU name is unknown: the most any current GPU has (H100, B200).
+DEFAULT_NVLINK_BUDGET = 18
 
 
 def nvlink_count(code: str) -> int:
@@ -33,6 +49,8 @@ class Gpu:
     pci_bus_id: str | None = None
     numa_node: int | None = None
     cpu_affinity: str | None = None
+    pcie_generation: int | None = None  # highest PCIe generation the GPU and slot support
+    pcie_width: int | None = None  # highest PCIe link width (lanes) the GPU and slot support
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,13 @@ class Topology:
     notes: list[str] = field(default_factory=list)
     fabric_override: str | None = None
 
+    def __post_init__(self) -> None:
+        """Record, once, when the matrix cannot tell an NVSwitch from direct NVLinks."""
+        if self.fabric_override is None:
+            note = fabric_note([g.index for g in self.gpus], self.links, nvlink_budgets(self.gpus))
+            if note is not None and note not in self.notes:
+                self.notes.append(note)
+
     @property
     def islands(self) -> list[list[int]]:
         """Connected components of the NVLink (or XGMI) graph, each sorted, ordered by first GPU."""
@@ -93,7 +118,7 @@ class Topology:
         """The fabric class of DESIGN.md derived from the GPUs and links."""
         if self.fabric_override is not None:
             return self.fabric_override
-        return classify_fabric([g.index for g in self.gpus], self.links)
+        return classify_fabric([g.index for g in self.gpus], self.links, nvlink_budgets(self.gpus))
 
     def to_dict(self) -> dict[str, Any]:
         """The ``topology.json`` document: plain JSON types, stable key names."""
@@ -133,8 +158,47 @@ def nvlink_islands(gpu_indices: list[int], links: list[Link]) -> list[list[int]]
     return sorted((sorted(v) for v in groups.values()), key=lambda island: island[0])
 
 
-def classify_fabric(gpu_indices: list[int], links: list[Link]) -> str:
-    """Fabric class from the NVLink graph alone (see DESIGN.md for the meaning of each)."""
+def max_nvlinks(name: str | None) -> int:
+    """NVLinks a GPU of this name can drive in total; the generous default when the name is unknown.
+
+    A GPU cannot reach its peers over more links than it has, so a matrix that shows more
+    NVLinks per GPU than this budget must route them through NVSwitch chips.
+    """
+    for pattern, budget in _NVLINK_BUDGETS:
+        if name and pattern.search(name):
+            return budget
+    return DEFAULT_NVLINK_BUDGET
+
+
+def nvlink_budgets(gpus: list[Gpu]) -> dict[int, int]:
+    """The NVLink budget of each GPU, by index, from its name (see :func:`max_nvlinks`)."""
+    return {g.index: max_nvlinks(g.name) for g in gpus}
+
+
+def _nvlinks_per_gpu(gpu_indices: list[int], links: list[Link]) -> dict[int, int]:
+    """Sum of the NVLink counts over each GPU's peers."""
+    totals = dict.fromkeys(gpu_indices, 0)
+    for link in links:
+        for end in (link.a, link.b):
+            if end in totals:
+                totals[end] += link.nvlinks
+    return totals
+
+
+def _over_budget(gpu_indices: list[int], links: list[Link], budgets: Mapping[int, int] | None) -> bool:
+    """Whether some GPU shows more NVLinks to its peers than it physically has."""
+    budgets = budgets or {}
+    totals = _nvlinks_per_gpu(gpu_indices, links)
+    return any(total > budgets.get(g, DEFAULT_NVLINK_BUDGET) for g, total in totals.items())
+
+
+def classify_fabric(gpu_indices: list[int], links: list[Link], budgets: Mapping[int, int] | None = None) -> str:
+    """Fabric class from the NVLink graph (see DESIGN.md for the meaning of each).
+
+    All pairs NVLinked is ``nvswitch`` when some GPU's NVLink counts over its peers exceed
+    its budget (``budgets`` by GPU index, :data:`DEFAULT_NVLINK_BUDGET` where missing): no GPU
+    has that many links, so they run through switches. Otherwise it is ``nvlink_mesh``.
+    """
     n = len(gpu_indices)
     if n == 0:
         return "cpu"
@@ -143,12 +207,22 @@ def classify_fabric(gpu_indices: list[int], links: list[Link]) -> str:
     nv_links = [link for link in links if link.nvlinks > 0]
     if not nv_links:
         return "pcie"
-    islands = nvlink_islands(gpu_indices, links)
-    if len(islands) > 1:
+    if len(nvlink_islands(gpu_indices, links)) > 1:
         return "nvlink_islands"
     if len(nv_links) < n * (n - 1) // 2:
         return "nvlink_partial"
-    return "nvswitch" if n > 2 and len({link.nvlinks for link in nv_links}) == 1 else "nvlink_mesh"
+    return "nvswitch" if _over_budget(gpu_indices, nv_links, budgets) else "nvlink_mesh"
+
+
+def fabric_note(gpu_indices: list[int], links: list[Link], budgets: Mapping[int, int] | None = None) -> str | None:
+    """The caveat to record when the class is ``nvlink_mesh``: the matrix cannot rule out a switch."""
+    if classify_fabric(gpu_indices, links, budgets) != "nvlink_mesh":
+        return None
+    most = max(_nvlinks_per_gpu(gpu_indices, links).values())
+    return (
+        f"fabric nvlink_mesh assumed: every GPU pair has NVLinks (or XGMI links) and the busiest GPU "
+        f"shows {most}, within what one GPU can drive, so the matrix cannot tell direct links from a switch"
+    )
 
 
 def from_dict(doc: dict[str, Any]) -> Topology:

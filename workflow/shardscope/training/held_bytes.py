@@ -1,0 +1,101 @@
+"""Per-rank bytes actually held in parameters, gradients and optimizer states.
+
+Counted from the tensors themselves, whatever wraps them: DDP modules, FSDP2 DTensor
+shards, DeepSpeed ZeRO flat partitions. Each storage is counted once (views into one flat
+buffer count as the buffer), so padding and flattening done by a strategy are included.
+Master weights held only by the optimizer (DeepSpeed's fp32 partitions) count as optimizer
+state, as in the ZeRO paper's 12 bytes per parameter for Adam in mixed precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+# DeepSpeed keeps reduced gradient partitions outside ``param.grad``; these attributes hold them.
+_DEEPSPEED_GRAD_ATTRS = ("averaged_gradients", "grad_partitions_flat_buffer", "fp32_groups_gradient_flat_partition")
+
+
+@dataclass(frozen=True)
+class HeldBytes:
+    """Bytes one rank holds in each category at the measurement point (after backward)."""
+
+    param_bytes: int
+    grad_bytes: int
+    optim_bytes: int
+
+    def to_dict(self) -> dict[str, int]:
+        """Plain dictionary, as stored in the job's result file."""
+        return asdict(self)
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The part of ``t`` this rank holds: the local shard of a DTensor, else ``t`` itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor inside nested lists, tuples and dicts."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors(value)
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
+    storage = t.untyped_storage()
+    return (storage.data_ptr(), storage.nbytes()) if storage.nbytes() > 0 else None
+
+
+def count_storages(tensors: Iterable[torch.Tensor], exclude: set[tuple[int, int]] | None = None) -> tuple[int, set[tuple[int, int]]]:
+    """Total bytes of the distinct storages behind ``tensors`` (minus ``exclude``), and their keys."""
+    seen: set[tuple[int, int]] = set()
+    for t in tensors:
+        key = _storage_key(local_tensor(t))
+        if key is not None and key not in (exclude or set()):
+            seen.add(key)
+    return sum(nbytes for _, nbytes in seen), seen
+
+
+def model_param_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
+    """Parameter tensors a rank holds: ZeRO-3 partitions plus any gathered/persistent data."""
+    for p in model.parameters():
+        ds_tensor = getattr(p, "ds_tensor", None)
+        if ds_tensor is not None:
+            yield ds_tensor
+        if p.numel() > 0:
+            yield p
+
+
+def innermost_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer inside wrappers such as DeepSpeed's ZeRO optimizers."""
+    seen = 0
+    while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer") and seen < 8:
+        optimizer, seen = optimizer.optimizer, seen + 1
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"no torch optimizer inside {type(optimizer).__name__}")
+    return optimizer
+
+
+def measure_held_bytes(model: nn.Module, optimizer: Any) -> HeldBytes:
+    """Count parameters, gradients and optimizer state held by this rank, each storage once."""
+    param_bytes, param_keys = count_storages(model_param_tensors(model))
+    inner = innermost_optimizer(optimizer)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    grads += [p.grad for group in inner.param_groups for p in group["params"] if p.grad is not None]
+    for attr in _DEEPSPEED_GRAD_ATTRS:
+        grads += list(_tensors(getattr(optimizer, attr, None)))
+    grad_bytes, grad_keys = count_storages(grads, exclude=param_keys)
+    masters = [p for group in inner.param_groups for p in group["params"]]
+    states = list(_tensors(list(inner.state.values())))
+    optim_bytes, _ = count_storages(masters + states, exclude=param_keys | grad_keys)
+    return HeldBytes(param_bytes=param_bytes, grad_bytes=grad_bytes, optim_bytes=optim_bytes)
