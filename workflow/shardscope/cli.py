@@ -37,12 +37,20 @@ def _cmd_topology_parse(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
     import yaml
 
     from shardscope.plan.planner import make_plan
 
-    with open(args.config, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle)
+    if args.config_json:
+        config = json.loads(args.config_json)
+    else:
+        try:
+            with open(args.config, encoding="utf-8") as handle:
+                config = yaml.safe_load(handle)
+        except OSError as exc:
+            raise UserError(f"{args.config}: cannot read the config ({exc.strerror})") from None
     write_output(dump_json(make_plan(read_json(args.topology), config)), args.out)
     return 0
 
@@ -149,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="list the jobs to run from topology.json and a config")
     p.add_argument("--topology", required=True)
-    p.add_argument("--config", required=True, help="the pipeline's config YAML (validated by Snakemake)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="the pipeline's config YAML (as validated by the Snakefile)")
+    source.add_argument("--config-json", help="the effective config as a JSON string (what the pipeline passes)")
     p.add_argument("--out")
     p.set_defaults(func=_cmd_plan)
 

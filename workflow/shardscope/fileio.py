@@ -15,6 +15,12 @@ from typing import Any
 from shardscope.errors import UserError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
     target = Path(path)
@@ -25,6 +31,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

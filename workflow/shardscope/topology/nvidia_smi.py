@@ -25,7 +25,8 @@ from shardscope.errors import UserError
 from shardscope.topology.cpu import cpu_count_from_list
 from shardscope.topology.model import Gpu, Link, Nic, NumaNode, Topology, nvlink_count
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: SGR codes such as ESC[4m, also when a web copy lost the ESC byte and left ``[4m``.
+_ANSI = re.compile(r"\x1b?\[[0-9;]*m")
 _GPU = re.compile(r"^GPU(\d+)$")
 _NIC_ALIAS = re.compile(r"^NIC\d+$")
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|[A-Za-z][A-Za-z0-9]*_\d+)$")
@@ -72,11 +73,12 @@ def parse_nvidia_smi(text: str, source_name: str) -> Topology:
             f"{source_name}: no GPU topology matrix found; expected 'nvidia-smi topo -m' output "
             "with a header row naming GPU0... and one row per GPU with X on the diagonal"
         )
-    gpus = _gpus(matrix)
-    gpus, numa_nodes, notes = _numa(gpus)
+    gpus, numa_nodes, numa_notes = _numa(_gpus(matrix))
     links = _links(matrix, gpus)
     pcie_only = is_pcie_only_view(text, links)
-    notes = _code_notes(matrix) + notes + _socket_notes(numa_nodes, links) + ([PCIE_ONLY_NOTE] if pcie_only else [])
+    notes = _code_notes(matrix) + numa_notes + _socket_notes(numa_nodes, links)
+    if pcie_only:
+        notes.append(PCIE_ONLY_NOTE)
     return Topology(
         gpus=gpus,
         links=links,

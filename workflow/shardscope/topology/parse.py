@@ -62,7 +62,8 @@ def _from_json(text: str, source_name: str) -> Topology:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UserError(f"{source_name}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise UserError(f"{source_name}: not valid JSON ({where}: {exc.msg})") from None
     if not isinstance(doc, dict) or "gpus" not in doc:
         raise UserError(f"{source_name}: expected a topology.json object with a 'gpus' list")
     try:

@@ -1,0 +1,29 @@
+# shardscope: which data-parallel strategy is fastest within memory on this machine, and why.
+# Stages and their data contracts: ../shared/DESIGN.md; config keys: config/README.md.
+
+from snakemake.utils import min_version
+
+from shardscope.config import validate_config
+
+min_version("9.19")
+
+
+configfile: "config/config.yaml"
+
+
+validate_config(config, workflow.source_path("workflow/schemas/config.schema.yaml"))
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/topology.smk"
+include: "workflow/rules/collectives.smk"
+include: "workflow/rules/training.smk"
+include: "workflow/rules/results.smk"
+include: "workflow/rules/figures.smk"
+include: "workflow/rules/paper.smk"
+
+
+rule all:
+    input:
+        rules.paper.output,
+        rules.figures.output.pdf,

@@ -1,0 +1,1 @@
+"""Paper stage: the report in ``paper/`` rendered with numbers and figures from the database."""
