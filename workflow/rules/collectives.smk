@@ -12,6 +12,7 @@ rule collective:
         measure=1,
         gpu=lambda wildcards: job_gpus("collectives", wildcards.job),
     params:
+        torchrun=TORCHRUN,
         env=lambda wildcards: job_env("collectives", wildcards.job),
         job=lambda wildcards: plan_job("collectives", wildcards.job),
         sweep=lambda wildcards: sizing()["sweep"],
@@ -20,7 +21,7 @@ rule collective:
     conda:
         ENVS
     shell:
-        "env {params.env} torchrun --standalone --nproc-per-node {params.job[world_size]}"
+        "env {params.env} {params.torchrun} --standalone --nproc-per-node {params.job[world_size]}"
         " -m shardscope.collectives --op {params.job[op]} --job-id {wildcards.job}"
         " --placement {params.job[placement]} --transport {params.job[transport]} --dtype {params.dtype}"
         " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"

@@ -1,4 +1,4 @@
-"""Helpers shared by every rule file: paths, the plan read through the checkpoints, job lookups."""
+"""Helpers shared by the rules of every stage -- paths, the plan read through the checkpoints, job lookups."""
 
 import json
 import os
@@ -8,9 +8,17 @@ from pathlib import Path
 
 from shardscope.config import config_hash
 
-# Rules call the `shardscope` and `torchrun` commands of the interpreter that runs Snakemake,
-# also when Snakemake was started as .venv/bin/snakemake without activating the venv.
-os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+def _python():
+    """The interpreter jobs run shardscope with: Snakemake's own (so an unactivated .venv works),
+    or the conda environment's `python` under --sdm conda."""
+    methods = {str(m).lower() for m in getattr(workflow.deployment_settings, "deployment_method", ())}
+    return "python" if any("conda" in m for m in methods) else sys.executable
+
+
+PY = _python()
+SHARDSCOPE = f"{PY} -m shardscope"
+TORCHRUN = f"{PY} -m torch.distributed.run"
 
 RESULTS = config["results"]
 DB = config["db"]

@@ -14,9 +14,10 @@ rule figures:
     log:
         f"{RESULTS}/logs/figures.log",
     params:
+        shardscope=SHARDSCOPE,
         db=DB,
-        out=f"{RESULTS}/figures",
+        out=lambda wildcards, output: os.path.dirname(output.png[0]),
     conda:
         ENVS
     shell:
-        "shardscope figures --db {params.db} --out {params.out} > {log} 2>&1"
+        "{params.shardscope} figures --db {params.db} --out {params.out} > {log} 2>&1"

@@ -7,9 +7,10 @@ rule paper:
     log:
         f"{RESULTS}/logs/paper.log",
     params:
+        shardscope=SHARDSCOPE,
         db=DB,
-        figures=f"{RESULTS}/figures",
+        figures=lambda wildcards, input: os.path.dirname(input.figures[0]),
     conda:
         ENVS
     shell:
-        "shardscope paper --db {params.db} --figures {params.figures} --source {input.template} --out {output} > {log} 2>&1"
+        "{params.shardscope} paper --db {params.db} --figures {params.figures} --source {input.template} --out {output} > {log} 2>&1"

@@ -7,8 +7,9 @@ rule collect:
     log:
         f"{RESULTS}/logs/collect.log",
     params:
+        shardscope=SHARDSCOPE,
         db=DB,
     conda:
         ENVS
     shell:
-        "shardscope collect --db {params.db} --manifest {output.manifest} {input.collectives} {input.training} > {log} 2>&1"
+        "{params.shardscope} collect --db {params.db} --manifest {output.manifest} {input.collectives} {input.training} > {log} 2>&1"

@@ -4,11 +4,12 @@ checkpoint topology:
     log:
         f"{RESULTS}/logs/topology.log",
     params:
+        shardscope=SHARDSCOPE,
         how=topology_args(),
     conda:
         ENVS
     shell:
-        "shardscope topology {params.how} --out {output.json} 2> {log}"
+        "{params.shardscope} topology {params.how} --out {output.json} 2> {log}"
 
 
 checkpoint plan:
@@ -19,8 +20,9 @@ checkpoint plan:
     log:
         f"{RESULTS}/logs/plan.log",
     params:
+        shardscope=SHARDSCOPE,
         config=json.dumps(config, sort_keys=True),
     conda:
         ENVS
     shell:
-        "shardscope plan --topology {input.topology} --config-json {params.config:q} --out {output.json} 2> {log}"
+        "{params.shardscope} plan --topology {input.topology} --config-json {params.config:q} --out {output.json} 2> {log}"

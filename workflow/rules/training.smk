@@ -12,6 +12,7 @@ rule train:
         measure=1,
         gpu=lambda wildcards: job_gpus("training", wildcards.job),
     params:
+        shardscope=SHARDSCOPE,
         env=lambda wildcards: job_env("training", wildcards.job),
         job=lambda wildcards: plan_job("training", wildcards.job),
         model=lambda wildcards: json.dumps(sizing()["model"]) if isinstance(sizing()["model"], dict) else sizing()["model"],
@@ -20,7 +21,7 @@ rule train:
     conda:
         ENVS
     shell:
-        "env {params.env} shardscope train --strategy {params.job[strategy]} --model {params.model:q}"
+        "env {params.env} {params.shardscope} train --strategy {params.job[strategy]} --model {params.model:q}"
         " --nproc {params.job[world_size]} --placement {params.job[placement]} --job-id {wildcards.job}"
         " --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]} --dtype {params.size[dtype]}"
         " --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget}"
