@@ -1,0 +1,151 @@
+"""The real pipeline end to end on this machine: torchrun, gloo, DeepSpeed, DuckDB, figures, report.
+
+One reduced-config run (module-scoped) feeds every check; it takes about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from shardscope.collectives.factors import busbw_factor
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+STRATEGIES = ["ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3"]
+OPS = ["all_reduce", "all_gather", "reduce_scatter"]
+
+pytestmark = pytest.mark.e2e
+
+
+def reduced_config(results: Path) -> dict:
+    return {
+        "results": str(results),
+        "db": str(results / "shardscope.duckdb"),
+        "collectives": {"ops": OPS, "dtype": "float32", "transports": ["default", "pcie"], "check": True},
+        "training": {"strategies": STRATEGIES, "world_sizes": "max", "memory_budget_gib": None},
+        "cpu": {"ranks": 2, "sweep": {"min_bytes": 1024, "max_bytes": 262144, "factor": 16, "warmup": 1, "iters": 3},
+                "model": "tiny", "dtype": "float32", "micro_batch": 2, "seq_len": 32, "warmup": 1, "steps": 3},
+    }
+
+
+def run_snakemake(configfile: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", str(configfile), *extra],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pipeline")
+    configfile = tmp / "config.yaml"
+    configfile.write_text(yaml.safe_dump(reduced_config(tmp / "results")))
+    result = run_snakemake(configfile)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return tmp / "results", configfile
+
+
+def query(db: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_topology_and_plan_come_from_this_machine(pipeline):
+    import json
+
+    results, _ = pipeline
+    topology = json.loads((results / "topology" / "topology.json").read_text())
+    plan = json.loads((results / "plan" / "plan.json").read_text())
+    assert topology["fabric"] == "cpu" and topology["numa_nodes"] and topology["cpu"]["logical_cpus"] >= 1
+    assert plan["device"] == "cpu" and plan["world_sizes"] == [2]
+    assert {j["transport"] for j in plan["collectives"]} == {"default"}  # no NVLink to switch off here
+
+
+def test_database_has_every_op_and_strategy(pipeline):
+    results, _ = pipeline
+    db = results / "shardscope.duckdb"
+    assert sorted(r[0] for r in query(db, "SELECT DISTINCT op FROM collectives")) == sorted(OPS)
+    rows = query(db, "SELECT strategy, outcome, median_step_time_s, tokens_per_s, world_size FROM training_runs")
+    assert sorted(r[0] for r in rows) == sorted(STRATEGIES)
+    for strategy, outcome, step_s, tok_s, ws in rows:
+        assert outcome == "ok", strategy
+        assert step_s > 0 and tok_s > 0 and ws == 2
+    assert query(db, "SELECT count(*) FROM training_steps WHERE step_time_s <= 0")[0][0] == 0
+    assert query(db, "SELECT count(*), count(DISTINCT run_id) FROM training_steps")[0] == (3 * len(STRATEGIES), len(STRATEGIES))
+
+
+def test_bus_bandwidth_is_consistent_with_algbw_and_world_size(pipeline):
+    results, _ = pipeline
+    rows = query(results / "shardscope.duckdb", "SELECT op, world_size, size_bytes, time_s, algbw_gbps, busbw_gbps, check_ok FROM collectives")
+    assert len(rows) == len(OPS) * 3  # sizes 1 KiB, 16 KiB, 256 KiB
+    for op, n, size, t, algbw, busbw, ok in rows:
+        assert t > 0 and ok is True
+        assert algbw == pytest.approx(size / t / 1e9, rel=1e-9)
+        assert busbw == pytest.approx(algbw * busbw_factor(op, n), rel=1e-9)
+
+
+def test_sharded_strategies_hold_less_of_what_they_shard(pipeline):
+    results, _ = pipeline
+    held = {s: (p, g, o) for s, p, g, o in query(results / "shardscope.duckdb", """
+        SELECT t.strategy, max(m.param_bytes), max(m.grad_bytes), max(m.optim_bytes)
+        FROM training_memory m JOIN training_runs t USING (run_id) GROUP BY 1""")}
+    ddp_p, ddp_g, ddp_o = held["ddp"]
+    assert held["zero1"][2] < ddp_o
+    assert held["zero2"][1] < ddp_g and held["zero2"][2] < ddp_o
+    assert held["fsdp_grad_op"][1] < ddp_g and held["fsdp_grad_op"][2] < ddp_o
+    for strategy in ("zero3", "fsdp"):
+        p, g, o = held[strategy]
+        assert p < ddp_p and g < ddp_g and o < ddp_o, strategy
+
+
+def test_figures_and_report_exist_and_regenerate_from_the_database_alone(pipeline, tmp_path):
+    results, _ = pipeline
+    for name in ("busbw_vs_size", "allreduce_peak_vs_gpus", "memory_by_strategy", "speed_vs_ddp"):
+        assert (results / "figures" / f"{name}.png").stat().st_size > 10_000
+        assert (results / "figures" / f"{name}.pdf").exists()
+    assert "<table>" in (results / "paper" / "report.html").read_text()
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "shardscope", "figures", "--db", str(results / "shardscope.duckdb"),
+                          "--out", str(tmp_path / "again")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert time.perf_counter() - start < 20
+    assert (tmp_path / "again" / "busbw_vs_size.csv").read_text() == (results / "figures" / "busbw_vs_size.csv").read_text()
+
+
+def test_second_run_has_nothing_to_do_and_is_fast(pipeline):
+    _, configfile = pipeline
+    start = time.perf_counter()
+    result = run_snakemake(configfile)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 0
+    assert "Nothing to be done" in result.stdout + result.stderr
+    assert elapsed < 10
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ({"training": {"strategies": ["ddp", "ddpp"]}}, "training.strategies[1]"),
+    ({"cpu": {"ranks": 0}}, "cpu.ranks"),
+    ({"cpu": {"steps": "ten"}}, "cpu.steps"),
+    ({"world_sizes": [0]}, "world_sizes"),
+])
+def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path, override, key):
+    config = reduced_config(tmp_path / "results")
+    for section, value in override.items():
+        config[section] = {**config[section], **value} if isinstance(value, dict) else value
+    configfile = tmp_path / "bad.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    result = run_snakemake(configfile)
+    assert result.returncode != 0
+    assert f"invalid config key {key}" in result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_workflow_lints_clean():
+    result = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr

@@ -1,0 +1,74 @@
+"""Result documents shaped exactly like the workers write them, for tests of later stages.
+
+The builders derive every bandwidth from raw bytes and seconds with the project's own
+factors, so the documents are valid unless a test breaks them on purpose.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from shardscope.collectives.factors import algbw_gbps, busbw_gbps
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def collective_doc(op: str = "all_reduce", world_size: int = 2, host: str = "hostA", placement: str = "local",
+                   transport: str = "default", seconds_per_byte: float = 1e-9, measured_at: str = "2026-11-29T00:00:00+00:00") -> dict[str, Any]:
+    """A collectives job document with a sweep 1 KiB..1 MiB and a 10 us latency floor."""
+    rows = []
+    for size in (1024, 16384, 262144, 1048576):
+        t = 10e-6 + size * seconds_per_byte
+        rows.append({"op": op, "world_size": world_size, "dtype": "float32", "size_bytes": size, "count": size // 4,
+                     "iters": 5, "warmup": 2, "time_s": t, "time_max_s": t * 1.1, "algbw_gbps": algbw_gbps(size, t),
+                     "busbw_gbps": busbw_gbps(op, world_size, size, t), "in_place": op == "all_reduce", "check_ok": True})
+    return {
+        "schema": "shardscope.collectives/1", "kind": "collectives",
+        "job": {"job_id": f"{op}-ws{world_size}-{placement}-{transport}", "op": op, "world_size": world_size,
+                "placement": placement, "transport": transport, "dtype": "float32"},
+        "env": {"host": host, "measured_at": measured_at, "torch": "2.13.0", "backend": "gloo", "device_type": "cpu",
+                "devices": ["cpu"], "comm_library": "gloo"},
+        "rows": rows,
+    }
+
+
+#: bytes per parameter held (params, grads, optimizer) per strategy on 2 ranks in fp32, as measured.
+HELD_PER_PARAM = {"ddp": (4, 4, 8), "fsdp": (2, 2, 4), "zero1": (4, 2, 6), "zero2": (4, 2, 6), "zero3": (2, 2, 4)}
+
+
+def training_doc(strategy: str = "ddp", host: str = "hostA", step_time_s: float = 0.02, n_params: int = 787072,
+                 outcome: str = "ok", measured_at: str = "2026-11-29T00:00:00+00:00") -> dict[str, Any]:
+    """A training job document for the tiny model on 2 ranks."""
+    p, g, o = HELD_PER_PARAM.get(strategy, (4, 4, 8))
+    ok = outcome == "ok"
+    return {
+        "schema": "shardscope.training/1", "kind": "training",
+        "job": {"job_id": f"{strategy}-tiny-ws2-local", "strategy": strategy, "model": "tiny", "param_count": n_params,
+                "world_size": 2, "placement": "local", "dtype": "float32", "micro_batch": 2, "seq_len": 64,
+                "deepspeed_config": {"zero_optimization": {"stage": int(strategy[-1])}} if strategy.startswith("zero") else None},
+        "env": {"host": host, "measured_at": measured_at, "torch": "2.13.0", "backend": "gloo", "device_type": "cpu",
+                "devices": ["cpu"], "deepspeed": "0.19.8"},
+        "outcome": outcome,
+        "error": None if ok else "OutOfMemoryError: CUDA out of memory",
+        "summary": {"median_step_time_s": step_time_s, "tokens_per_step": 256, "tokens_per_s": 256 / step_time_s,
+                    "mfu": None, "peak_memory_bytes": 400_000_000, "peak_memory_method": "rss_peak"} if ok else {},
+        "steps": [{"step": i, "step_time_s": step_time_s * (1 + 0.01 * i), "loss": 6.9} for i in range(3)] if ok else [],
+        "ranks": [{"rank": r, "param_bytes": p * n_params, "grad_bytes": g * n_params, "optim_bytes": o * n_params,
+                   "peak_memory_bytes": 400_000_000} for r in range(2)] if ok else [],
+    }
+
+
+def write_docs(folder: Path, docs: list[dict[str, Any]]) -> list[str]:
+    """Write documents as JSON files named after their job; return the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, doc in enumerate(docs):
+        path = folder / f"{i:02d}-{doc['job']['job_id']}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    return paths
+
+
