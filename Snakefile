@@ -1,9 +1,11 @@
 # shardscope: which data-parallel strategy is fastest within memory on this machine, and why.
 # Stages and their data contracts: ../shared/DESIGN.md; config keys: config/README.md.
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 from shardscope.config import validate_config
+from shardscope.errors import UserError
 
 min_version("9.19")
 
@@ -11,7 +13,10 @@ min_version("9.19")
 configfile: "config/config.yaml"
 
 
-validate_config(config, workflow.source_path("workflow/schemas/config.schema.yaml"))
+try:
+    validate_config(config, workflow.source_path("workflow/schemas/config.schema.yaml"))
+except UserError as error:
+    raise WorkflowError(str(error)) from None
 
 
 include: "workflow/rules/common.smk"

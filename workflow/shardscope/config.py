@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import yaml
+from jsonschema.exceptions import best_match
 
 from shardscope.errors import UserError
 
@@ -25,23 +26,21 @@ def key_path(path: Any) -> str:
     return out or "(top level)"
 
 
-def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
-    # oneOf/anyOf errors carry the real reasons in their context; report the most specific one.
-    while error.context:
-        error = max(error.context, key=lambda e: len(e.absolute_path))
-    return error
+def _message(error: jsonschema.ValidationError) -> str:
+    # A failed oneOf says only "not valid under any of the given schemas"; the schema's
+    # description says what was expected instead.
+    expected = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if error.validator in ("oneOf", "anyOf") and expected:
+        return f"{error.instance!r} is not valid; expected {expected}"
+    return error.message
 
 
 def validate_config(config: dict[str, Any], schema_path: str | Path) -> None:
-    """Raise UserError naming the first invalid key (by position in the file) and what it expected."""
+    """Raise UserError naming the most relevant invalid key and what it expected."""
     schema = yaml.safe_load(Path(schema_path).read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        error = errors[0]
-        specific = _deepest(error)
-        path = key_path(specific.absolute_path if len(specific.absolute_path) >= len(error.absolute_path) else error.absolute_path)
-        raise UserError(f"invalid config key {path}: {specific.message}")
+    error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is not None:
+        raise UserError(f"invalid config key {key_path(error.absolute_path)}: {_message(error)}")
 
 
 def config_hash(config: dict[str, Any]) -> str:
