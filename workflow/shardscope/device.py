@@ -134,7 +134,9 @@ def device_names(ctx: DistContext) -> list[str]:
     """Names of the devices visible to this rank (the CPU model on CPU runs)."""
     if ctx.is_cuda:
         return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return [platform.processor() or platform.machine()]
+    from shardscope.topology.cpu import probe_cpu
+
+    return [str(probe_cpu().get("model") or platform.machine())]
 
 
 def comm_library_version(ctx: DistContext) -> str:
