@@ -6,7 +6,6 @@ factors, so the documents are valid unless a test breaks them on purpose.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any

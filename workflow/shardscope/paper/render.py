@@ -70,7 +70,6 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         speed = queries.strategy_speed(con)
         peaks = con.execute("""SELECT host, source, op, world_size, placement, transport, peak_busbw_gbps, peak_at_size_bytes
                                FROM collective_peaks ORDER BY source, host, op, world_size""").df()
-        memory = queries.measured_memory(con)
         runs = con.execute("""SELECT count(*) AS runs, count(DISTINCT host) AS hosts, min(measured_at) AS first,
                                      max(measured_at) AS last, any_value(devices) AS devices,
                                      any_value(torch_version) AS torch, any_value(comm_library) AS comm

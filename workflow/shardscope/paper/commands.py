@@ -1,0 +1,23 @@
+"""``shardscope`` subcommands of the paper stage (registered by :mod:`shardscope.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _cmd_paper(args: argparse.Namespace) -> int:
+    from shardscope.paper.render import render_report
+
+    render_report(args.db, args.figures, args.source, args.out)
+    print(f"report written to {args.out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this stage's subcommands to the ``shardscope`` parser."""
+    p = sub.add_parser("paper", help="render the report from paper/ with numbers and figures from the database")
+    p.add_argument("--db", required=True)
+    p.add_argument("--figures", required=True)
+    p.add_argument("--source", default="paper/report.md")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_paper)
