@@ -1,0 +1,158 @@
+"""The results store: validation of every input at once, one-transaction loads, idempotence."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+from pathlib import Path
+
+import duckdb
+import pytest
+from factories import collective_doc, training_doc, write_docs
+
+from shardscope.errors import UserError
+from shardscope.results.store import collect, ddl
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_collect_loads_every_table(tmp_path, sample_docs):
+    db = tmp_path / "r.duckdb"
+    summary = collect(db, write_docs(tmp_path / "in", sample_docs))
+    assert summary["new_runs"] == len(sample_docs)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 8
+        assert con.execute("SELECT count(*) FROM collectives").fetchone()[0] == 12
+        assert sorted(r[0] for r in con.execute("SELECT strategy FROM training_runs").fetchall()) == ["ddp", "fsdp", "zero1", "zero2", "zero3"]
+        assert con.execute("SELECT count(*) FROM training_memory").fetchone()[0] == 10
+        assert con.execute("SELECT count(*) FROM training_steps").fetchone()[0] == 15
+
+
+def test_collecting_the_same_files_twice_adds_nothing(tmp_path, sample_docs):
+    db = tmp_path / "r.duckdb"
+    paths = write_docs(tmp_path / "in", sample_docs)
+    collect(db, paths)
+    second = collect(db, paths)
+    assert second["new_runs"] == 0 and second["skipped_runs"] == len(sample_docs)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM collectives").fetchone()[0] == 12
+
+
+def test_new_runs_accumulate_next_to_old_ones(tmp_path):
+    db = tmp_path / "r.duckdb"
+    collect(db, write_docs(tmp_path / "a", [training_doc("ddp", measured_at="2026-01-01T00:00:00+00:00")]))
+    collect(db, write_docs(tmp_path / "b", [training_doc("ddp", measured_at="2026-02-01T00:00:00+00:00"),
+                                             training_doc("ddp", host="hostB")]))
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT host, measured_at FROM runs ORDER BY host, measured_at").fetchall()
+    assert len(rows) == 3 and {h for h, _ in rows} == {"hostA", "hostB"}
+
+
+def test_every_error_is_reported_at_once_and_the_database_is_untouched(tmp_path, sample_docs):
+    db = tmp_path / "r.duckdb"
+    collect(db, write_docs(tmp_path / "good", sample_docs))
+    before = _digest(db)
+    bad_bw = collective_doc("all_gather", host="hostC")
+    bad_bw["rows"][1]["busbw_gbps"] *= 3  # inconsistent with algbw and the factor
+    bad_time = training_doc("zero2", host="hostC")
+    bad_time["steps"][0]["step_time_s"] = -1.0
+    bad_strategy = training_doc("ddp", host="hostD")
+    bad_strategy["job"]["strategy"] = "zero9"
+    paths = write_docs(tmp_path / "bad", [bad_bw, bad_time, bad_strategy, collective_doc("broadcast", host="hostC")])
+    (tmp_path / "bad" / "junk.json").write_text("{not json")
+    with pytest.raises(UserError) as info:
+        collect(db, [*paths, str(tmp_path / "bad" / "junk.json")])
+    message = str(info.value)
+    assert f"{paths[0]}: table collectives, row 1, column (row check): failed busbw_gbps must equal" in message
+    assert f"{paths[1]}: table training_steps, row 0, column step_time_s: failed greater_than(0) (value -1.0)" in message
+    assert "strategy" in message and paths[2] in message
+    assert "junk.json: not valid JSON" in message
+    assert message.startswith("4 problem(s)")
+    assert _digest(db) == before
+
+
+def test_a_failure_inside_the_load_leaves_the_database_as_it_was(tmp_path, sample_docs, monkeypatch):
+    from shardscope.results import store
+
+    db = tmp_path / "r.duckdb"
+    collect(db, write_docs(tmp_path / "good", sample_docs[:2]))
+    before = _digest(db)
+
+    def explode(con, frames):
+        con.execute("DELETE FROM runs")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(store, "_load", explode)
+    with pytest.raises(RuntimeError):
+        collect(db, write_docs(tmp_path / "more", sample_docs[2:]))
+    assert _digest(db) == before
+    assert sorted(p.name for p in db.parent.iterdir()) == sorted(["r.duckdb", "r.duckdb.lock", "good", "more"])
+
+
+def _collect_in_child(db: str, paths: list[str]) -> None:
+    collect(db, paths)
+
+
+def test_two_writers_at_once_both_land(tmp_path):
+    db = str(tmp_path / "r.duckdb")
+    a = write_docs(tmp_path / "a", [training_doc(s, host="hostA") for s in ("ddp", "zero1", "zero3")])
+    b = write_docs(tmp_path / "b", [training_doc(s, host="hostB") for s in ("ddp", "fsdp", "zero2")])
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_collect_in_child, args=(db, paths)) for paths in (a, b)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    with duckdb.connect(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM training_runs").fetchone()[0] == 6
+
+
+def test_failed_runs_are_rows_with_their_error(tmp_path):
+    db = tmp_path / "r.duckdb"
+    collect(db, write_docs(tmp_path / "in", [training_doc("ddp"), training_doc("zero0", outcome="oom")]))
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT strategy, outcome, error, median_step_time_s FROM training_runs ORDER BY strategy").fetchall()
+    assert rows[1][:2] == ("zero0", "oom") and "out of memory" in rows[1][2] and rows[1][3] is None
+
+
+def test_strategy_summary_is_normalised_to_ddp_on_the_same_host(sample_db):
+    with duckdb.connect(str(sample_db), read_only=True) as con:
+        rows = dict(con.execute("SELECT strategy, step_time_vs_ddp FROM strategy_summary").fetchall())
+        held = dict(con.execute("SELECT strategy, held_bytes_vs_ddp FROM strategy_summary").fetchall())
+    assert rows["ddp"] == pytest.approx(1.0) and rows["fsdp"] == pytest.approx(1.5) and rows["zero3"] == pytest.approx(1.6)
+    assert held["zero3"] == pytest.approx(0.5) and held["zero1"] == pytest.approx(12 / 16)
+
+
+def test_collective_peaks_view(sample_db):
+    with duckdb.connect(str(sample_db), read_only=True) as con:
+        peak = con.execute("SELECT peak_busbw_gbps, peak_at_size_bytes FROM collective_peaks WHERE op = 'all_reduce'").fetchone()
+        direct = con.execute("SELECT max(busbw_gbps) FROM collectives WHERE op = 'all_reduce'").fetchone()[0]
+    assert peak == (pytest.approx(direct), 1048576)
+
+
+def test_ddl_documents_units():
+    statements = "\n".join(ddl())
+    assert "COMMENT ON COLUMN collectives.size_bytes IS 'unit: bytes'" in statements
+    assert "COMMENT ON COLUMN collectives.busbw_gbps IS 'unit: GB/s (1e9 bytes per second, as nccl-tests)'" in statements
+    assert "COMMENT ON COLUMN training_steps.step_time_s IS 'unit: seconds'" in statements
+
+
+def test_imported_nccl_tests_rows_land_in_the_same_table(tmp_path):
+    from shardscope.cli import main
+
+    src = Path(__file__).resolve().parents[1] / "data" / "nccl-tests" / "all_reduce_perf-gen2-2x8-h100-16ranks.txt"
+    rows_file = tmp_path / "import.json"
+    assert main(["collectives", "import", str(src), "--out", str(rows_file)]) == 0
+    db = tmp_path / "r.duckdb"
+    collect(db, [str(rows_file)])
+    collect(db, [str(rows_file)])
+    with duckdb.connect(str(db), read_only=True) as con:
+        source, ws, n = con.execute("SELECT r.source, any_value(c.world_size), count(*) FROM collectives c JOIN runs r USING (run_id) GROUP BY r.source").fetchone()
+        peak = con.execute("SELECT max(peak_busbw_gbps) FROM collective_peaks").fetchone()[0]
+    assert (source, ws, n) == ("nccl-tests", 16, 62)
+    assert peak == pytest.approx(338.82, rel=0.01)
+    assert json.loads(rows_file.read_text())["peak_busbw_gbps"] == pytest.approx(338.82)
