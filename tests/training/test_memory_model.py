@@ -1,0 +1,108 @@
+"""Analytic per-GPU memory against the ZeRO paper (Rajbhandari et al., 2020) and the seed article."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardscope.training.memory_model import SHARDED, bytes_per_param, memory_table, predict_memory
+from shardscope.training.strategies import STRATEGIES
+
+PSI = 7_241_732_096  # Mistral-7B; divisible by 64, so every N below divides it
+
+# ZeRO paper, Figure 1 / section 5.1: bytes per GPU for mixed-precision Adam (K = 12)
+ZERO_PAPER = {
+    "ddp": lambda psi, n: 16 * psi,
+    "zero0": lambda psi, n: 16 * psi,
+    "zero1": lambda psi, n: 4 * psi + 12 * psi / n,
+    "zero2": lambda psi, n: 2 * psi + 14 * psi / n,
+    "fsdp_grad_op": lambda psi, n: 2 * psi + 14 * psi / n,
+    "zero3": lambda psi, n: 16 * psi / n,
+    "fsdp": lambda psi, n: 16 * psi / n,
+}
+
+
+def test_every_strategy_is_modelled() -> None:
+    assert set(SHARDED) == set(STRATEGIES) == set(ZERO_PAPER)
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 64])
+@pytest.mark.parametrize("strategy", sorted(ZERO_PAPER))
+def test_totals_follow_the_zero_paper(strategy: str, n: int) -> None:
+    row = predict_memory(PSI, strategy, n, "bfloat16", master_weights=True)
+    assert row["total_bytes"] == ZERO_PAPER[strategy](PSI, n)
+    assert row["param_bytes"] + row["grad_bytes"] + row["optim_bytes"] == row["total_bytes"]
+    assert (row["strategy"], row["gpus"], row["n_params"], row["method"]) == (strategy, n, PSI, "modeled")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "parts"),
+    [
+        ("ddp", (2, 2, 12)),
+        ("zero1", (2, 2, 12 / 8)),
+        ("zero2", (2, 2 / 8, 12 / 8)),
+        ("zero3", (2 / 8, 2 / 8, 12 / 8)),
+    ],
+)
+def test_which_part_is_sharded_on_8_gpus(strategy: str, parts: tuple[float, float, float]) -> None:
+    row = predict_memory(PSI, strategy, 8)
+    assert (row["param_bytes"], row["grad_bytes"], row["optim_bytes"]) == tuple(int(p * PSI) for p in parts)
+
+
+def test_sharding_orders_the_strategies_for_more_than_one_gpu() -> None:
+    total = {s: predict_memory(PSI, s, 4)["total_bytes"] for s in STRATEGIES}
+    assert total["zero3"] < total["zero2"] < total["zero1"] < total["ddp"]
+    assert total["fsdp"] == total["zero3"] and total["fsdp_grad_op"] == total["zero2"] and total["zero0"] == total["ddp"]
+    assert len({predict_memory(PSI, s, 1)["total_bytes"] for s in STRATEGIES}) == 1  # nothing to shard over
+
+
+def test_mistral_7b_ddp_does_not_fit_an_80gb_gpu() -> None:
+    (row,) = memory_table("mistral-7b", "ddp", 1)
+    assert row["model"] == "mistral-7b"
+    assert row["total_bytes"] > 80e9
+    assert row["total_bytes"] == pytest.approx(115.9e9, rel=1e-3)
+
+
+def test_mistral_7b_ddp_without_master_weights_is_the_articles_87gb() -> None:
+    row = predict_memory(PSI, "ddp", 1, "bfloat16", master_weights=False)
+    # ~14 GB parameters + ~14 GB gradients + ~58 GB Adam states
+    assert row["param_bytes"] == row["grad_bytes"] == 2 * PSI
+    assert row["param_bytes"] == pytest.approx(14.5e9, rel=0.01)
+    assert row["optim_bytes"] == 8 * PSI
+    assert row["optim_bytes"] == pytest.approx(58e9, rel=0.01)
+    assert row["total_bytes"] == 12 * PSI
+    assert row["total_bytes"] == pytest.approx(87e9, rel=0.01)
+
+
+def test_mistral_7b_fits_with_zero3_on_8_gpus() -> None:
+    row = predict_memory(PSI, "zero3", 8)
+    assert row["total_bytes"] == 2 * PSI < 80e9
+
+
+def test_bytes_per_param() -> None:
+    assert bytes_per_param("bfloat16") == (2, 2, 12)
+    assert bytes_per_param("bfloat16", master_weights=False) == (2, 2, 8)
+    assert bytes_per_param("float32") == (4, 4, 8)
+    assert predict_memory(1000, "ddp", 1, "float32")["total_bytes"] == 16_000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"strategy": "zero4"}, "zero4"),
+        ({"gpus": 0}, "GPUs"),
+        ({"gpus": -2}, "GPUs"),
+        ({"dtype": "float16"}, "float16"),
+    ],
+)
+def test_bad_inputs_raise(kwargs: dict, match: str) -> None:
+    args = {"n_params": PSI, "strategy": "ddp", "gpus": 8, "dtype": "bfloat16", **kwargs}
+    with pytest.raises(ValueError, match=match):
+        predict_memory(**args)
+
+
+def test_memory_table_for_all_strategies() -> None:
+    rows = memory_table("llama-1b", "all", 8)
+    assert [r["strategy"] for r in rows] == list(STRATEGIES)
+    assert {r["model"] for r in rows} == {"llama-1b"}
+    assert {r["n_params"] for r in rows} == {1_235_814_400}
+    assert {r["dtype"] for r in rows} == {"bfloat16"}
