@@ -125,7 +125,7 @@ def test_nvl_pairs_plan(config: dict[str, Any], topologies: dict[str, dict[str, 
         if job["transport"] == "pcie":
             assert job["env"].get("NCCL_P2P_DISABLE") == "1"
         else:
-            assert job["env"] == {}
+            assert job["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA numbers GPUs as nvidia-smi does
     ops = config["collectives"]["ops"]
     for ws, places in by_ws.items():
         for name in places:
@@ -142,7 +142,7 @@ def test_pcie_only_plan_has_no_pcie_transport(config: dict[str, Any], topologies
     assert plan["world_sizes"] == [2, 4, 8]
     assert plan["collectives"]
     assert {j["transport"] for j in plan["collectives"]} == {"default"}
-    assert all(j["env"] == {} for j in plan["collectives"])
+    assert all(j["env"] == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} for j in plan["collectives"])
 
 
 def test_single_gpu_plan(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
@@ -214,8 +214,178 @@ def test_only_configured_ops_and_transports(config: dict[str, Any], topologies: 
     assert {(j["op"], j["transport"]) for j in plan["collectives"]} == {("all_to_all", "default")}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: world_sizes all above the GPU count leave no world size and make_plan "
-                                       "crashes with 'max() arg is an empty sequence' instead of a UserError naming world_sizes")
 def test_world_sizes_all_above_gpu_count_is_a_user_error(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
     with pytest.raises(UserError, match="world_sizes"):
         make_plan(topologies["nvl_pairs"], cfg_with(config, world_sizes=[16]))
+
+
+def test_training_world_sizes_selecting_nothing_is_a_user_error(config: dict[str, Any],
+                                                                topologies: dict[str, dict[str, Any]]) -> None:
+    with pytest.raises(UserError, match=r"training\.world_sizes"):
+        make_plan(topologies["nvswitch"], cfg_with(config, training__world_sizes=[3, 16]))
+
+
+def test_world_sizes_error_says_what_was_expected(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
+    with pytest.raises(UserError) as info:
+        make_plan(topologies["single"], cfg_with(config, world_sizes=[2, 4]))
+    assert "world_sizes" in str(info.value) and "at most 1" in str(info.value)
+
+
+# --------------------------------------------------------------------------- placements
+
+
+ALL_FIXTURES = sorted(p.name for p in TOPO.glob("*.txt"))
+PCIE_NAMES = {"same_switch", "cross_switch"}
+NVLINK_NAMES = {"one_island", "cross_island"}
+DISTANCE = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+
+
+def _pair_codes(topology: dict[str, Any], devices: list[int]) -> set[str]:
+    wanted = {(a, b) for a in devices for b in devices if a < b}
+    return {link["code"] for link in topology["links"] if (link["a"], link["b"]) in wanted}
+
+
+def _numa_groups(topology: dict[str, Any], devices: list[int]) -> int:
+    """NUMA nodes a set spans: NUMA ids when known, else sockets separated by SYS paths."""
+    numa = numa_of(topology)
+    if all(numa[g] is not None for g in devices):
+        return len({numa[g] for g in devices})
+    return 2 if "SYS" in _pair_codes(topology, devices) else 1
+
+
+def _check_placement(topology: dict[str, Any], name: str, devices: list[int]) -> None:
+    """Each placement name means what planner.py's docstring says."""
+    island = island_of(topology)
+    codes = _pair_codes(topology, devices)
+    nvlink_pairs = {(link["a"], link["b"]) for link in topology["links"] if link["nvlinks"]}
+    if name == "one_island":
+        assert len({island[g] for g in devices}) == 1
+    elif name == "cross_island":
+        assert len({island[g] for g in devices}) >= 2
+    elif name == "same_switch":
+        assert codes <= {"PIX", "PXB"}
+    elif name == "cross_switch":
+        assert codes & {"PHB", "NODE"} and "SYS" not in codes
+    elif name == "cross_numa":
+        assert _numa_groups(topology, devices) >= 2
+    elif name == "all":
+        assert devices == [g["index"] for g in topology["gpus"]]
+    if name in PCIE_NAMES:
+        assert not nvlink_pairs  # switch names only where no NVLink exists
+    if name in NVLINK_NAMES:
+        assert nvlink_pairs  # island names only where NVLink exists
+
+
+@pytest.mark.parametrize("name", ALL_FIXTURES)
+def test_every_placement_means_its_name(config: dict[str, Any], name: str) -> None:
+    topology = parse_file(TOPO / name).to_dict()
+    plan = make_plan(topology, config)
+    seen = set()
+    for entry in plan["placements"]:
+        _check_placement(topology, entry["placement"], entry["devices"])
+        assert entry["cuda_visible_devices"] == ",".join(map(str, entry["devices"]))
+        key = (entry["world_size"], tuple(entry["devices"]))
+        assert key not in seen  # one name per GPU set
+        seen.add(key)
+    for job in plan["collectives"] + plan["training"]:
+        assert job["cuda_visible_devices"] == ",".join(map(str, job["devices"]))
+        assert {"world_size": job["world_size"], "placement": job["placement"], "devices": job["devices"]}.items() <= next(
+            e for e in plan["placements"] if (e["world_size"], e["placement"]) == (job["world_size"], job["placement"])
+        ).items()
+
+
+def test_nvl_pairs_small_job_pinned_to_one_nvl_group(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
+    plan = make_plan(topologies["nvl_pairs"], config)
+    by = {(e["world_size"], e["placement"]): e for e in plan["placements"]}
+    assert (by[(2, "one_island")]["cuda_visible_devices"], by[(2, "one_island")]["slowest_link"]) == ("0,1", "NV12")
+    assert by[(2, "cross_island")]["slowest_link"] == "NODE"  # another island on the same socket
+    assert by[(2, "cross_numa")]["slowest_link"] == "SYS"
+    assert (4, "one_island") not in by  # islands of 2 cannot hold 4 ranks
+    four = by[(4, "cross_island")]
+    assert (four["islands"], four["numa_nodes"]) == (2, 1)  # two whole NVL pairs on one NUMA node
+    assert [e["placement"] for e in plan["placements"] if e["world_size"] == 8] == ["all"]
+
+
+def test_pcie_switch_trees_are_named_by_switch_not_island(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
+    plan = make_plan(topologies["pcie"], config)
+    by = {(e["world_size"], e["placement"]): e["devices"] for e in plan["placements"]}
+    assert by == {
+        (2, "same_switch"): [0, 1],  # the PIX pair, nearer than any PXB pair
+        (2, "cross_numa"): [0, 4],  # the two quads sit on different sockets (SYS)
+        (4, "same_switch"): [0, 1, 2, 3],
+        (4, "cross_numa"): [0, 1, 4, 5],
+        (8, "all"): list(range(8)),
+    }  # no cross_switch: no pair goes through a host bridge without leaving the socket
+
+
+def test_pcie_host_bridges_give_cross_switch(config: dict[str, Any]) -> None:
+    topology = parse_file(TOPO / "19-7x-gtx10xx-soc-old-driver-ansi.txt").to_dict()
+    plan = make_plan(topology, config)
+    by = {(e["world_size"], e["placement"]): e["devices"] for e in plan["placements"]}
+    assert by[(2, "cross_switch")] == [0, 1] and by[(4, "cross_switch")] == [0, 1, 2, 3]
+    assert by[(4, "cross_numa")] == [0, 1, 4, 5]
+    assert not any(name in ("same_switch", "one_island", "cross_island") for _, name in by)
+
+
+def test_nvswitch_cross_numa_spreads_over_all_numa_nodes(config: dict[str, Any]) -> None:
+    topology = parse_file(TOPO / "05-dgx-a100-nv12-mlx5-columns-old-format.txt").to_dict()
+    by = {(e["world_size"], e["placement"]): e for e in make_plan(topology, config)["placements"]}
+    assert by[(4, "one_island")]["devices"] == [0, 1, 2, 3] and by[(4, "one_island")]["numa_nodes"] == 2
+    assert by[(4, "cross_numa")]["devices"] == [0, 2, 4, 6] and by[(4, "cross_numa")]["numa_nodes"] == 4
+
+
+def test_one_gpu_of_several(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
+    plan = make_plan(topologies["nvswitch"], cfg_with(config, world_sizes=[1], training__world_sizes=[1]))
+    assert plan["collectives"] == []
+    assert {(j["placement"], j["cuda_visible_devices"]) for j in plan["training"]} == {("one_gpu", "0")}
+
+
+def test_cpu_jobs_see_no_gpu(config: dict[str, Any]) -> None:
+    plan = make_plan(detect_cpu_only().topology.to_dict(), config)
+    assert all(j["cuda_visible_devices"] == "" and j["env"] == {} for j in plan["collectives"] + plan["training"])
+    assert plan["placements"] == [{"world_size": 2, "placement": "local", "devices": [], "cuda_visible_devices": "",
+                                   "islands": 0, "numa_nodes": 0, "slowest_link": None}]
+
+
+def test_amd_jobs_get_no_cuda_device_order(config: dict[str, Any]) -> None:
+    topology = parse_file(TOPO / "22-amd-rocm-smi-showtopo-4x-mi300a.txt").to_dict()
+    assert all("CUDA_DEVICE_ORDER" not in j["env"] for j in make_plan(topology, config)["collectives"])
+
+
+def _synthetic(n: int) -> dict[str, Any]:
+    """n GPUs in NVLink pairs, NODE within each half, SYS across, NUMA node per half."""
+    from shardscope.topology.model import Gpu, Link, Topology
+
+    half = n // 2
+    links = [Link(a, b, "NV12", 12) if a // 2 == b // 2 else Link(a, b, "NODE" if (a < half) == (b < half) else "SYS")
+             for a in range(n) for b in range(a + 1, n)]
+    gpus = [Gpu(i, numa_node=int(i >= half)) for i in range(n)]
+    return Topology(gpus=gpus, links=links, numa_nodes=[], source={"method": "test"}, accelerator="nvidia").to_dict()
+
+
+def test_many_gpus_use_built_candidates(config: dict[str, Any]) -> None:
+    from shardscope.plan import placement
+
+    topology = _synthetic(24)  # C(24, 8) sets exceed MAX_COMBINATIONS
+    by = {(e["world_size"], e["placement"]): e for e in make_plan(topology, config)["placements"]}
+    assert by[(2, "one_island")]["devices"] == [0, 1]
+    assert (by[(8, "cross_island")]["islands"], by[(8, "cross_island")]["numa_nodes"]) == (4, 1)
+    assert by[(8, "cross_numa")]["numa_nodes"] == 2
+    for (ws, name), entry in by.items():
+        _check_placement(topology, name, entry["devices"])
+    assert placement.MAX_COMBINATIONS < 735471
+
+
+@pytest.mark.parametrize("name", ALL_FIXTURES)
+def test_built_candidates_find_the_same_placement_names(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    from shardscope.plan import placement
+
+    topology = parse_file(TOPO / name).to_dict()
+    sizes = range(2, topology["gpu_count"])
+    exhaustive = {n: [p.name for p in placement.placements(topology, n)] for n in sizes}
+    monkeypatch.setattr(placement, "MAX_COMBINATIONS", 0)
+    for n in sizes:
+        built = placement.placements(topology, n)
+        assert [p.name for p in built] == exhaustive[n]
+        for p in built:
+            _check_placement(topology, p.name, list(p.devices))

@@ -254,3 +254,28 @@ def test_amd_xgmi_is_noted() -> None:
 def test_topology_json_round_trips(name: str) -> None:
     doc = _parse(name).to_dict()
     assert from_dict(doc).to_dict() == doc
+
+
+# Each GPU's nearest NICs (ties kept) and the path to them, as the matrices in SOURCES.md show.
+GPU_NICS = {
+    "01-hgx-h200-nvswitch-nv18-12nics.txt": {
+        g: ((nic,), "PXB") for g, nic in enumerate(["NIC0", "NIC3", "NIC4", "NIC5", "NIC6", "NIC9", "NIC10", "NIC11"])
+    },
+    "05-dgx-a100-nv12-mlx5-columns-old-format.txt": {
+        g: ((f"mlx5_{a}", f"mlx5_{a + 1}"), "PXB") for g, a in enumerate([0, 0, 2, 2, 6, 6, 8, 8])
+    },
+    "08-dgx1-v100-hybrid-cube-mesh-nv1-nv2.txt": {
+        0: (("mlx5_0",), "NODE"), 2: (("mlx5_0",), "PIX"), 4: (("mlx5_0",), "SYS"),
+    },
+    "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt": {
+        0: (("NIC0", "NIC1"), "NODE"), 1: (("NIC0", "NIC1"), "PHB"), 7: (("NIC0", "NIC1"), "SYS"),
+    },
+    "13-8x-pcie-pix-pxb-sys-numa-na.txt": {g: ((), None) for g in range(8)},
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_NICS))
+def test_gpu_nearest_nics(name: str) -> None:
+    gpus = _parse(name).gpus
+    for index, (nics, code) in GPU_NICS[name].items():
+        assert (gpus[index].nearest_nics, gpus[index].nearest_nic_code) == (nics, code), index

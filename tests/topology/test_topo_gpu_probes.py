@@ -24,6 +24,7 @@ from shardscope.topology.gpu_probes import (
     read_nvml,
     run_tool,
 )
+from shardscope.topology.cpu import CPUINFO_RAW, LSCPU_RAW, NODES_RAW
 from shardscope.topology.model import NumaNode, Topology
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "topo"
@@ -250,6 +251,7 @@ def test_probe_nvidia_with_nvml_and_nvidia_smi(monkeypatch: pytest.MonkeyPatch) 
     assert json.loads(raw[NVML_RAW])["driver_version"] == "550.54.15"
     assert topology.fabric == "nvswitch"
     assert topology.gpus[0].cpu_affinity == "0-55,112-167"
+    assert (topology.gpus[1].nearest_nics, topology.gpus[1].nearest_nic_code) == (("NIC3",), "PXB")  # from the matrix
     assert topology.numa_nodes == [NumaNode(0, "0-223", 224)]
 
 
@@ -297,4 +299,15 @@ def test_detect_uses_the_first_probe_that_finds_gpus(monkeypatch: pytest.MonkeyP
     assert detection.topology.fabric == "nvlink_islands"
     assert detection.topology.source["method"] == "nvidia-smi"
     assert "host" in detection.topology.source
-    assert detection.raw == {NVIDIA_SMI_RAW: A6000_TEXT}
+    assert detection.raw[NVIDIA_SMI_RAW] == A6000_TEXT
+    assert NODES_RAW in detection.raw  # the host's CPU/NUMA probe text is kept on GPU nodes too
+    assert set(detection.raw) - {NVIDIA_SMI_RAW} <= {NODES_RAW, CPUINFO_RAW, LSCPU_RAW}
+
+
+def test_unreadable_matrix_beside_nvml_is_noted_not_used() -> None:
+    cut = H200_TEXT[: len(H200_TEXT) // 3]  # a truncated matrix must not feed links, NICs or affinity
+    topology = nvidia_topology(read_nvml(_hgx_h200()), cut)
+    assert topology is not None
+    assert topology.nics == [] and topology.gpus[0].cpu_affinity is None
+    assert any("could not be read as a matrix" in note for note in topology.notes)
+    assert topology.fabric == "nvswitch"  # NVML alone still knows

@@ -114,13 +114,29 @@ def test_no_cpu_affinity_gives_no_numa_nodes() -> None:
     assert [g.numa_node for g in topology.gpus] == [None, None]
 
 
-@pytest.mark.parametrize(
-    "text",
-    ["", "No devices were found\n", "NVIDIA-SMI has failed because it couldn't communicate with the driver.\n"],
-)
-def test_text_without_matrix_is_a_user_error_naming_the_file(text: str) -> None:
+def test_text_without_matrix_is_a_user_error_naming_the_file() -> None:
     with pytest.raises(UserError, match=r"^saved/topo\.txt: no GPU topology matrix found"):
+        parse_nvidia_smi("GPU 0: NVIDIA H100 80GB HBM3\n", "saved/topo.txt")
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("No devices were found\n", "No devices were found"),
+        (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+            "Make sure that the latest NVIDIA driver is installed and running.\n",
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+        ),
+        ("Failed to run topology matrix\n", "Failed to run topology matrix"),
+    ],
+)
+def test_nvidia_smi_error_message_is_quoted(text: str, quoted: str) -> None:
+    with pytest.raises(UserError) as info:
         parse_nvidia_smi(text, "saved/topo.txt")
+    message = str(info.value)
+    assert message.startswith("saved/topo.txt: holds an error message instead of a topology matrix")
+    assert quoted in message and "Make sure" not in message  # one sentence, not the whole message
 
 
 def test_legend_alone_is_not_a_matrix() -> None:

@@ -109,7 +109,8 @@ def test_file_without_matrix(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ('{"fabric": "pcie"}', "expected a topology.json object"),
-        ('{"gpus": [{"idx": 0}]}', "not a valid topology.json"),
+        ('[{"gpus": []}]', "expected a topology.json object, found a JSON list"),
+        ('{"schema": "shardscope.topology/1", "gpus": [{"idx": 0}]}', "not a valid topology.json"),
     ],
 )
 def test_bad_topology_json(tmp_path: Path, content: str, message: str) -> None:

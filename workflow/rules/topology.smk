@@ -9,7 +9,9 @@ checkpoint topology:
     conda:
         ENVS
     shell:
+        # topology.json plus raw/ (the probe text) beside it; the log ends with a human summary.
         "{params.shardscope} topology {params.how} --out {output.json} 2> {log}"
+        " && {params.shardscope} topology show {output.json} >> {log} 2>&1"
 
 
 checkpoint plan:

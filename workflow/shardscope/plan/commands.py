@@ -3,26 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
+
 from shardscope.errors import UserError
-from shardscope.fileio import dump_json, read_json, write_output
+from shardscope.fileio import dump_json, write_output
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
-    import json
-
+def _read_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config from ``--config-json`` or the ``--config`` YAML file; one UserError when unreadable."""
     import yaml
 
-    from shardscope.plan.planner import make_plan
-
     if args.config_json:
-        config = json.loads(args.config_json)
+        try:
+            config = json.loads(args.config_json)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--config-json: not valid JSON (column {exc.colno}: {exc.msg})") from None
+        where = "--config-json"
     else:
         try:
             with open(args.config, encoding="utf-8") as handle:
                 config = yaml.safe_load(handle)
         except OSError as exc:
             raise UserError(f"{args.config}: cannot read the config ({exc.strerror})") from None
-    write_output(dump_json(make_plan(read_json(args.topology), config)), args.out)
+        except yaml.YAMLError as exc:
+            raise UserError(f"{args.config}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        where = args.config
+    if not isinstance(config, dict):
+        raise UserError(f"{where}: expected the pipeline config as a mapping of keys (see config/README.md)")
+    return config
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """Write plan.json from a validated topology.json and the config (YAML file or JSON string)."""
+    from shardscope.plan.planner import make_plan
+    from shardscope.topology.document import load_topology
+
+    topology = load_topology(args.topology)
+    config = _read_config(args)
+    try:
+        plan = make_plan(topology, config)
+    except KeyError as exc:
+        where = args.config or "--config-json"
+        raise UserError(f"{where}: the config lacks key {exc.args[0]!r}; expected every key of config/config.yaml") from None
+    write_output(dump_json(plan), args.out)
     return 0
 
 

@@ -1,83 +1,92 @@
 """Turn ``topology.json`` and the config into the list of jobs (the experiment plan).
 
-World sizes come from the GPU count (powers of two up to it, and the count itself) or, on
-a machine without GPUs, from ``cpu.ranks``. Placements say where a job's ranks sit:
-``one_island`` (inside one NVLink island), ``cross_island`` (spread over islands),
-``cross_numa`` (spread over NUMA nodes), ``all`` (every GPU) and ``local`` (CPU ranks).
+World sizes come from the GPU count (powers of two up to it, and the count itself), from
+the config's ``world_sizes`` list (sizes above the GPU count dropped; none left is an
+error), or, on a machine without GPUs, from ``cpu.ranks``.
+
+Placements say where a job's ranks sit, named by the one thing that differs between them:
+
+=================  ==========================================================================
+``one_island``     every rank inside one NVLink island (planned only where NVLink exists)
+``cross_island``   ranks in two or more NVLink islands, on as few NUMA nodes as possible
+``same_switch``    PCIe-only machines: every pair under one PCIe switch tree (``PIX``/``PXB``)
+``cross_switch``   PCIe-only machines: some pair through a host bridge (``PHB``/``NODE``),
+                   all ranks on one NUMA node
+``cross_numa``     ranks spread over as many NUMA nodes as possible (GPU NUMA ids; on a
+                   PCIe-only matrix without them, the CPU sockets that ``SYS`` paths separate)
+``all``            every GPU of the node
+``one_gpu``        world size 1 on a node of several GPUs
+``packed``         the first GPUs, when the topology offers nothing to choose by
+``local``          CPU processes (no GPU)
+=================  ==========================================================================
+
+On a PCIe-only machine every GPU is its own island, so the island names are not used there.
+A name is planned only when some GPU set satisfies it — on eight GPUs in NVLink pairs there
+is no ``one_island`` at world size 4 — and with the tightest such set (see
+:mod:`shardscope.plan.placement`). Training jobs use the first (tightest) placement.
+
 Transports: ``default``, and ``pcie`` (NVLink disabled through NCCL variables) where links
-are NVLink. Each job carries the GPUs it must see and the environment it must set.
+are NVLink. Each job carries the GPUs it must see (``devices`` and the same list as a
+``cuda_visible_devices`` string) and the environment it must set; on NVIDIA GPUs that
+includes ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA numbers GPUs as nvidia-smi and NVML do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from shardscope.errors import UserError
+from shardscope.plan.placement import Placement, describe, placements
+
+__all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "world_sizes"]
 
 #: NCCL variables that force traffic off NVLink (and NVLink SHARP) onto PCIe / shared memory.
 PCIE_TRANSPORT_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
+#: Makes CUDA's device numbers those of nvidia-smi and NVML (PCI bus order, not fastest first).
+DEVICE_ORDER_ENV = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
-@dataclass(frozen=True)
-class Placement:
-    """A named choice of GPUs for a world size."""
-
-    name: str
-    devices: tuple[int, ...]
+def _gpu_count(topology: dict[str, Any]) -> int:
+    return int(topology.get("gpu_count", len(topology.get("gpus", []))))
 
 
 def world_sizes(topology: dict[str, Any], config: dict[str, Any]) -> list[int]:
-    """World sizes to run: the config's list, or derived from the hardware when ``auto``."""
+    """World sizes to run: the config's list (up to the GPU count), or derived from the hardware when ``auto``.
+
+    Raises :class:`UserError` naming ``world_sizes`` when every listed size exceeds the GPUs.
+    """
     requested = config.get("world_sizes", "auto")
-    gpus = topology.get("gpu_count", len(topology.get("gpus", [])))
+    gpus = _gpu_count(topology)
     if gpus == 0:
         return [int(config["cpu"]["ranks"])]
     if requested != "auto":
-        return sorted({int(n) for n in requested if int(n) <= gpus})
+        sizes = sorted({int(n) for n in requested if int(n) <= gpus})
+        if not sizes:
+            raise UserError(
+                f"config key world_sizes: every size in {list(requested)} exceeds the {gpus} GPU(s) of this "
+                f"topology; expected at least one size of at most {gpus}"
+            )
+        return sizes
     sizes = {1 << k for k in range(1, gpus.bit_length()) if (1 << k) <= gpus}
     sizes.add(gpus)
     return sorted(sizes) if gpus > 1 else [1]
 
 
-def _numa_of(topology: dict[str, Any]) -> dict[int, int | None]:
-    return {g["index"]: g.get("numa_node") for g in topology.get("gpus", [])}
+def training_world_sizes(sizes: list[int], config: dict[str, Any]) -> list[int]:
+    """The planned world sizes training runs at: the largest (``max``) or those listed.
 
-
-def _round_robin(groups: list[list[int]], n: int) -> tuple[int, ...]:
-    picked: list[int] = []
-    depth = 0
-    while len(picked) < n and depth < max((len(g) for g in groups), default=0):
-        for group in groups:
-            if depth < len(group) and len(picked) < n:
-                picked.append(group[depth])
-        depth += 1
-    return tuple(sorted(picked))
-
-
-def placements(topology: dict[str, Any], n: int) -> list[Placement]:
-    """Distinct GPU placements worth comparing for world size ``n`` on this topology."""
-    gpus = [g["index"] for g in topology.get("gpus", [])]
-    if not gpus:
-        return [Placement("local", ())]
-    if n >= len(gpus):
-        return [Placement("all", tuple(gpus))]
-    islands = sorted(topology.get("islands", [[g] for g in gpus]), key=lambda isl: (-len(isl), isl[0]))
-    result: list[Placement] = []
-    if len(islands[0]) >= n:
-        result.append(Placement("one_island", tuple(islands[0][:n])))
-    if len(islands) > 1:
-        spread = _round_robin(islands, n)
-        if all(p.devices != spread for p in result):
-            result.append(Placement("cross_island", spread))
-    numa = _numa_of(topology)
-    nodes = sorted({v for v in numa.values() if v is not None})
-    if len(nodes) > 1:
-        by_node = [[g for g in gpus if numa[g] == node] for node in nodes]
-        spread = _round_robin(by_node, n)
-        if all(p.devices != spread for p in result):
-            result.append(Placement("cross_numa", spread))
-    if not result:
-        result.append(Placement("packed", tuple(gpus[:n])))
-    return result
+    Raises :class:`UserError` naming ``training.world_sizes`` when the list selects none.
+    """
+    wanted = config["training"].get("world_sizes", "max")
+    if wanted == "max":
+        return [max(sizes)]
+    chosen = [n for n in sizes if n in {int(w) for w in wanted}]
+    if not chosen:
+        raise UserError(
+            f"config key training.world_sizes: none of {list(wanted)} is a planned world size "
+            f"({sizes}); expected some of them, or 'max'"
+        )
+    return chosen
 
 
 def transports(topology: dict[str, Any], config: dict[str, Any]) -> list[str]:
@@ -89,46 +98,62 @@ def transports(topology: dict[str, Any], config: dict[str, Any]) -> list[str]:
 
 def device_profile(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """The config section that sizes jobs for this machine: ``gpu`` with GPUs, else ``cpu``."""
-    return config["gpu"] if topology.get("gpu_count", 0) > 0 else config["cpu"]
+    return config["gpu"] if _gpu_count(topology) > 0 else config["cpu"]
 
 
-def _job_env(transport: str) -> dict[str, str]:
-    return dict(PCIE_TRANSPORT_ENV) if transport == "pcie" else {}
+def _job_env(topology: dict[str, Any], transport: str) -> dict[str, str]:
+    """Variables a job sets: GPU numbering on NVIDIA, and the transport's NCCL knobs."""
+    env = dict(DEVICE_ORDER_ENV) if topology.get("accelerator") == "nvidia" and _gpu_count(topology) else {}
+    return {**env, **(PCIE_TRANSPORT_ENV if transport == "pcie" else {})}
+
+
+def _placement_fields(place: Placement) -> dict[str, Any]:
+    return {"placement": place.name, "devices": list(place.devices), "cuda_visible_devices": place.cuda_visible_devices}
 
 
 def make_plan(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """The ``plan.json`` document: every collective and training job with its GPUs and environment."""
+    """The ``plan.json`` document: every collective and training job with its GPUs and environment.
+
+    Besides the jobs, ``placements`` lists each (world size, placement) with its GPUs and
+    what it spans (islands, NUMA nodes, the code of its slowest link), for figures and report.
+    """
     profile = device_profile(topology, config)
-    on_gpu = topology.get("gpu_count", 0) > 0
+    on_gpu = _gpu_count(topology) > 0
     sizes = world_sizes(topology, config)
-    collectives, training = [], []
+    train_sizes = training_world_sizes(sizes, config)
+    by_size = {n: placements(topology, n) for n in sizes}
+    collectives = []
     for n in sizes:
-        for place in placements(topology, n):
-            if n >= 2:
-                for transport in transports(topology, config):
-                    for op in config["collectives"]["ops"]:
-                        collectives.append({
-                            "job_id": f"{op}-ws{n}-{place.name}-{transport}",
-                            "op": op, "world_size": n, "placement": place.name, "transport": transport,
-                            "devices": list(place.devices), "env": _job_env(transport),
-                        })
-    train_sizes = [max(sizes)] if config["training"].get("world_sizes", "max") == "max" else [
-        n for n in sizes if n in set(config["training"]["world_sizes"])]
+        if n < 2:
+            continue  # nothing to communicate with one rank
+        for place in by_size[n]:
+            for transport in transports(topology, config):
+                for op in config["collectives"]["ops"]:
+                    collectives.append({
+                        "job_id": f"{op}-ws{n}-{place.name}-{transport}",
+                        "op": op, "world_size": n, "transport": transport, **_placement_fields(place),
+                        "env": _job_env(topology, transport),
+                    })
     model = profile["model"]
     model_name = model if isinstance(model, str) else model.get("name", "custom")
+    training = []
     for n in train_sizes:
-        place = placements(topology, n)[0]
+        place = by_size[n][0]
         for strategy in config["training"]["strategies"]:
             training.append({
                 "job_id": f"{strategy}-{model_name}-ws{n}-{place.name}",
-                "strategy": strategy, "model": model_name, "world_size": n, "placement": place.name,
-                "devices": list(place.devices), "env": {},
+                "strategy": strategy, "model": model_name, "world_size": n, **_placement_fields(place),
+                "env": _job_env(topology, "default"),
             })
     return {
         "schema": "shardscope.plan/1",
         "device": "gpu" if on_gpu else "cpu",
         "fabric": topology.get("fabric"),
         "world_sizes": sizes,
+        "placements": [
+            {"world_size": n, **_placement_fields(place), **describe(topology, place)}
+            for n in sizes for place in by_size[n]
+        ],
         "profile": profile,
         "collectives": collectives,
         "training": training,

@@ -1,23 +1,40 @@
-"""``shardscope`` subcommands of the topology stage (registered by :mod:`shardscope.cli`)."""
+"""``shardscope`` subcommands of the topology stage (registered by :mod:`shardscope.cli`).
+
+``detect`` and ``parse`` write ``topology.json`` (validated against its schema first); with
+``--out`` the raw probe text (or the parsed file) is kept in ``raw/`` beside it, and
+``source.raw_files`` lists those files relative to the folder of ``topology.json``.
+``show`` prints a short summary of a topology.json, any parseable probe text, or this machine.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from shardscope.fileio import atomic_write_text, dump_json, write_output
+from shardscope.fileio import atomic_write_bytes, atomic_write_text, dump_json, write_output
+
+RAW_DIR = "raw"
+
+
+def _validated_with_raw(doc: dict[str, Any], out: str | None, raw_names: list[str]) -> dict[str, Any]:
+    """``doc`` with ``source.raw_files`` set when writing to a file, validated before anything is written."""
+    from shardscope.topology.document import validate_topology
+
+    if out not in (None, "-"):
+        doc["source"]["raw_files"] = sorted(f"{RAW_DIR}/{name}" for name in raw_names)
+    return validate_topology(doc, out if out not in (None, "-") else "topology.json on stdout")
 
 
 def _cmd_topology_detect(args: argparse.Namespace) -> int:
     from shardscope.topology.detect import detect
 
     detection = detect()
-    doc = detection.topology.to_dict()
-    if args.out:
-        raw_dir = Path(args.out).parent / "raw"
+    doc = _validated_with_raw(detection.topology.to_dict(), args.out, list(detection.raw))
+    if args.out not in (None, "-"):
+        raw_dir = Path(args.out).parent / RAW_DIR
         for name, text in detection.raw.items():
             atomic_write_text(raw_dir / name, text)
-        doc["source"]["raw_files"] = sorted(str(raw_dir / name) for name in detection.raw)
     write_output(dump_json(doc), args.out)
     return 0
 
@@ -25,7 +42,30 @@ def _cmd_topology_detect(args: argparse.Namespace) -> int:
 def _cmd_topology_parse(args: argparse.Namespace) -> int:
     from shardscope.topology.parse import parse_file
 
-    write_output(dump_json(parse_file(args.file).to_dict()), args.out)
+    source = Path(args.file)
+    doc = _validated_with_raw(parse_file(source).to_dict(), args.out, [source.name])
+    if args.out not in (None, "-"):
+        atomic_write_bytes(Path(args.out).parent / RAW_DIR / source.name, source.read_bytes())
+    write_output(dump_json(doc), args.out)
+    return 0
+
+
+def _cmd_topology_show(args: argparse.Namespace) -> int:
+    from shardscope.topology.document import validate_topology
+    from shardscope.topology.show import render_text, summarize
+
+    if args.file:
+        from shardscope.topology.parse import parse_file
+
+        doc = parse_file(args.file).to_dict()
+        name = args.file
+    else:
+        from shardscope.topology.detect import detect
+
+        doc = detect().topology.to_dict()
+        name = "this machine's topology"
+    summary = summarize(validate_topology(doc, name))
+    write_output(dump_json(summary) if args.format == "json" else render_text(summary), None)
     return 0
 
 
@@ -37,5 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_topology_detect)
     p = topo.add_parser("parse", help="parse saved nvidia-smi topo -m / rocm-smi --showtopo output")
     p.add_argument("file")
-    p.add_argument("--out")
+    p.add_argument("--out", help="write topology.json here (a copy of FILE goes to raw/ beside it)")
     p.set_defaults(func=_cmd_topology_parse)
+    p = topo.add_parser("show", help="summarise a topology: fabric, GPUs, islands, NUMA nodes, nearest NICs")
+    p.add_argument("file", nargs="?", help="topology.json or saved probe text (default: probe this machine)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="text for people, json for scripts")
+    p.set_defaults(func=_cmd_topology_show)

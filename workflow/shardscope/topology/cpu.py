@@ -2,6 +2,7 @@
 
 Linux exposes NUMA nodes under ``/sys/devices/system/node`` and sockets through
 ``/proc/cpuinfo``; both are read from a root directory so tests can point at recorded trees.
+:func:`cpu_raw_text` returns what was read (and ``lscpu``'s view) for provenance.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 from shardscope.topology.model import NumaNode
@@ -76,3 +79,49 @@ def cpu_count_from_list(text: str | None) -> int:
     if not text or not re.fullmatch(r"[0-9,\-\s]+", text):
         return 0
     return len(parse_cpu_list(text.replace(" ", "")))
+
+
+#: Names of the raw files the CPU probe keeps beside topology.json.
+CPUINFO_RAW = "proc-cpuinfo.txt"
+NODES_RAW = "sys-node-cpulists.txt"
+LSCPU_RAW = "lscpu.txt"
+LSCPU_TIMEOUT_S = 20
+
+
+def node_cpulists_text(root: str | Path = "/") -> str:
+    """``nodeN: <cpulist>`` per NUMA node in sysfs, as read, or a line saying sysfs has none."""
+    node_dir = Path(root) / "sys/devices/system/node"
+    entries = sorted(node_dir.glob("node[0-9]*"), key=lambda p: int(p.name[4:])) if node_dir.is_dir() else []
+    lines = []
+    for entry in entries:
+        try:
+            lines.append(f"{entry.name}: {(entry / 'cpulist').read_text().strip()}")
+        except OSError:
+            lines.append(f"{entry.name}: (no cpulist)")
+    return "\n".join(lines) + "\n" if lines else f"no NUMA nodes under {node_dir}\n"
+
+
+def _lscpu() -> str | None:
+    """``lscpu`` output when the command exists and succeeds."""
+    if shutil.which("lscpu") is None:
+        return None
+    try:
+        done = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=LSCPU_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 and done.stdout.strip() else None
+
+
+def cpu_raw_text(root: str | Path = "/") -> dict[str, str]:
+    """The text the CPU probe read (sysfs node CPU lists, /proc/cpuinfo) and ``lscpu``, by file name.
+
+    ``lscpu`` describes the running machine, so it is only run when ``root`` is ``/``.
+    """
+    raw = {NODES_RAW: node_cpulists_text(root)}
+    cpuinfo = Path(root) / "proc/cpuinfo"
+    if cpuinfo.is_file():
+        raw[CPUINFO_RAW] = cpuinfo.read_text(errors="replace")
+    lscpu = _lscpu() if Path(root).resolve() == Path("/") else None
+    if lscpu is not None:
+        raw[LSCPU_RAW] = lscpu
+    return raw

@@ -2,7 +2,8 @@
 
 Order of probes: NVIDIA (NVML, with ``nvidia-smi topo -m`` kept verbatim for provenance),
 then AMD (``rocm-smi --showtopo``), then the OS alone (fabric ``cpu``). Raw probe text is
-returned beside the topology so the caller can store it next to ``topology.json``.
+returned beside the topology so the caller can store it next to ``topology.json``; the OS's
+CPU and NUMA text (``/proc/cpuinfo``, sysfs node CPU lists, ``lscpu``) is always among it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import datetime as _dt
 import socket
 from dataclasses import dataclass
 
-from shardscope.topology.cpu import probe_cpu, probe_numa_nodes
+from shardscope.topology.cpu import cpu_raw_text, probe_cpu, probe_numa_nodes
 from shardscope.topology.model import Topology
 
 
@@ -24,6 +25,7 @@ class Detection:
 
 
 def _source(method: str) -> dict[str, str]:
+    """How and where the topology was obtained: probe method, host name, UTC time."""
     return {
         "method": method,
         "host": socket.gethostname(),
@@ -41,7 +43,7 @@ def detect_cpu_only(root: str = "/") -> Detection:
         cpu=probe_cpu(root),
         accelerator="none",
     )
-    return Detection(topology=topology, raw={})
+    return Detection(topology=topology, raw=cpu_raw_text(root))
 
 
 def detect() -> Detection:
@@ -54,5 +56,5 @@ def detect() -> Detection:
             topology, raw = found
             topology.source = {**_source(topology.source.get("method", "gpu")), **topology.source}
             topology.cpu = topology.cpu or probe_cpu()
-            return Detection(topology=topology, raw=raw)
+            return Detection(topology=topology, raw={**cpu_raw_text(), **raw})
     return detect_cpu_only()

@@ -202,7 +202,7 @@ def _nvml_links(snapshot: NvmlSnapshot, pcie_paths: list[tuple[int, int, str]]) 
 
 
 def _merge_gpu(seen: NvmlGpu, from_matrix: Gpu | None) -> Gpu:
-    """A Gpu from NVML's answers, completed with the matrix's CPU affinity and NUMA node."""
+    """A Gpu from NVML's answers, completed with the matrix's CPU affinity, NUMA node and nearest NICs."""
     numa = seen.numa_node if seen.numa_node is not None else getattr(from_matrix, "numa_node", None)
     return Gpu(
         index=seen.index,
@@ -213,6 +213,8 @@ def _merge_gpu(seen: NvmlGpu, from_matrix: Gpu | None) -> Gpu:
         cpu_affinity=getattr(from_matrix, "cpu_affinity", None),
         pcie_generation=seen.pcie_generation,
         pcie_width=seen.pcie_width,
+        nearest_nics=getattr(from_matrix, "nearest_nics", ()),
+        nearest_nic_code=getattr(from_matrix, "nearest_nic_code", None),
     )
 
 
@@ -245,6 +247,8 @@ def nvidia_topology(
     notes = ["NVML reports every GPU's NVLinks ending at NVSwitch chips"] if switched else []
     if links_from == "none" and len(gpus) > 1:
         notes.append("neither NVML nor nvidia-smi reported the paths between GPUs; links are unknown")
+    if smi_text is not None and matrix is None:
+        notes.append("the output of nvidia-smi topo -m (kept in raw/) could not be read as a matrix and was not used")
     return Topology(
         gpus=gpus,
         links=links,

@@ -16,6 +16,8 @@ from typing import Any
 FABRICS = ("nvswitch", "nvlink_mesh", "nvlink_partial", "nvlink_islands", "pcie", "single", "cpu")
 
 _NV_CODE = re.compile(r"^NV(\d+)$")
+#: PCIe path codes of nvidia-smi, from nearest to farthest.
+PCIE_PATH_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 #: NVLinks one GPU of a generation can drive (its whole budget, whoever is at the other end).
 #: Searched in order; the first pattern found in the GPU name wins.
@@ -51,6 +53,8 @@ class Gpu:
     cpu_affinity: str | None = None
     pcie_generation: int | None = None  # highest PCIe generation the GPU and slot support
     pcie_width: int | None = None  # highest PCIe link width (lanes) the GPU and slot support
+    nearest_nics: tuple[str, ...] = ()  # NIC names (``Nic.name``) closest to this GPU, ties kept
+    nearest_nic_code: str | None = None  # the path code to them (``PIX``, ``PXB``… ``SYS``)
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ class Topology:
             "fabric": self.fabric,
             "accelerator": self.accelerator,
             "gpu_count": len(self.gpus),
-            "gpus": [asdict(g) for g in self.gpus],
+            "gpus": [dict(asdict(g), nearest_nics=list(g.nearest_nics)) for g in self.gpus],
             "links": [asdict(link) for link in self.links],
             "islands": self.islands,
             "numa_nodes": [asdict(n) for n in self.numa_nodes],
@@ -156,6 +160,23 @@ def nvlink_islands(gpu_indices: list[int], links: list[Link]) -> list[list[int]]
     for g in gpu_indices:
         groups.setdefault(find(g), []).append(g)
     return sorted((sorted(v) for v in groups.values()), key=lambda island: island[0])
+
+
+def sys_socket_groups(gpu_indices: list[int], links: list[Link]) -> list[list[int]]:
+    """CPU sockets inferred from PCIe paths: GPUs joined by non-``SYS`` paths, when ``SYS`` separates some.
+
+    Needs a PCIe path code (PIX, PXB, PHB, NODE, SYS) for every GPU pair, since an NVLink
+    code hides the PCIe path; returns ``[]`` otherwise, or when no pair is ``SYS``. Every
+    pair across two returned groups is then ``SYS``: the groups sit on different sockets.
+    """
+    codes = {(link.a, link.b): link.code for link in links}
+    pairs = [(a, b) for i, a in enumerate(gpu_indices) for b in gpu_indices[i + 1 :]]
+    if not pairs or any(codes.get(p) not in PCIE_PATH_CODES for p in pairs):
+        return []
+    if "SYS" not in {codes[p] for p in pairs}:
+        return []
+    near = [Link(a, b, codes[(a, b)], nvlinks=1) for a, b in pairs if codes[(a, b)] != "SYS"]
+    return nvlink_islands(gpu_indices, near)
 
 
 def max_nvlinks(name: str | None) -> int:
@@ -228,7 +249,7 @@ def fabric_note(gpu_indices: list[int], links: list[Link], budgets: Mapping[int,
 def from_dict(doc: dict[str, Any]) -> Topology:
     """Rebuild a :class:`Topology` from a ``topology.json`` document (the inverse of ``to_dict``)."""
     return Topology(
-        gpus=[Gpu(**g) for g in doc.get("gpus", [])],
+        gpus=[Gpu(**dict(g, nearest_nics=tuple(g.get("nearest_nics", ())))) for g in doc.get("gpus", [])],
         links=[Link(**link) for link in doc.get("links", [])],
         numa_nodes=[NumaNode(**n) for n in doc.get("numa_nodes", [])],
         nics=[Nic(**dict(n, nearest_gpus=tuple(n.get("nearest_gpus", ())))) for n in doc.get("nics", [])],

@@ -13,17 +13,23 @@ become inferred NUMA nodes 0, 1, ... (in order of the first GPU of each group) a
 are assigned to them; a single shared string becomes one node 0 that no GPU is assigned to,
 since it says nothing about where each GPU sits; no affinity at all gives no NUMA nodes.
 Every inference is recorded in ``Topology.notes``.
+
+Before anything is derived, :func:`shardscope.topology.matrix_check.check_matrix` refuses a
+table that is cut short, has a cell missing, a repeated or stray row label, a diagonal
+that is not ``X`` or codes that differ between ``a``/``b`` and ``b``/``a``; text with no
+matrix at all is named for what it is (an nvidia-smi error message, a header without rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardscope.errors import UserError
 from shardscope.topology.cpu import cpu_count_from_list
-from shardscope.topology.model import Gpu, Link, Nic, NumaNode, Topology, nvlink_count
+from shardscope.topology.matrix_check import check_matrix
+from shardscope.topology.model import PCIE_PATH_CODES, Gpu, Link, Nic, NumaNode, Topology, nvlink_count
 
 #: SGR codes such as ESC[4m, also when a web copy lost the ESC byte and left ``[4m``.
 _ANSI = re.compile(r"\x1b?\[[0-9;]*m")
@@ -33,13 +39,20 @@ _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|[A-Za-z][A-Za-z0-9]*_\d+)$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _PCI_MATRIX_FLAG = re.compile(r"\btopo\s+(-mp|--matrix_pci)\b")
 _LEGEND_CODE = re.compile(r"^\s*(\S+)\s*=", re.MULTILINE)
+#: What nvidia-smi prints instead of a matrix when it cannot run (driver missing, no device…).
+_SMI_ERROR = re.compile(
+    r"(NVIDIA-SMI has failed|Failed to (run|initialize)|No devices were found|couldn't communicate with the NVIDIA driver"
+    r"|Unable to determine the device handle|command not found|not recognized as)",
+    re.IGNORECASE,
+)
+_ROW_START = re.compile(r"^\s*GPU\d+\s+(X|NV\d+|[A-Z]{3,4})\b")
 
 #: Extra column names that contain spaces; the header is split so that they survive.
 KNOWN_COLUMNS = ("GPU NUMA ID", "CPU Affinity", "NUMA Affinity")
 #: Old matrix codes and the names current drivers print for them.
 LEGACY_CODES = {"SOC": "SYS"}
 #: PCIe path codes from nearest to farthest (nvidia-smi's legend order).
-PATH_RANK = ("PIX", "PXB", "PHB", "NODE", "SYS")
+PATH_RANK = PCIE_PATH_CODES
 _MISSING = ("", "N/A")
 PCIE_ONLY_NOTE = (
     "this is the PCIe-only view (nvidia-smi topo -mp): NVLinks, if any, are hidden in it, "
@@ -55,6 +68,10 @@ class Matrix:
     extras: list[str]
     codes: dict[str, dict[str, str]]
     values: dict[str, dict[str, str]]
+    #: Every row as printed, ``(label, cells)``, repeated labels kept (for the consistency checks).
+    rows: list[tuple[str, list[str]]] = field(default_factory=list)
+    #: Labels of device rows directly below the table that the header does not name.
+    stray: list[str] = field(default_factory=list)
 
     def code(self, row: str, column: str) -> str | None:
         """The cell at ``row``/``column``, read from the transposed cell when the row lacks it."""
@@ -64,19 +81,18 @@ class Matrix:
 def parse_nvidia_smi(text: str, source_name: str) -> Topology:
     """Build a Topology from saved ``nvidia-smi topo -m`` text (any driver generation).
 
-    Raises :class:`UserError` naming ``source_name`` when the text holds no matrix.
+    Raises :class:`UserError` naming ``source_name`` when the text holds no matrix, or one
+    that is not a complete square table (see :mod:`shardscope.topology.matrix_check`).
     """
     lines = [_ANSI.sub("", line) for line in text.splitlines()]
     matrix = find_matrix(lines)
     if matrix is None:
-        raise UserError(
-            f"{source_name}: no GPU topology matrix found; expected 'nvidia-smi topo -m' output "
-            "with a header row naming GPU0... and one row per GPU with X on the diagonal"
-        )
+        raise UserError(no_matrix_message(lines, source_name))
+    check_notes = check_matrix(matrix, source_name)
     gpus, numa_nodes, numa_notes = _numa(_gpus(matrix))
     links = _links(matrix, gpus)
     pcie_only = is_pcie_only_view(text, links)
-    notes = _code_notes(matrix) + numa_notes + _socket_notes(numa_nodes, links)
+    notes = _code_notes(matrix) + check_notes + numa_notes + _socket_notes(numa_nodes, links)
     if pcie_only:
         notes.append(PCIE_ONLY_NOTE)
     return Topology(
@@ -91,11 +107,35 @@ def parse_nvidia_smi(text: str, source_name: str) -> Topology:
     )
 
 
+def no_matrix_message(lines: list[str], source_name: str) -> str:
+    """One sentence saying why no matrix was found: an nvidia-smi error, a cut, or no matrix at all."""
+    error = next((line.strip() for line in lines if _SMI_ERROR.search(line)), None)
+    if error is not None:
+        first = re.split(r"(?<=[.!])\s", error, maxsplit=1)[0].rstrip(".")
+        return f"{source_name}: holds an error message instead of a topology matrix ({first[:160]!r})"
+    if any(_header_like(line) for line in lines):
+        return (
+            f"{source_name}: the matrix header naming GPU0... is followed by no GPU rows; "
+            "the output looks truncated"
+        )
+    if any(_ROW_START.match(line) for line in lines):
+        return f"{source_name}: matrix rows found but no header row naming the columns; the output looks truncated"
+    return (
+        f"{source_name}: no GPU topology matrix found; expected 'nvidia-smi topo -m' output "
+        "with a header row naming GPU0... and one row per GPU with X on the diagonal"
+    )
+
+
+def _header_like(line: str) -> bool:
+    """A line that names GPU0 among its cells and holds no X: a matrix header."""
+    tokens = line.split()
+    return "GPU0" in tokens and "X" not in tokens
+
+
 def find_matrix(lines: list[str]) -> Matrix | None:
     """The first header row (GPU0 among its cells, no X) followed by device rows, parsed."""
     for i, line in enumerate(lines):
-        tokens = line.split()
-        if "GPU0" not in tokens or "X" in tokens:
+        if not _header_like(line):
             continue
         matrix = _read_matrix(split_header(line), lines[i + 1 :])
         if matrix is not None:
@@ -138,20 +178,28 @@ def _split_chunk(words: list[str]) -> list[str]:
 
 
 def _read_matrix(header: list[str], body: list[str]) -> Matrix | None:
-    """Parse the rows below ``header``; None unless at least one GPU row is found."""
-    rows: dict[str, list[str]] = {}
+    """Parse the rows below ``header``; None unless at least one GPU row is found.
+
+    Rows end at a blank line or a line that does not start with a device name; a device row
+    the header does not name (``GPU8`` under GPU0…GPU7) is kept in ``stray`` for the checks.
+    """
+    rows: list[tuple[str, list[str]]] = []
+    stray: list[str] = []
     for line in body:
         tokens = line.split()
-        if not tokens or tokens[0] not in header:
+        if tokens and tokens[0] in header:
+            rows.append((tokens[0], tokens[1:]))
+        elif tokens and rows and _DEVICE.match(tokens[0]):
+            stray.append(tokens[0])
+        else:
             break
-        rows[tokens[0]] = tokens[1:]
-    devices = _device_columns(header, set(rows))
-    if not any(_GPU.match(label) for label in rows if label in devices):
+    devices = _device_columns(header, {label for label, _ in rows})
+    if not any(_GPU.match(label) for label, _ in rows if label in devices):
         return None
     extras = header[len(devices) :]
-    codes = {label: dict(zip(devices, cells)) for label, cells in rows.items()}
-    values = {label: dict(zip(extras, cells[len(devices) :])) for label, cells in rows.items()}
-    return Matrix(devices=devices, extras=extras, codes=codes, values=values)
+    codes = {label: dict(zip(devices, cells)) for label, cells in rows}
+    values = {label: dict(zip(extras, cells[len(devices) :])) for label, cells in rows}
+    return Matrix(devices=devices, extras=extras, codes=codes, values=values, rows=rows, stray=stray)
 
 
 def _device_columns(header: list[str], row_labels: set[str]) -> list[str]:
@@ -185,10 +233,28 @@ def _gpus(matrix: Matrix) -> list[Gpu]:
         numa = _int_or_none(_value(matrix, label, "NUMA Affinity"))
         if numa is None:
             numa = _int_or_none(_value(matrix, label, "GPU NUMA ID"))
+        nics, code = _nearest_nics(matrix, label)
         gpus.append(
-            Gpu(index=int(match.group(1)), numa_node=numa, cpu_affinity=_value(matrix, label, "CPU Affinity"))
+            Gpu(
+                index=int(match.group(1)),
+                numa_node=numa,
+                cpu_affinity=_value(matrix, label, "CPU Affinity"),
+                nearest_nics=nics,
+                nearest_nic_code=code,
+            )
         )
     return sorted(gpus, key=lambda g: g.index)
+
+
+def _nearest_nics(matrix: Matrix, gpu_label: str) -> tuple[tuple[str, ...], str | None]:
+    """The NIC columns closest to one GPU (ties kept, in column order) and their path code."""
+    reach = {
+        name: normalise_code(code)
+        for name in matrix.devices
+        if not _GPU.match(name) and (code := matrix.codes.get(gpu_label, {}).get(name)) is not None
+    }
+    best = min(reach.values(), key=_rank, default=None)
+    return tuple(name for name, code in reach.items() if code == best), best
 
 
 def normalise_code(code: str) -> str:

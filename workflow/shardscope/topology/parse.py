@@ -3,6 +3,7 @@
 The format is sniffed from the content, not the file name: a JSON object is a
 ``topology.json``; text with rocm-smi's table titles is ``rocm-smi --showtopo``; anything
 else is taken as ``nvidia-smi topo -m`` (whose parser says so clearly when it finds no matrix).
+Empty and binary files are refused before any parser sees them.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from pathlib import Path
 
 from shardscope.errors import UserError
 from shardscope.topology.model import Topology, from_dict
+from shardscope.topology.document import validate_topology
 from shardscope.topology.nvidia_smi import parse_nvidia_smi
 from shardscope.topology.rocm_smi import LINK_TYPE_TABLE, parse_rocm_smi
 
 _ROCM_MARKERS = ("ROCm System Management Interface", LINK_TYPE_TABLE)
+_TEXT_CONTROLS = "\t\n\r\x0b\x0c\x1b"
+EXPECTED_INPUT = "saved 'nvidia-smi topo -m' or 'rocm-smi --showtopo' output, or a topology.json"
 
 
 def parse_file(path: str | os.PathLike[str]) -> Topology:
@@ -37,7 +41,7 @@ def parse_text(text: str, source_name: str) -> Topology:
 
 def sniff_format(text: str) -> str:
     """``"json"``, ``"rocm-smi"`` or ``"nvidia-smi"``, from the content."""
-    if text.lstrip().startswith("{"):
+    if text.lstrip().startswith(("{", "[")):
         return "json"
     if any(marker in text for marker in _ROCM_MARKERS):
         return "rocm-smi"
@@ -45,16 +49,57 @@ def sniff_format(text: str) -> str:
 
 
 def read_text(path: str | os.PathLike[str]) -> str:
-    """The file's text; UTF-16 with a byte-order mark (Windows shell redirects) is decoded too."""
+    """The file's text, refusing empty and binary files with one clear sentence.
+
+    UTF-8 (with or without a byte-order mark) and UTF-16 (Windows shell redirects; with a
+    byte-order mark, or recognised by its pattern of zero bytes) are decoded.
+    """
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not data.strip():
+        raise UserError(f"{path}: the file is empty; expected {EXPECTED_INPUT}")
+    text = decode_text(data)
+    if text is None:
+        raise UserError(f"{path}: the file holds binary data, not text; expected {EXPECTED_INPUT}")
+    return text
+
+
+def decode_text(data: bytes) -> str | None:
+    """``data`` decoded as UTF-8 or UTF-16; None when it does not look like text at all."""
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16", errors="replace")
-    return data.decode("utf-8-sig", errors="replace")
+        text = data.decode("utf-16", errors="replace")
+    elif b"\x00" in data:
+        encoding = _utf16_without_bom(data)
+        if encoding is None:
+            return None
+        text = data.decode(encoding, errors="replace")
+    else:
+        text = data.decode("utf-8-sig", errors="replace")
+    return text if _looks_like_text(text) else None
+
+
+def _utf16_without_bom(data: bytes) -> str | None:
+    """``utf-16-le``/``-be`` when every other byte is zero (ASCII text in UTF-16), else None."""
+    even, odd = data[0::2], data[1::2]
+    if not even or not odd:
+        return None
+    if odd.count(0) > 0.9 * len(odd) and even.count(0) < 0.1 * len(even):
+        return "utf-16-le"
+    if even.count(0) > 0.9 * len(even) and odd.count(0) < 0.1 * len(odd):
+        return "utf-16-be"
+    return None
+
+
+def _looks_like_text(text: str) -> bool:
+    """No NUL, and at most 2% undecodable or control characters (tabs, newlines and ESC allowed)."""
+    if "\x00" in text:
+        return False
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in _TEXT_CONTROLS))
+    return bad <= 0.02 * len(text)
 
 
 def _from_json(text: str, source_name: str) -> Topology:
@@ -64,9 +109,4 @@ def _from_json(text: str, source_name: str) -> Topology:
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         raise UserError(f"{source_name}: not valid JSON ({where}: {exc.msg})") from None
-    if not isinstance(doc, dict) or "gpus" not in doc:
-        raise UserError(f"{source_name}: expected a topology.json object with a 'gpus' list")
-    try:
-        return from_dict(doc)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise UserError(f"{source_name}: not a valid topology.json ({exc})") from None
+    return from_dict(validate_topology(doc, source_name))
