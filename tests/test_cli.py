@@ -102,8 +102,10 @@ def test_topology_detect_writes_out_file(tmp_path: Path) -> None:
     assert proc.stdout == ""
     doc = json.loads(out.read_text())
     assert doc["fabric"] == "cpu"
-    assert doc["source"]["raw_files"] == []  # no probe text on a CPU-only machine
-    assert sorted(os.listdir(out.parent)) == ["topology.json"]  # no temporary files
+    raw = doc["source"]["raw_files"]  # the OS's CPU/NUMA text, kept for provenance
+    assert "raw/sys-node-cpulists.txt" in raw and all((out.parent / name).is_file() for name in raw)
+    assert sorted(os.listdir(out.parent)) == ["raw", "topology.json"]  # no temporary files
+    assert sorted(f"raw/{name}" for name in os.listdir(out.parent / "raw")) == raw
 
 
 def test_topology_parse_nvl_pairs() -> None:
@@ -231,8 +233,6 @@ def test_plan_missing_config_file(cpu_topology: Path, tmp_path: Path) -> None:
     assert_user_error(shardscope("plan", "--topology", cpu_topology, "--config", missing), str(missing))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `shardscope plan` does not check that --topology is a topology.json: any "
-                                       "JSON object (here a plan) silently yields a CPU plan with fabric null")
 def test_plan_rejects_json_that_is_not_a_topology(cpu_topology: Path, tmp_path: Path) -> None:
     not_topology = tmp_path / "plan.json"
     not_topology.write_text(json.dumps({"schema": "shardscope.plan/1", "collectives": [], "training": []}))
