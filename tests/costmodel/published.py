@@ -1,0 +1,56 @@
+"""Shared helpers of the cost-model tests: fixtures parsed once, published records turned into jobs."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
+from shardscope.costmodel.machine import Machine, build_machine
+from shardscope.costmodel.placement import best_placement
+from shardscope.costmodel.presets import synthetic_topology
+from shardscope.topology.parse import parse_file
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TOPO_FILES = sorted(p.name for p in (DATA / "topo").glob("*.txt"))
+
+
+@functools.cache
+def _topology_text(relative: str) -> str:
+    return json.dumps(parse_file(DATA / relative).to_dict())
+
+
+def topology(relative: str) -> dict[str, Any]:
+    """The topology.json document of a saved probe output under tests/data (parsed once per session)."""
+    return json.loads(_topology_text(relative))
+
+
+def fixture_machine(name: str, gpu: str | None = None, **kwargs: Any) -> Machine:
+    """A machine from one of tests/data/topo/*.txt."""
+    return build_machine(topology(f"topo/{name}"), gpu_name=gpu, **kwargs)
+
+
+def published_records() -> list[dict[str, Any]]:
+    """Every record of tests/data/published/collectives.json."""
+    return json.loads((DATA / "published" / "collectives.json").read_text())["records"]
+
+
+def record_job(record: dict[str, Any]) -> Job:
+    """The job a published record describes, on its stated (or saved) topology."""
+    spec = record["topology"]
+    doc = topology(spec["file"]) if "file" in spec else synthetic_topology(**spec["synthetic"])
+    machine = build_machine(doc, gpu_name=record.get("gpu"), nic_gbps=record.get("nic_gbps"))
+    nodes = record.get("nodes", 1)
+    members = tuple(record.get("members") or best_placement(machine, record["world_size"] // nodes).members)
+    return Job(machine, members, nodes=nodes)
+
+
+def record_prediction(record: dict[str, Any]) -> float:
+    """The model's busbw for a record: at its message size, or the large-message peak when none is given."""
+    job = record_job(record)
+    algorithms = [record["algorithm"]] if record.get("algorithm") else None
+    if record.get("size_bytes"):
+        return predict_collective(record["op"], record["size_bytes"], job, algorithms).busbw_gbps
+    return peak_busbw_gbps(record["op"], job, algorithms)

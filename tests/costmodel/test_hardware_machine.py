@@ -1,0 +1,154 @@
+"""GPU specs, link constants and the cut capacities of every real topology output."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from costmodel.published import TOPO_FILES, fixture_machine, topology
+from shardscope.costmodel.hardware import (
+    GpuSpec,
+    cpu_inter_socket,
+    infer_spec,
+    pcie_effective_gbps,
+    spec_for_name,
+)
+from shardscope.costmodel.machine import build_machine, nvl_groups, socket_groups
+from shardscope.costmodel.presets import PRESETS, preset, synthetic_topology
+from shardscope.errors import UserError
+
+
+@pytest.mark.parametrize(("name", "arch", "memory_gb"), [
+    ("NVIDIA H100 80GB HBM3", "hopper", 80), ("NVIDIA H200", "hopper", 141), ("NVIDIA H100 NVL", "hopper", 94),
+    ("NVIDIA A100-SXM4-40GB", "ampere", 40), ("NVIDIA A100 80GB PCIe", "ampere", 80), ("Tesla V100-SXM2-16GB", "volta", 16),
+    ("NVIDIA RTX A6000", "ga10x", 48), ("NVIDIA L40S", "ada", 48), ("NVIDIA B300", "blackwell", 288),
+    ("AMD Instinct MI300X", "cdna", 192)])
+def test_spec_for_name(name: str, arch: str, memory_gb: int) -> None:
+    spec = spec_for_name(name)
+    assert spec is not None and spec.arch == arch and spec.memory_bytes == memory_gb * 10**9
+
+
+def test_unknown_name_has_no_spec() -> None:
+    assert spec_for_name("Some Accelerator 3000") is None
+    assert spec_for_name(None) is None
+
+
+def test_effective_link_rates_are_nccls() -> None:
+    assert spec_for_name("H100").nvlink_gbps == 20.6 and spec_for_name("H100").nvlink_raw_gbps == 25.0
+    assert spec_for_name("A100").nvlink_gbps == 20.0
+    assert spec_for_name("RTX A6000").nvlink_gbps == 12.0
+    assert [pcie_effective_gbps(g) for g in (3, 4, 5)] == [12.0, 24.0, 48.0]
+    assert pcie_effective_gbps(4, 8) == 12.0
+
+
+def test_nvls_only_from_hopper_on() -> None:
+    assert spec_for_name("H100").nvls_efficiency == 0.85
+    assert spec_for_name("B200").nvls_efficiency == 0.74
+    assert spec_for_name("A100").nvls_efficiency == 0.0
+
+
+def test_spec_validation() -> None:
+    with pytest.raises(ValueError):
+        GpuSpec("x", "quantum", 4, None, None, 100.0)
+    with pytest.raises(ValueError):
+        GpuSpec("x", "hopper", 9, None, None, 100.0)
+
+
+@pytest.mark.parametrize(("file", "family"), [
+    ("01-hgx-h200-nvswitch-nv18-12nics.txt", "Hopper"), ("05-dgx-a100-nv12-mlx5-columns-old-format.txt", "A100"),
+    ("08-dgx1-v100-hybrid-cube-mesh-nv1-nv2.txt", "V100"), ("11-3x-rtx-a6000-nv4-pair-plus-pcie-ansi-header.txt", "GA102"),
+    ("13-8x-pcie-pix-pxb-sys-numa-na.txt", "PCIe"), ("22-amd-rocm-smi-showtopo-4x-mi300a.txt", "AMD")])
+def test_signature_inference_of_unnamed_gpus(file: str, family: str) -> None:
+    spec = infer_spec(topology(f"topo/{file}"))
+    assert family in spec.family
+    assert spec.note and "not named" in spec.note
+
+
+@pytest.mark.parametrize(("model", "gbps", "intel"), [
+    ("Intel(R) Xeon(R) Platinum 8480C", 22.0, True), ("Intel(R) Xeon(R) Platinum 8358", 10.0, True),
+    ("Intel(R) Xeon(R) CPU E5-2679 v4", 6.0, True), ("AMD EPYC 7543 32-Core Processor", 24.0, False),
+    ("AMD EPYC 7V12 64-Core Processor", 16.0, False), ("AMD EPYC 9755", 32.0, False)])
+def test_inter_socket_from_cpu_model(model: str, gbps: float, intel: bool) -> None:
+    assert cpu_inter_socket({"model": model}, 4)[:2] == (gbps, intel)
+
+
+def test_inter_socket_assumed_by_pcie_generation() -> None:
+    assert cpu_inter_socket({}, 3)[0] == 10.0 and cpu_inter_socket({}, 5)[0] == 22.0
+    assert "assumed" in cpu_inter_socket({}, 4)[2]
+
+
+@pytest.mark.parametrize("file", TOPO_FILES)
+def test_every_real_topology_builds(file: str) -> None:
+    machine = fixture_machine(file)
+    doc = topology(f"topo/{file}")
+    assert machine.fabric == doc["fabric"]
+    assert machine.gpu_count == doc["gpu_count"]
+    for g in machine.gpus:
+        assert machine.pcie_gbps[g] > 0
+    if machine.gpu_count >= 2:
+        ring, link = machine.ring_gbps(machine.gpus)
+        assert math.isfinite(ring) and ring > 0 and link in ("nvlink", "pcie")
+
+
+def test_nvswitch_cut_is_the_smaller_side() -> None:
+    machine = fixture_machine("01-hgx-h200-nvswitch-nv18-12nics.txt", gpu="H100")
+    assert machine.cut_gbps([0], [1, 2, 3])[0] == pytest.approx(18 * 20.6)
+    assert machine.cut_gbps([0, 1, 2, 3], [4, 5, 6, 7])[0] == pytest.approx(4 * 18 * 20.6)
+    assert machine.ring_gbps(range(8))[0] == pytest.approx(370.8)
+
+
+def test_pcie_cuts_and_sockets() -> None:
+    machine = fixture_machine("10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt", gpu="H100 NVL")
+    assert machine.ring_gbps([0, 1]) == (pytest.approx(12 * 20.6), "nvlink")
+    node, link = machine.cut_gbps([0], [2])
+    assert link == "pcie" and node == pytest.approx(48 * 5 / 6)  # Gen5 through an Intel root complex (assumed CPU)
+    assert machine.cut_gbps([0], [4])[0] == pytest.approx(22.0)  # SYS: the sockets' link
+    assert machine.cut_gbps([0], [2], use_nvlink=False)[1] == "pcie"
+    assert socket_groups(machine) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_nvl_groups() -> None:
+    assert nvl_groups(fixture_machine("01-hgx-h200-nvswitch-nv18-12nics.txt")) == [list(range(8))]
+    assert nvl_groups(fixture_machine("10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt")) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    dgx1 = nvl_groups(fixture_machine("08-dgx1-v100-hybrid-cube-mesh-nv1-nv2.txt"))
+    assert dgx1[:2] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert nvl_groups(fixture_machine("13-8x-pcie-pix-pxb-sys-numa-na.txt")) == []
+
+
+def test_overrides_and_notes() -> None:
+    machine = fixture_machine("01-hgx-h200-nvswitch-nv18-12nics.txt", gpu="NVIDIA H200", memory_bytes=10**11, nic_gbps=200.0)
+    assert machine.memory_bytes == 10**11 and machine.nic_gbps == 200.0 and machine.spec.family == "H200"
+    assert machine.rail_nics == 8
+    assert any("PCIe generation" in n for n in machine.notes)
+    with pytest.raises(UserError, match="--gpu"):
+        fixture_machine("01-hgx-h200-nvswitch-nv18-12nics.txt", gpu="Quantum 9000")
+
+
+def test_bad_documents_are_user_errors() -> None:
+    with pytest.raises(UserError):
+        build_machine({"gpus": "none"})
+    with pytest.raises(UserError):
+        build_machine({"gpus": [{"name": "H100"}]})
+
+
+def test_cpu_only_topology() -> None:
+    machine = build_machine({"gpus": [], "links": [], "fabric": "cpu"})
+    assert machine.fabric == "cpu" and machine.gpu_count == 0
+
+
+def test_presets_classify_like_the_topology_stage() -> None:
+    fabrics = {name: build_machine(preset(name)).fabric for name in PRESETS}
+    assert fabrics["hgx-h100"] == "nvswitch" and fabrics["hgx-h800"] == "nvswitch"
+    assert fabrics["h100-nvl-pairs"] == "nvlink_islands" and fabrics["pcie-l40s"] == "pcie"
+    with pytest.raises(UserError, match="preset"):
+        preset("dgx-9000")
+    with pytest.raises(ValueError):
+        synthetic_topology("H100", layout="torus")
+
+
+def test_pcie_path_of_nvlinked_pairs_comes_from_numa() -> None:
+    machine = fixture_machine("01-hgx-h200-nvswitch-nv18-12nics.txt", gpu="H100")
+    assert machine.code(0, 3) == "NODE" and machine.code(0, 4) == "SYS"
+    inside, _ = machine.ring_gbps([0, 1, 2, 3], use_nvlink=False)
+    across, _ = machine.ring_gbps([0, 1, 4, 5], use_nvlink=False)
+    assert inside > across == pytest.approx(22.0)

@@ -1,0 +1,95 @@
+"""Step model: communication volumes per strategy, overlap, compute and memory."""
+
+from __future__ import annotations
+
+import pytest
+from shardscope.costmodel.step import (
+    StepAssumptions,
+    messages_for,
+    predict_step,
+    unit_params,
+)
+from shardscope.training.model import PRESETS
+
+CFG = PRESETS["llama-1b"]
+PSI = CFG.param_count()
+
+
+def _volume(strategy: str, op: str) -> int:
+    return sum(m.size_bytes * m.count for m in messages_for(strategy, CFG, StepAssumptions()) if m.op == op)
+
+
+def test_units_cover_every_parameter() -> None:
+    units = unit_params(CFG)
+    assert sum(units) == PSI and len(units) == CFG.n_layers + 1
+
+
+@pytest.mark.parametrize(("strategy", "all_reduce", "reduce_scatter", "all_gather"), [
+    ("ddp", 1, 0, 0), ("zero0", 1, 0, 0), ("zero1", 0, 1, 1), ("zero2", 0, 1, 1),
+    ("zero3", 0, 1, 2), ("fsdp", 0, 1, 2), ("fsdp_grad_op", 0, 1, 1)])
+def test_zero_paper_volumes(strategy: str, all_reduce: int, reduce_scatter: int, all_gather: int) -> None:
+    """DDP: one all-reduce of Ψ (2Ψ moved); ZeRO-1/2: RS + AG of Ψ; ZeRO-3/FSDP: 2 AG + 1 RS (3Ψ)."""
+    e = StepAssumptions().comm_bytes
+    assert _volume(strategy, "all_reduce") == all_reduce * PSI * e
+    assert _volume(strategy, "reduce_scatter") == reduce_scatter * PSI * e
+    assert _volume(strategy, "all_gather") == all_gather * PSI * e
+
+
+def test_ddp_buckets_and_fsdp_per_layer_messages() -> None:
+    ddp = messages_for("ddp", CFG, StepAssumptions())
+    assert ddp[0].size_bytes == 25 * 2**20 and all(m.phase == "backward" for m in ddp)
+    fsdp = messages_for("fsdp", CFG, StepAssumptions())
+    assert {m.phase for m in fsdp if m.op == "all_gather"} == {"forward", "backward"}
+    assert {m.phase for m in messages_for("zero2", CFG, StepAssumptions()) if m.op == "all_gather"} == {"after_step"}
+
+
+def _step(strategy: str, overlap: float, seconds_per_call: float = 0.01, gpus: int = 8, memory: int | None = 80 * 10**9):
+    return predict_step(strategy, "llama-1b", CFG, gpus, 1e15, lambda op, size: seconds_per_call, memory,
+                        StepAssumptions(overlap=overlap, seq_len=2048))
+
+
+def test_compute_from_flops_per_token() -> None:
+    pred = _step("ddp", 0.5)
+    assert pred.compute_time_s == pytest.approx(CFG.flops_per_token(2048) * 2048 / (1e15 * 0.45))
+    assert pred.tokens_per_step == 2048 * 8
+
+
+def test_overlap_bounds() -> None:
+    none = _step("fsdp", 0.0)
+    assert none.exposed_comm_time_s == pytest.approx(none.comm_time_s)
+    full = _step("ddp", 1.0, seconds_per_call=1e-9)
+    assert full.exposed_comm_time_s == pytest.approx(0.0, abs=1e-12)
+    after = _step("zero2", 1.0, seconds_per_call=1e-9)
+    ag_calls = sum(m.count for m in after.messages if m.phase == "after_step")
+    assert after.exposed_comm_time_s == pytest.approx(ag_calls * 1e-9)
+    long = _step("ddp", 1.0, seconds_per_call=10.0)
+    assert long.exposed_comm_time_s == pytest.approx(long.comm_time_s - 2 * long.compute_time_s / 3)
+    assert long.step_time_s == pytest.approx(long.compute_time_s + long.exposed_comm_time_s)
+
+
+def test_one_gpu_has_no_communication() -> None:
+    pred = _step("fsdp", 0.5, gpus=1)
+    assert pred.comm_time_s == 0 and pred.step_time_s == pred.compute_time_s
+
+
+def test_memory_fit() -> None:
+    mistral = PRESETS["mistral-7b"]
+    ddp = predict_step("ddp", "mistral-7b", mistral, 8, 1e15, lambda op, size: 0.0, 80 * 10**9)
+    assert ddp.fits is False and ddp.memory_total_bytes == 16 * mistral.param_count()
+    assert ddp.memory_available_bytes == int(80e9 * 0.9)
+    zero3 = predict_step("zero3", "mistral-7b", mistral, 8, 1e15, lambda op, size: 0.0, 80 * 10**9)
+    assert zero3.fits is True
+    assert predict_step("ddp", "x", CFG, 8, 1e15, lambda op, size: 0.0, None).fits is None
+    assert ddp.to_row()["method"] == "modeled" and "messages" not in ddp.to_row()
+
+
+@pytest.mark.parametrize("bad", [{"mfu": 0}, {"mfu": 1.5}, {"overlap": -0.1}, {"micro_batch": 0}, {"seq_len": 0},
+                                 {"usable_fraction": 0}, {"dtype": "int8"}, {"comm_bytes": True}])
+def test_assumptions_are_validated(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        StepAssumptions(**bad)
+
+
+def test_unknown_strategy() -> None:
+    with pytest.raises(ValueError):
+        messages_for("zero4", CFG, StepAssumptions())

@@ -1,0 +1,205 @@
+"""``shardscope advise``: rank the strategies by modeled step time among those that fit, and say why.
+
+The job is placed on the best GPUs of the node (:mod:`.placement`); a job larger than one node
+spans identical nodes joined by their NICs. Every number is modeled (``method: modeled``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardscope.costmodel.calibrate import Calibration
+from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
+from shardscope.costmodel.machine import Machine, build_machine
+from shardscope.costmodel.placement import (
+    GroupComparison,
+    Placement,
+    best_placement,
+    compare_groups,
+)
+from shardscope.costmodel.step import StepAssumptions, StepPrediction, predict_step
+from shardscope.errors import UserError
+from shardscope.training.model import ModelConfig, resolve_model
+from shardscope.training.peak_flops import peak_flops
+from shardscope.training.strategies import STRATEGIES
+
+#: The strategies the question is about; ``--strategies`` adds ``fsdp_grad_op`` or ``zero0``.
+DEFAULT_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+
+
+class CollectiveTimer:
+    """Times collectives of one job: the model, or a calibration where one exists for the op."""
+
+    def __init__(self, job: Job, calibrations: Mapping[str, Calibration] | None = None) -> None:
+        self.job = job
+        self.calibrations = dict(calibrations or {})
+        self._peak: dict[str, float] = {}
+
+    def __call__(self, op: str, size_bytes: int) -> float:
+        """Seconds for one call of ``op`` on ``size_bytes``."""
+        cal = self.calibrations.get(op)
+        if cal is None:
+            return predict_collective(op, size_bytes, self.job).time_s
+        if op not in self._peak:
+            self._peak[op] = predict_collective(op, 1 << 40, self.job).algbw_gbps
+        return cal.time_s(size_bytes, self._peak[op])
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The ranking, the placement it assumes and the two or three sentences that explain it."""
+
+    model: str
+    gpus: int
+    nodes: int
+    machine: Machine
+    placement: Placement
+    allreduce_busbw_gbps: float
+    ranking: tuple[StepPrediction, ...]
+    comparison: GroupComparison | None
+    pinned_step_s: float | None
+    across_step_s: float | None
+    explanation: tuple[str, ...]
+    assumptions: StepAssumptions
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.ranking:
+            raise ValueError("an advice ranks at least one strategy")
+        if not 2 <= len(self.explanation) <= 3:
+            raise ValueError("an advice explains itself in two or three sentences")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` output: documented keys, every number labelled modeled."""
+        comp = self.comparison
+        return {
+            "method": "modeled",
+            "model": self.model,
+            "gpus": self.gpus,
+            "nodes": self.nodes,
+            "fabric": self.machine.fabric,
+            "gpu": self.machine.spec.to_dict(),
+            "memory_bytes": self.machine.memory_bytes,
+            "placement": list(self.placement.members),
+            "allreduce_busbw_gbps": self.allreduce_busbw_gbps,
+            "bottleneck": self.placement.link,
+            "ranking": [p.to_row() for p in self.ranking],
+            "recommended": next((p.strategy for p in self.ranking if p.fits is not False), None),
+            "nvl_groups": None if comp is None else {
+                "inside": None if comp.inside is None else {"gpus": list(comp.inside.members), "ring_gbps": comp.inside.ring_gbps,
+                                                             "step_time_s": self.pinned_step_s},
+                "across": None if comp.across is None else {"gpus": list(comp.across.members), "ring_gbps": comp.across.ring_gbps,
+                                                             "step_time_s": self.across_step_s},
+                "largest_group": comp.largest_group},
+            "explanation": " ".join(self.explanation),
+            "assumptions": self.assumptions.to_dict(),
+            "notes": list(self.notes),
+        }
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.0f} GB"
+
+
+def _fit_sentence(ranking: Sequence[StepPrediction], machine: Machine) -> str:
+    if machine.memory_bytes is None:
+        return "GPU memory is unknown (pass --memory-gib or --gpu), so whether each strategy fits was not checked."
+    usable = ranking[0].memory_available_bytes or 0
+    misfits = [p for p in ranking if p.fits is False]
+    if not misfits:
+        low, high = min(p.memory_total_bytes for p in ranking), max(p.memory_total_bytes for p in ranking)
+        return (f"All fit: parameters, gradients and optimizer state take {_gb(low)} to {_gb(high)} per GPU "
+                f"of the {_gb(usable)} usable ({_gb(machine.memory_bytes)} GPU).")
+    names = ", ".join(f"{p.strategy} ({_gb(p.memory_total_bytes)})" for p in sorted(misfits, key=lambda p: -p.memory_total_bytes))
+    if len(misfits) == len(ranking):
+        return f"Nothing fits in the {_gb(usable)} usable per GPU: {names}; use more GPUs or offload."
+    return f"Do not fit in the {_gb(usable)} usable per GPU: {names} (parameters, gradients and optimizer state)."
+
+
+def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machine, best: str,
+                    pinned: float | None, across: float | None, nodes: int, placement: Placement) -> str:
+    if nodes > 1:
+        return (f"The job spans {nodes} nodes: the network ({machine.network_gbps(machine.gpu_count):.0f} GB/s per node, "
+                f"{max(1, min(machine.rail_nics or 1, machine.gpu_count))} NIC(s)) bounds the ring, not the NVLink groups.")
+    if comp is None or advice_n < 2:
+        return "One GPU: no communication, placement does not matter."
+    if comp.inside and comp.across and pinned and across:
+        ratio = across / pinned
+        verdict = f"makes {best} {ratio:.2f}x faster" if ratio >= 1.05 else f"changes {best} by under 5%"
+        return (f"Pinning the {advice_n} GPUs inside one NVL group ({comp.inside.label()}, {comp.inside.ring_gbps:.0f} GB/s) "
+                f"instead of across groups ({comp.across.label()}, {comp.across.ring_gbps:.0f} GB/s) {verdict} "
+                f"({pinned:.3g} s vs {across:.3g} s per step).")
+    if comp.inside:
+        return f"All {advice_n} GPUs talk over NVLink ({machine.fabric}): placement does not change the prediction."
+    if comp.largest_group < 2:
+        return (f"No GPUs share NVLink ({machine.fabric}): the best placement ({placement.label()}) reaches "
+                f"{placement.ring_gbps:.0f} GB/s over PCIe.")
+    return (f"No NVL group holds {advice_n} GPUs (the largest has {comp.largest_group}), so the job crosses groups: "
+            f"the best placement ({placement.label()}) reaches {placement.ring_gbps:.0f} GB/s over {placement.link}.")
+
+
+def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gpu_name: str | None = None,
+           memory_bytes: int | None = None, peak_tflops: float | None = None, nic_gbps: float | None = None,
+           strategies: Sequence[str] = DEFAULT_STRATEGIES, assumptions: StepAssumptions | None = None,
+           calibrations: Mapping[str, Calibration] | None = None, source: str = "topology") -> Advice:
+    """Rank ``strategies`` for ``model`` on ``gpus`` GPUs of the machine in ``doc`` (a topology.json)."""
+    assumptions = assumptions or StepAssumptions()
+    try:
+        name, cfg = resolve_model(model)
+    except (TypeError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad or not strategies:
+        raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise UserError(f"--gpus must be a positive integer, got {gpus!r}")
+    machine = build_machine(doc, gpu_name=gpu_name, memory_bytes=memory_bytes, nic_gbps=nic_gbps, source=source)
+    if machine.fabric == "cpu":
+        raise UserError(f"{source}: the topology has no GPUs (fabric cpu); advise predicts GPU jobs — give a GPU topology")
+    peak = peak_tflops * 1e12 if peak_tflops else peak_flops(machine.spec.reference_name)
+    if not peak:
+        raise UserError(f"peak FLOP/s of {machine.spec.family} is not known; pass --peak-tflops (dense bf16)")
+    nodes, per_node = _split(gpus, machine, source)
+    placement = best_placement(machine, per_node)
+    job = Job(machine, placement.members, nodes=nodes)
+    timer = CollectiveTimer(job, calibrations)
+    ranking = [predict_step(s, name, cfg, gpus, peak, timer, machine.memory_bytes, assumptions) for s in strategies]
+    ranking.sort(key=lambda p: (p.fits is False, p.step_time_s, p.memory_total_bytes))
+    comp = compare_groups(machine, per_node) if nodes == 1 else None
+    best = ranking[0]
+    pinned = across = None
+    if comp is not None and comp.inside and comp.across:
+        pinned = _step_on(comp.inside, machine, best.strategy, name, cfg, gpus, peak, assumptions, calibrations)
+        across = _step_on(comp.across, machine, best.strategy, name, cfg, gpus, peak, assumptions, calibrations)
+    busbw = peak_busbw_gbps("all_reduce", job) if gpus > 1 else 0.0
+    share = best.exposed_comm_time_s / best.step_time_s if best.step_time_s > 0 else 0.0
+    first = (f"{best.strategy} is predicted fastest{'' if best.fits is not False else ' (but does not fit)'}: "
+             f"{best.step_time_s:.3g} s per step, of which communication takes {best.comm_time_s:.3g} s "
+             f"({share:.0%} of the step left exposed after overlap) on {placement.label()}"
+             f"{f' x {nodes} nodes' if nodes > 1 else ''} ({busbw:.0f} GB/s all-reduce bus bandwidth).")
+    if len(ranking) > 1:
+        second = ranking[1]
+        first = first[:-1] + f"; next is {second.strategy} at {second.step_time_s:.3g} s."
+    sentences = (first, _fit_sentence(ranking, machine),
+                 _group_sentence(per_node, comp, machine, best.strategy, pinned, across, nodes, placement))
+    return Advice(model=name, gpus=gpus, nodes=nodes, machine=machine, placement=placement, allreduce_busbw_gbps=busbw,
+                  ranking=tuple(ranking), comparison=comp, pinned_step_s=pinned, across_step_s=across,
+                  explanation=sentences, assumptions=assumptions, notes=machine.notes)
+
+
+def _split(gpus: int, machine: Machine, source: str) -> tuple[int, int]:
+    """(nodes, GPUs per node) for a job of ``gpus``: one node when it fits, else whole identical nodes."""
+    if gpus <= machine.gpu_count:
+        return 1, gpus
+    if gpus % machine.gpu_count:
+        raise UserError(f"--gpus {gpus} is more than the {machine.gpu_count} GPUs of {source} and not a multiple of it; "
+                        "a multi-node job uses whole identical nodes")
+    return gpus // machine.gpu_count, machine.gpu_count
+
+
+def _step_on(placement: Placement, machine: Machine, strategy: str, name: str, cfg: ModelConfig, gpus: int,
+             peak: float, assumptions: StepAssumptions, calibrations: Mapping[str, Calibration] | None) -> float:
+    timer = CollectiveTimer(Job(machine, placement.members), calibrations)
+    return predict_step(strategy, name, cfg, gpus, peak, timer, machine.memory_bytes, assumptions).step_time_s

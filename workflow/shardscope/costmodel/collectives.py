@@ -1,0 +1,218 @@
+"""Latency-bandwidth (alpha-beta) time of one collective, per algorithm and protocol, as NCCL chooses.
+
+``t = latency(algorithm, protocol, ranks, nodes) + S / algbw(algorithm, protocol)``: the form of
+NCCL's own tuning model (src/graph/tuning.cc, ``ncclTopoGetAlgoTime``), and NCCL runs the
+(algorithm, protocol) pair with the smallest time, so the prediction does too.
+
+Bandwidths come from the machine's cuts (:mod:`shardscope.costmodel.machine`):
+
+- ``ring`` (every op): bus bandwidth ``B`` = the weakest cut of the GPUs (and the network cut
+  across nodes); ``algbw = B / busbw_factor(op, n)``, so the nccl-tests busbw tends to ``B``.
+- ``tree`` (all_reduce): NCCL's ``0.92·B`` bus bandwidth and algbw = half of it.
+- ``nvls`` (all_reduce on an NVSwitch with NVLink SHARP, Hopper and later, one node): each GPU
+  sends its buffer into the switch and receives the reduced one, ``S·(n+1)/n`` bytes per
+  direction (NVIDIA/nccl#2140, nccl-tests doc/PERFORMANCE.md "In-Network Reduction"), at NCCL's
+  ``nvlsEfficiency`` of the NVLink bandwidth: ``algbw = B_switch·eff·n/(n+1)``.
+
+Protocols (NCCL): Simple at full bandwidth; LL128 at 0.92 on NVLink (Volta..Blackwell); LL at
+1/4 (all_reduce, reduce, any multi-node op) or 1/3, capped at ``llMaxBw``. Latencies are NCCL's
+``baseLat + steps × hwLat`` tables (NVLink, PCI or network hops), in microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shardscope.collectives.factors import OPS, busbw_factor
+from shardscope.costmodel.machine import Machine
+
+ALGORITHMS = ("ring", "tree", "nvls")
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# NCCL src/graph/tuning.cc at commit b6475625 (NCCL 2.19): latencies in microseconds.
+_BASE_LAT = {"tree": {"LL": 6.8, "LL128": 14.0, "Simple": 0.0}, "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+             "nvls": {"Simple": 0.0}}
+_HW_LAT = {
+    "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 28.0}, "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
+               "nvls": {"Simple": 23.0}},
+    "pcie": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 28.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
+    "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 28.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
+}
+#: ``llMaxBws`` for one node by GPU generation (tuning.cc): Volta 39, Ampere/Hopper 87.7 GB/s.
+_LL_MAX = {"volta": 39.0, "pascal": 39.0, "ampere": 87.7, "hopper": 87.7, "blackwell": 87.7}
+_LL128_ARCHS = ("volta", "ampere", "hopper", "blackwell")
+
+#: Stand-in for the ``cpu`` fabric (gloo over the loopback on one host): NOT from a source.
+#: Rough placeholders so predictions exist; calibrate them with measured rows.
+CPU_GLOO_GBPS = 2.0
+CPU_GLOO_LATENCY_US = 50.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """Where a collective runs: the GPUs used in each node, how many nodes, and the transport."""
+
+    machine: Machine
+    members: tuple[int, ...]
+    """GPU indices used in every node (the same in each)."""
+    nodes: int = 1
+    nvlink: bool = True
+    """False for the PCIe-forced transport (``NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0``)."""
+    cpu_ranks: int = 0
+    """Processes on the ``cpu`` fabric (no GPUs); 0 otherwise."""
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"nodes must be at least 1, got {self.nodes}")
+        if self.machine.fabric == "cpu":
+            if self.cpu_ranks < 1:
+                raise ValueError("a job on the cpu fabric needs cpu_ranks >= 1")
+            return
+        if not self.members or len(set(self.members)) != len(self.members):
+            raise ValueError(f"a job needs distinct GPUs, got {self.members}")
+        unknown = [g for g in self.members if g not in self.machine.gpus]
+        if unknown:
+            raise ValueError(f"GPUs {unknown} are not in the topology (it has {list(self.machine.gpus)})")
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the job."""
+        return self.cpu_ranks if self.machine.fabric == "cpu" else len(self.members) * self.nodes
+
+    @property
+    def per_node(self) -> int:
+        """Ranks in one node."""
+        return self.world_size // self.nodes
+
+
+@dataclass(frozen=True)
+class Bandwidths:
+    """The bandwidths a job can reach, GB/s, and the hardware class of its bottleneck."""
+
+    bus_gbps: float
+    """Ring bus bandwidth: the weakest cut, inside the node or across the network."""
+    intra_gbps: float
+    """The weakest cut inside one node."""
+    link: str
+    """``nvlink``, ``pcie``, ``net``, ``cpu`` or ``local``: what the weakest cut is made of."""
+    intra_link: str
+    switch_gbps: float
+    """Per-GPU NVSwitch bandwidth when NVLS applies, else 0."""
+    nvls_efficiency: float
+
+
+def job_bandwidths(job: Job) -> Bandwidths:
+    """Bus bandwidths of a job (see the module docstring)."""
+    machine = job.machine
+    if machine.fabric == "cpu":
+        return Bandwidths(CPU_GLOO_GBPS, CPU_GLOO_GBPS, "cpu", "cpu", 0.0, 0.0)
+    intra, intra_link = machine.ring_gbps(job.members, use_nvlink=job.nvlink)
+    bus, link = intra, intra_link
+    if job.nodes > 1:
+        net = machine.network_gbps(len(job.members))
+        if net < bus:
+            bus, link = net, "net"
+    nvls_ok = job.nvlink and job.nodes == 1 and machine.fabric == "nvswitch" and machine.spec.nvls_efficiency > 0
+    switch = machine.switch_bandwidth(job.members) if nvls_ok else 0.0
+    return Bandwidths(bus, intra, link, intra_link, switch, machine.spec.nvls_efficiency if nvls_ok else 0.0)
+
+
+@dataclass(frozen=True)
+class CollectivePrediction:
+    """The modeled time of one collective and the bandwidths nccl-tests would report for it."""
+
+    op: str
+    world_size: int
+    size_bytes: int
+    time_s: float
+    algorithm: str
+    protocol: str
+    algbw_gbps: float
+    busbw_gbps: float
+    bottleneck: str
+
+    def __post_init__(self) -> None:
+        if self.world_size < 2 or self.size_bytes <= 0 or not (self.time_s > 0 and math.isfinite(self.time_s)):
+            raise ValueError(f"invalid prediction: {self.world_size} ranks, {self.size_bytes} B in {self.time_s} s")
+
+
+def _steps(op: str, n: int) -> int:
+    if op == "all_reduce":
+        return 2 * (n - 1)
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return n - 1
+    if op == "sendrecv":
+        return 1
+    return n
+
+
+def _ring_latency_us(op: str, job: Job, hw: str, proto: str) -> float:
+    n, nodes = job.world_size, job.nodes
+    steps = _steps(op, n)
+    inter = (2 * nodes if op == "all_reduce" else nodes - 1) if nodes > 1 else 0
+    inter = min(inter, steps)
+    return _BASE_LAT["ring"][proto] + (steps - inter) * _HW_LAT[hw]["ring"][proto] + inter * _HW_LAT["net"]["ring"][proto]
+
+
+def _candidates(op: str, job: Job, bw: Bandwidths) -> list[tuple[str, str, float, float]]:
+    """(algorithm, protocol, latency in s, algbw in GB/s) pairs NCCL would consider."""
+    n = job.world_size
+    factor = busbw_factor(op, n)
+    arch = job.machine.spec.arch
+    hw = "nvlink" if bw.intra_link == "nvlink" else "pcie"
+    ll_share = 0.25 if (op in ("all_reduce", "reduce") or job.nodes > 1) else 1.0 / 3.0
+    ll_max = _LL_MAX.get(arch, 39.0)
+    protocols: dict[str, float] = {"Simple": bw.bus_gbps, "LL": min(ll_max, bw.bus_gbps * ll_share)}
+    if hw == "nvlink" and arch in _LL128_ARCHS and bw.link != "net":
+        protocols["LL128"] = bw.bus_gbps * 0.92
+    out = []
+    for proto, bus in protocols.items():
+        out.append(("ring", proto, _ring_latency_us(op, job, hw, proto) * 1e-6, bus / factor))
+    if op == "all_reduce" and n > 2:
+        per_node = job.per_node
+        for proto, scale in (("Simple", 0.92), ("LL", 0.92 / 3.8), ("LL128", 0.92 * (7.0 / 9.0 if job.nodes == 1 else 120.0 / 128.0))):
+            if proto == "LL128" and "LL128" not in protocols:
+                continue
+            lat = _BASE_LAT["tree"][proto] + 2 * ((per_node - 1) * _HW_LAT[hw]["tree"][proto]
+                                                 + math.log2(job.nodes) * _HW_LAT["net"]["tree"][proto])
+            bus = min(bw.bus_gbps * scale, ll_max) if proto == "LL" else bw.bus_gbps * scale
+            out.append(("tree", proto, lat * 1e-6, 0.5 * bus))
+    if op == "all_reduce" and bw.switch_gbps > 0 and n >= 2:
+        algbw = bw.switch_gbps * bw.nvls_efficiency * n / (n + 1)
+        out.append(("nvls", "Simple", _HW_LAT["nvlink"]["nvls"]["Simple"] * 1e-6, algbw))
+    return out
+
+
+def predict_collective(op: str, size_bytes: int, job: Job, algorithms: Sequence[str] | None = None) -> CollectivePrediction:
+    """The modeled time and nccl-tests bandwidths of ``op`` on ``size_bytes`` (nccl-tests' S) for ``job``.
+
+    ``algorithms`` restricts NCCL's choice (like ``NCCL_ALGO``); by default the fastest wins.
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; expected one of {', '.join(OPS)}")
+    if size_bytes <= 0:
+        raise ValueError(f"message size must be positive, got {size_bytes}")
+    n = job.world_size
+    if n < 2:
+        raise ValueError("a collective needs at least 2 ranks")
+    bw = job_bandwidths(job)
+    if job.machine.fabric == "cpu":
+        factor = busbw_factor(op, n)
+        time_s = CPU_GLOO_LATENCY_US * 1e-6 * math.log2(n) + size_bytes * factor / (CPU_GLOO_GBPS * 1e9)
+        algbw = size_bytes / time_s / 1e9
+        return CollectivePrediction(op, n, size_bytes, time_s, "gloo", "tcp", algbw, algbw * factor, "cpu")
+    allowed = tuple(algorithms) if algorithms else ALGORITHMS
+    options = [c for c in _candidates(op, job, bw) if c[0] in allowed] or _candidates(op, job, bw)
+    best = min(options, key=lambda c: c[2] + size_bytes / (c[3] * 1e9))
+    algorithm, protocol, latency_s, algbw = best
+    time_s = latency_s + size_bytes / (algbw * 1e9)
+    achieved = size_bytes / time_s / 1e9
+    return CollectivePrediction(op, n, size_bytes, time_s, algorithm, protocol, achieved,
+                                achieved * busbw_factor(op, n), bw.link)
+
+
+def peak_busbw_gbps(op: str, job: Job, algorithms: Sequence[str] | None = None) -> float:
+    """The bus bandwidth the model tends to for very large messages (what nccl-tests calls the peak)."""
+    return predict_collective(op, 1 << 40, job, algorithms).busbw_gbps

@@ -1,0 +1,218 @@
+"""``shardscope advise`` and ``shardscope predict collectives`` (registered by :mod:`shardscope.cli`).
+
+Both take ``--topology FILE|auto|preset:NAME``: a saved ``nvidia-smi topo -m`` / ``rocm-smi``
+output or topology.json, this machine's probe, or a published layout (:mod:`.presets`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from shardscope.collectives.factors import OPS
+from shardscope.errors import UserError
+from shardscope.fileio import atomic_write_json, dump_json
+
+_GIB = 2**30
+
+
+def load_topology(spec: str) -> tuple[dict[str, Any], str]:
+    """(topology.json document, name for messages) for ``FILE``, ``auto`` or ``preset:NAME``."""
+    if spec == "auto":
+        from shardscope.topology.detect import detect
+
+        return detect().topology.to_dict(), "this machine"
+    if spec.startswith("preset:"):
+        from shardscope.costmodel.presets import preset
+
+        return preset(spec.split(":", 1)[1]), spec
+    from shardscope.topology.parse import parse_file
+
+    return parse_file(spec).to_dict(), spec
+
+
+def _positive(kind: type, what: str) -> Any:
+    def parse(text: str) -> Any:
+        """The parsed value, or an argparse error naming the flag."""
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a positive number, got {text!r}") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{what} must be a positive number, got {text!r}")
+        return value
+    return parse
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _calibrations(paths: list[str] | None, machine: Any, transport: str = "default") -> dict[str, Any]:
+    """Fitted calibrations from result documents measured on the given machine."""
+    if not paths:
+        return {}
+    from shardscope.costmodel.calibrate import calibrate, load_rows
+    from shardscope.costmodel.collectives import predict_collective
+    from shardscope.costmodel.sweep import job_for
+
+    rows = [row for path in paths for row in load_rows(path)]
+    return calibrate(rows, lambda op, n: predict_collective(op, 1 << 40, job_for(machine, n, transport)).algbw_gbps)
+
+
+def _cmd_advise(args: argparse.Namespace) -> int:
+    from shardscope.costmodel.advise import advise
+    from shardscope.costmodel.documents import (
+        predictions_document,
+        rows_for_sweep,
+        strategy_rows,
+        topology_hash,
+    )
+    from shardscope.costmodel.machine import build_machine
+    from shardscope.costmodel.step import StepAssumptions
+    from shardscope.costmodel.sweep import DEFAULT_SIZES, predict_sweep
+
+    doc, source = load_topology(args.topology)
+    try:
+        assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=args.mfu, overlap=args.overlap,
+                                      usable_fraction=args.usable_memory)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    memory = int(args.memory_gib * _GIB) if args.memory_gib else None
+    strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source)
+    calibrations = _calibrations(args.calibrate, machine)
+    result = advise(doc, args.model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
+                    nic_gbps=args.nic_gbps, strategies=strategies, assumptions=assumptions, calibrations=calibrations,
+                    source=source)
+    if args.out:
+        topo_hash = topology_hash(doc)
+        sweep = predict_sweep(result.machine, ("all_reduce", "all_gather", "reduce_scatter"), [args.gpus], DEFAULT_SIZES,
+                              calibrations) if args.gpus > 1 else []
+        atomic_write_json(args.out, predictions_document(doc, result.machine, rows_for_sweep(sweep, topo_hash),
+                                                         strategy_rows(result, topo_hash), assumptions.to_dict(), calibrations))
+    if args.json:
+        print(dump_json(result.to_dict()), end="")
+        return 0
+    print(f"{result.model} on {result.gpus} x {result.machine.spec.family} ({result.machine.fabric}); modeled, not measured")
+    for p in result.ranking:
+        fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[p.fits]
+        print(f"  {p.strategy:>12}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  comm {p.comm_time_s:7.3f} s"
+              f" (exposed {p.exposed_comm_time_s:6.3f} s)  memory {p.memory_total_bytes / 1e9:7.1f} GB  {fits}")
+    print()
+    print(" ".join(result.explanation))
+    for note in result.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _cmd_predict_collectives(args: argparse.Namespace) -> int:
+    from shardscope.costmodel.documents import (
+        predictions_document,
+        rows_for_sweep,
+        topology_hash,
+    )
+    from shardscope.costmodel.machine import build_machine
+    from shardscope.costmodel.sweep import default_world_sizes, predict_sweep
+
+    doc, source = load_topology(args.topology)
+    machine = build_machine(doc, gpu_name=args.gpu, nic_gbps=args.nic_gbps, source=source)
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise UserError(f"unknown collective {', '.join(bad) or '(none)'}; expected some of {', '.join(OPS)}")
+    if args.min_bytes > args.max_bytes:
+        raise UserError(f"--min-bytes ({args.min_bytes}) is larger than --max-bytes ({args.max_bytes})")
+    sizes, size = [], args.min_bytes
+    while size <= args.max_bytes:
+        sizes.append(size)
+        size *= 2
+    world_sizes = args.gpus or default_world_sizes(machine)
+    if machine.fabric == "single" and not args.gpus:
+        world_sizes = []
+    calibrations = _calibrations(args.calibrate, machine, args.transport)
+    preds = predict_sweep(machine, ops, world_sizes, sizes, calibrations, args.transport,
+                          [args.algorithm] if args.algorithm else None)
+    topo_hash = topology_hash(doc)
+    document = predictions_document(doc, machine, rows_for_sweep(preds, topo_hash, args.transport), (), None, calibrations)
+    if args.out:
+        atomic_write_json(args.out, document)
+    if args.json:
+        print(dump_json(document), end="")
+        return 0
+    print(f"{source}: {machine.spec.family}, fabric {machine.fabric}; modeled, not measured")
+    if not preds:
+        print("  one GPU: no collective to predict (pass --gpus N for a multi-node job of such nodes)")
+    for pred, job in preds:
+        print(f"  {pred.op:>14} n={pred.world_size:<3} {pred.size_bytes:>12} B  {pred.time_s * 1e6:12.1f} us  "
+              f"busbw {pred.busbw_gbps:8.2f} GB/s  {pred.algorithm}/{pred.protocol}  ({pred.bottleneck})")
+    for note in machine.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _topology_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", required=True, metavar="FILE|auto|preset:NAME",
+                   help="saved nvidia-smi topo -m / rocm-smi output or topology.json, 'auto' to probe, or preset:NAME")
+    p.add_argument("--gpu", metavar="NAME", help="GPU model when the topology does not name it (e.g. H100, A100, L40S)")
+    p.add_argument("--nic-gbps", type=_positive(float, "--nic-gbps"), help="NIC line rate in Gb/s for multi-node jobs")
+    p.add_argument("--calibrate", action="append", metavar="FILE",
+                   help="measured rows on this topology: a collectives result, an imported or raw nccl-tests log (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``advise`` and ``predict collectives`` to the ``shardscope`` parser."""
+    from shardscope.costmodel.advise import DEFAULT_STRATEGIES
+    from shardscope.costmodel.step import (
+        DEFAULT_MFU,
+        DEFAULT_OVERLAP,
+        DEFAULT_USABLE_FRACTION,
+    )
+
+    p = sub.add_parser("advise", help="rank strategies by modeled step time among those that fit, and say why")
+    p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b)")
+    p.add_argument("--gpus", type=_positive(int, "--gpus"), required=True, help="GPUs in the job (whole nodes when more than one node)")
+    p.add_argument("--memory-gib", type=_positive(float, "--memory-gib"), help="GPU memory in GiB (overrides the topology and GPU table)")
+    p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="dense bf16 peak TFLOP/s when the GPU is not in the table")
+    p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="comma-separated strategies to rank")
+    p.add_argument("--micro-batch", type=_positive(int, "--micro-batch"), default=1, help="sequences per GPU per step")
+    p.add_argument("--seq-len", type=_positive(int, "--seq-len"), help="tokens per sequence (default: the model's, at most 4096)")
+    p.add_argument("--mfu", type=_fraction, default=DEFAULT_MFU, help=f"model FLOPs utilisation of compute (default {DEFAULT_MFU})")
+    p.add_argument("--overlap", type=_fraction, default=DEFAULT_OVERLAP,
+                   help=f"share of communication that may hide behind compute (default {DEFAULT_OVERLAP})")
+    p.add_argument("--usable-memory", type=_fraction, default=DEFAULT_USABLE_FRACTION,
+                   help=f"share of GPU memory for parameters, gradients and optimizer state (default {DEFAULT_USABLE_FRACTION})")
+    _topology_args(p)
+    p.set_defaults(func=_cmd_advise)
+
+    predict = sub.add_parser("predict", help="modeled predictions for any topology (labelled modeled)")
+    predict_sub = predict.add_subparsers(dest="predict_command", required=True, metavar="WHAT")
+    p = predict_sub.add_parser("collectives", help="busbw vs message size and GPU count, nccl-tests semantics")
+    p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help="comma-separated collectives")
+    p.add_argument("--gpus", type=_int_list, help="comma-separated world sizes (default: powers of two up to the GPU count)")
+    p.add_argument("--min-bytes", type=_positive(int, "--min-bytes"), default=1024)
+    p.add_argument("--max-bytes", type=_positive(int, "--max-bytes"), default=8 * _GIB)
+    p.add_argument("--transport", choices=("default", "pcie"), default="default",
+                   help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
+    p.add_argument("--algorithm", choices=("ring", "tree", "nvls"), help="restrict NCCL's choice (like NCCL_ALGO)")
+    _topology_args(p)
+    p.set_defaults(func=_cmd_predict_collectives)

@@ -1,0 +1,291 @@
+"""A topology.json turned into capacities: how many GB/s can cross any cut of a set of GPUs.
+
+A ring collective (NCCL's ring all-reduce, all-gather, reduce-scatter, its pipelined broadcast
+and reduce) sends every byte across every cut of the ring once in each direction, so its bus
+bandwidth is bounded by the weakest cut of the GPUs it spans (and NCCL's ring search reaches
+that bound on the machines it was built for). The capacity of a cut is
+
+- NVLink: the sum of the direct NVLinks that cross it, or on an NVSwitch the smaller side's
+  total NVLink bandwidth to the switch (each GPU's links all go to the switch);
+- otherwise PCIe: each GPU's own PCIe link (its uplink on one side, downlink on the other),
+  5/6 of it when the traffic goes through an Intel root complex (``INTEL_P2P_OVERHEAD``), and
+  the CPU sockets' link when every path across the cut is ``SYS``.
+
+NCCL does not add PCIe to NVLink inside one collective, so a cut with NVLinks is counted at its
+NVLink capacity only. Multi-node jobs add a network cut (NICs per node × line rate × 0.96).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardscope.costmodel.hardware import (
+    INTEL_P2P_FACTOR,
+    NET_EFFICIENCY,
+    GpuSpec,
+    cpu_inter_socket,
+    infer_spec,
+    pcie_effective_gbps,
+    spec_for_name,
+)
+from shardscope.errors import UserError
+from shardscope.topology.model import Link, classify_fabric, max_nvlinks
+
+_THROUGH_CPU = ("PHB", "NODE", "SYS", "SOC")
+#: Largest set whose cuts are all enumerated; larger sets use single-GPU, island and socket cuts.
+EXACT_CUT_LIMIT = 12
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One node's GPUs and the capacities between them (see the module docstring)."""
+
+    gpus: tuple[int, ...]
+    spec: GpuSpec
+    fabric: str
+    switch_gbps: Mapping[int, float]
+    """Per GPU, effective NVLink bandwidth to the switch (NVSwitch fabrics only)."""
+    nvlink_gbps: Mapping[tuple[int, int], float]
+    """Per pair ``a < b`` with direct NVLinks (or XGMI), their effective bandwidth."""
+    path_code: Mapping[tuple[int, int], str]
+    """Per pair ``a < b``, the PCIe path code of the matrix (``PIX``, ``NODE``, ``SYS``…)."""
+    pcie_gbps: Mapping[int, float]
+    """Per GPU, the effective bandwidth of its own PCIe link."""
+    inter_socket_gbps: float
+    intel_cpu: bool
+    rail_nics: int
+    """NICs attached to GPUs (``PIX``/``PXB``), the rails a multi-node job can use."""
+    nic_gbps: float
+    """Line rate of one NIC, Gb/s."""
+    memory_bytes: int | None
+    numa: Mapping[int, int | None] = field(default_factory=dict)
+    """Per GPU, its NUMA node when known: the PCIe path of NVLinked pairs, which the matrix hides."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.fabric != "cpu" and not self.gpus:
+            raise ValueError("a GPU machine needs at least one GPU")
+        if self.inter_socket_gbps <= 0 or self.nic_gbps <= 0:
+            raise ValueError("inter-socket and NIC bandwidths must be positive")
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs in one node."""
+        return len(self.gpus)
+
+    def nv(self, a: int, b: int) -> float:
+        """Effective direct NVLink bandwidth between two GPUs (0 when none)."""
+        return self.nvlink_gbps.get((min(a, b), max(a, b)), 0.0)
+
+    def code(self, a: int, b: int) -> str:
+        """The PCIe path code between two GPUs.
+
+        Where the matrix shows NVLink (or nothing) instead, it is inferred from the NUMA nodes:
+        ``NODE`` on the same node or when unknown, ``SYS`` across nodes.
+        """
+        known = self.path_code.get((min(a, b), max(a, b)))
+        if known is not None:
+            return known
+        na, nb = self.numa.get(a), self.numa.get(b)
+        return "SYS" if na is not None and nb is not None and na != nb else "NODE"
+
+    def nvlinked(self, a: int, b: int) -> bool:
+        """Whether two GPUs talk over NVLink (directly, or through the NVSwitch)."""
+        return self.fabric == "nvswitch" or self.nv(a, b) > 0
+
+    def cut_gbps(self, side: Iterable[int], other: Iterable[int], use_nvlink: bool = True) -> tuple[float, str]:
+        """(capacity in GB/s from ``side`` to ``other``, ``"nvlink"`` or ``"pcie"``) — see the module docstring."""
+        a_side, b_side = list(side), list(other)
+        if use_nvlink:
+            if self.fabric == "nvswitch":
+                nv = min(sum(self.switch_gbps[g] for g in a_side), sum(self.switch_gbps[g] for g in b_side))
+            else:
+                nv = sum(self.nv(a, b) for a in a_side for b in b_side)
+            if nv > 0:
+                return nv, "nvlink"
+        codes = [self.code(a, b) for a in a_side for b in b_side]
+        factor = INTEL_P2P_FACTOR if self.intel_cpu and all(c in _THROUGH_CPU for c in codes) else 1.0
+        capacity = factor * min(sum(self.pcie_gbps[g] for g in a_side), sum(self.pcie_gbps[g] for g in b_side))
+        if codes and all(c in ("SYS", "SOC") for c in codes):
+            capacity = min(capacity, self.inter_socket_gbps)
+        return capacity, "pcie"
+
+    def ring_gbps(self, members: Sequence[int], use_nvlink: bool = True) -> tuple[float, str]:
+        """(bus bandwidth a ring over ``members`` can reach, the link type of its weakest cut)."""
+        members = list(members)
+        if len(members) < 2:
+            return float("inf"), "local"
+        best: tuple[float, str] = (float("inf"), "nvlink")
+        for side in self._cuts(members):
+            other = [g for g in members if g not in side]
+            capacity = self.cut_gbps(side, other, use_nvlink)
+            if capacity[0] < best[0]:
+                best = capacity
+        return best
+
+    def _cuts(self, members: list[int]) -> Iterable[tuple[int, ...]]:
+        """Sides of the cuts to test: all of them for small sets (the first member fixed on one side)."""
+        if len(members) <= EXACT_CUT_LIMIT:
+            first, rest = members[0], members[1:]
+            for k in range(len(rest)):
+                for combo in itertools.combinations(rest, k):
+                    yield (first, *combo)
+            return
+        yield from ((g,) for g in members)
+        for group in nvl_groups(self, members) + socket_groups(self, members):
+            if 0 < len(group) < len(members):
+                yield tuple(group)
+
+    def switch_bandwidth(self, members: Sequence[int]) -> float:
+        """The smallest per-GPU NVSwitch bandwidth among ``members`` (0 off an NVSwitch)."""
+        if self.fabric != "nvswitch" or not members:
+            return 0.0
+        return min(self.switch_gbps[g] for g in members)
+
+    def network_gbps(self, gpus_per_node: int) -> float:
+        """Effective bandwidth out of one node for a multi-node ring: rails used × NIC line rate × 0.96."""
+        rails = max(1, min(self.rail_nics or 1, gpus_per_node))
+        return rails * self.nic_gbps / 8.0 * NET_EFFICIENCY
+
+
+def nvl_groups(machine: Machine, members: Sequence[int] | None = None) -> list[list[int]]:
+    """NVL groups: sets of GPUs every pair of which is NVLinked (maximal cliques of the NVLink graph).
+
+    On an NVSwitch the whole machine is one group; on NVL-pair boxes each bridged pair; on a
+    DGX-1 hybrid cube mesh the two fully linked quads (and the cross-quad pairs). A job inside
+    one group talks only over NVLink.
+    """
+    nodes = list(members) if members is not None else list(machine.gpus)
+    if machine.fabric == "nvswitch":
+        return [sorted(nodes)]
+    neighbours = {g: {h for h in nodes if h != g and machine.nvlinked(g, h)} for g in nodes}
+    cliques: list[list[int]] = []
+
+    def expand(r: set[int], p: set[int], x: set[int]) -> None:
+        """Bron-Kerbosch: extend clique r by candidates p, excluding x."""
+        if not p and not x:
+            if len(r) > 1:
+                cliques.append(sorted(r))
+            return
+        for v in sorted(p):
+            expand(r | {v}, p & neighbours[v], x & neighbours[v])
+            p = p - {v}
+            x = x | {v}
+
+    expand(set(), set(nodes), set())
+    return sorted(cliques, key=lambda c: (-len(c), c))
+
+
+def socket_groups(machine: Machine, members: Sequence[int] | None = None) -> list[list[int]]:
+    """GPUs grouped by CPU socket: connected components of the pairs whose path is not ``SYS``."""
+    nodes = list(members) if members is not None else list(machine.gpus)
+    groups: list[list[int]] = []
+    seen: set[int] = set()
+    for g in nodes:
+        if g in seen:
+            continue
+        stack, group = [g], []
+        seen.add(g)
+        while stack:
+            v = stack.pop()
+            group.append(v)
+            for h in nodes:
+                if h not in seen and (machine.nvlinked(v, h) or machine.code(v, h) not in ("SYS", "SOC")):
+                    seen.add(h)
+                    stack.append(h)
+        groups.append(sorted(group))
+    return groups
+
+
+def _nv_count(link: Mapping[str, Any]) -> int:
+    value = link.get("nvlinks") or 0
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _classify(gpus: tuple[int, ...], link_docs: list[Mapping[str, Any]], gpu_docs: list[Mapping[str, Any]]) -> str:
+    """The fabric class of a document that does not state one, by the topology stage's own rules."""
+    links = []
+    for link in link_docs:
+        try:
+            a, b = sorted((int(link["a"]), int(link["b"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if a != b:
+            links.append(Link(a=a, b=b, code=str(link.get("code") or ""), nvlinks=_nv_count(link)))
+    budgets = {int(g["index"]): max_nvlinks(g.get("name")) for g in gpu_docs}
+    return classify_fabric(list(gpus), links, budgets)
+
+
+def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_bytes: int | None = None,
+                  nic_gbps: float | None = None, source: str = "topology") -> Machine:
+    """A :class:`Machine` from a topology.json document, with optional user overrides.
+
+    ``gpu_name`` replaces what the topology says (or does not say) about the GPU model;
+    ``memory_bytes`` the GPU memory; ``nic_gbps`` the NIC line rate. Never fails on a
+    well-formed topology: unknown values fall back to documented assumptions, noted in ``notes``.
+    """
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus", []), list):
+        raise UserError(f"{source}: not a topology.json document (expected an object with a 'gpus' list)")
+    notes: list[str] = []
+    spec = spec_for_name(gpu_name) if gpu_name else None
+    if gpu_name and spec is None:
+        raise UserError(f"--gpu {gpu_name!r} is not a GPU model the cost model knows (e.g. 'H100', 'A100', 'L40S', 'V100')")
+    gpu_docs = [g for g in doc.get("gpus", []) if isinstance(g, Mapping)]
+    if spec is None and not gpu_docs:
+        spec = GpuSpec(family="CPU processes (gloo)", arch="unknown", pcie_generation=4, memory_bytes=None,
+                       reference_name=None, nic_gbps=100.0,
+                       note=("no GPUs: collectives run between CPU processes over gloo; their bandwidth and latency "
+                             "are placeholders, not measurements — calibrate with measured rows (--calibrate)"))
+    spec = spec or infer_spec(dict(doc))
+    if spec.note:
+        notes.append(spec.note)
+    try:
+        gpus = tuple(sorted(int(g["index"]) for g in gpu_docs))
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{source}: every GPU needs an integer 'index'") from None
+    link_docs = [link for link in doc.get("links", []) if isinstance(link, Mapping)]
+    fabric = str(doc.get("fabric") or _classify(gpus, link_docs, gpu_docs))
+    nvlink: dict[tuple[int, int], float] = {}
+    codes: dict[tuple[int, int], str] = {}
+    switch: dict[int, float] = dict.fromkeys(gpus, 0.0)
+    for link in link_docs:
+        try:
+            a, b = sorted((int(link["a"]), int(link["b"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+        count = _nv_count(link)
+        if count:
+            nvlink[(a, b)] = count * spec.nvlink_gbps
+            for end in (a, b):
+                if end in switch:
+                    switch[end] = max(switch[end], count * spec.nvlink_gbps)
+        else:
+            codes[(a, b)] = str(link.get("code") or "SYS").upper()
+    missing = [(a, b) for a, b in itertools.combinations(gpus, 2) if (a, b) not in nvlink and (a, b) not in codes]
+    if missing and fabric != "nvswitch":
+        notes.append(f"{len(missing)} GPU pair(s) have no path in the topology; NODE assumed (SYS across NUMA nodes)")
+    numa = {int(g["index"]): g.get("numa_node") if isinstance(g.get("numa_node"), int) else None for g in gpu_docs}
+    pcie: dict[int, float] = {}
+    for g in gpu_docs:
+        gen = g.get("pcie_generation") or spec.pcie_generation
+        width = g.get("pcie_width") or 16
+        pcie[int(g["index"])] = pcie_effective_gbps(int(gen), int(width))
+    if gpu_docs and not any(g.get("pcie_generation") for g in gpu_docs):
+        notes.append(f"PCIe generation not in the topology: Gen{spec.pcie_generation} x16 assumed ({pcie_effective_gbps(spec.pcie_generation):g} GB/s)")
+    socket_bw, intel, why = cpu_inter_socket(dict(doc.get("cpu") or {}), spec.pcie_generation)
+    if "assumed" in why and any(codes.get(p) in ("SYS", "SOC") for p in codes):
+        notes.append(f"{why}: {socket_bw:g} GB/s between sockets")
+    nics = [n for n in doc.get("nics", []) if isinstance(n, Mapping)]
+    rails = sum(1 for n in nics if str(n.get("nearest_code") or "").upper() in ("PIX", "PXB") and n.get("nearest_gpus"))
+    memory = memory_bytes
+    if memory is None:
+        sizes = [int(g["memory_bytes"]) for g in gpu_docs if isinstance(g.get("memory_bytes"), int) and g["memory_bytes"] > 0]
+        memory = min(sizes) if sizes else spec.memory_bytes
+        if not sizes and spec.memory_bytes is not None and gpus:
+            notes.append(f"GPU memory not in the topology: {spec.memory_bytes / 1e9:g} GB assumed for {spec.family}")
+    return Machine(gpus=gpus, spec=spec, fabric=fabric, switch_gbps=switch, nvlink_gbps=nvlink, path_code=codes,
+                   pcie_gbps=pcie, inter_socket_gbps=socket_bw, intel_cpu=intel, rail_nics=rails,
+                   nic_gbps=nic_gbps or spec.nic_gbps, memory_bytes=memory, numa=numa, notes=tuple(notes))

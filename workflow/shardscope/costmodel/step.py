@@ -1,0 +1,202 @@
+"""Modeled time and memory of one training step per data-parallel strategy.
+
+Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × mfu)``, split 1/3 forward and
+2/3 backward (2N and 4N of the 6N FLOPs per token).
+
+Communication per step, Ψ parameters of ``e`` bytes each on the wire (the ZeRO paper's
+volumes, in nccl-tests sizes), each collective timed by :mod:`shardscope.costmodel.collectives`:
+
+- ``ddp`` / ``zero0``: all-reduce of the gradients (2Ψ moved) in buckets — torch DDP's
+  25 MiB (``bucket_cap_mb``), DeepSpeed's ``reduce_bucket_size`` of 5e8 elements — during backward;
+- ``zero1`` / ``zero2``: reduce-scatter of the gradients during backward, then all-gather of
+  the updated parameters after the optimizer step (Ψ + Ψ), DeepSpeed's 5e8-element buckets;
+- ``zero3`` / ``fsdp``: per unit (each transformer block; embeddings, norm and head as one
+  more) an all-gather of its parameters in forward and again in backward and a
+  reduce-scatter of its gradients in backward (3Ψ);
+- ``fsdp_grad_op``: all-gather per unit in forward, reduce-scatter in backward (2Ψ).
+
+Overlap is explicit: a collective issued in forward (backward) can hide behind forward
+(backward) compute, at most ``overlap`` of its time and at most the length of that compute;
+the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``.
+
+Memory is :func:`shardscope.training.memory_model.predict_memory` (parameters, gradients,
+optimizer state; no activations) against ``usable_fraction`` of the GPU memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shardscope.collectives.factors import OPS
+from shardscope.training.memory_model import predict_memory
+from shardscope.training.model import ModelConfig
+from shardscope.training.strategies import STRATEGIES
+
+#: Model FLOPs utilisation assumed for compute: PaLM reports 46.2% MFU training 540B on TPU v4
+#: (Chowdhery et al. 2022, Table 3); Megatron-LM/torchtitan Llama runs report 40–50% on H100.
+DEFAULT_MFU = 0.45
+#: Share of a collective's time that may hide behind compute of the same phase. Not measured:
+#: a neutral midpoint between no overlap (0) and perfect overlap (1); set it from
+#: ``summary.comm_share`` of measured runs or pass ``--overlap``.
+DEFAULT_OVERLAP = 0.5
+#: Share of GPU memory the parameters, gradients and optimizer state may use; the rest is left
+#: for activations, NCCL buffers and the allocator, which the memory model does not count.
+DEFAULT_USABLE_FRACTION = 0.9
+DDP_BUCKET_BYTES = 25 * 2**20
+PHASES = ("forward", "backward", "after_step")
+DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+
+
+@dataclass(frozen=True)
+class StepAssumptions:
+    """Everything the step model assumes beyond the machine and the model shape."""
+
+    micro_batch: int = 1
+    """Sequences per GPU per step."""
+    seq_len: int | None = None
+    """Tokens per sequence; None: the model's ``max_seq_len`` capped at 4096."""
+    mfu: float = DEFAULT_MFU
+    overlap: float = DEFAULT_OVERLAP
+    comm_bytes: int = 2
+    """Bytes per element on the wire (2: bf16 gradients and parameters; 4: fp32)."""
+    dtype: str = "bfloat16"
+    """dtype of the memory model (bf16: 2 + 2 + 12 bytes per parameter)."""
+    usable_fraction: float = DEFAULT_USABLE_FRACTION
+    ddp_bucket_bytes: int = DDP_BUCKET_BYTES
+    deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch", "comm_bytes", "ddp_bucket_bytes", "deepspeed_bucket_elements"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.seq_len is not None and (isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 1):
+            raise ValueError(f"seq_len must be a positive integer, got {self.seq_len!r}")
+        if not 0 < self.mfu <= 1:
+            raise ValueError(f"mfu must be in (0, 1], got {self.mfu!r}")
+        if not 0 <= self.overlap <= 1:
+            raise ValueError(f"overlap must be in [0, 1], got {self.overlap!r}")
+        if not 0 < self.usable_fraction <= 1:
+            raise ValueError(f"usable memory fraction must be in (0, 1], got {self.usable_fraction!r}")
+        if self.dtype not in ("bfloat16", "float32"):
+            raise ValueError(f"dtype must be bfloat16 or float32, got {self.dtype!r}")
+
+    def seq_len_for(self, cfg: ModelConfig) -> int:
+        """Sequence length used for ``cfg``."""
+        return self.seq_len or min(cfg.max_seq_len, 4096)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary, stored with every prediction."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Message:
+    """``count`` calls of one collective of ``size_bytes`` issued in ``phase``."""
+
+    op: str
+    size_bytes: int
+    count: int
+    phase: str
+    """``forward``, ``backward`` or ``after_step`` (cannot overlap)."""
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"unknown collective {self.op!r}")
+        if self.size_bytes < 1 or self.count < 1:
+            raise ValueError(f"a message needs a positive size and count, got {self.size_bytes} x {self.count}")
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {self.phase!r}")
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """Modeled step of one strategy: times in seconds, memory in bytes."""
+
+    strategy: str
+    model: str
+    param_count: int
+    gpus: int
+    step_time_s: float
+    compute_time_s: float
+    comm_time_s: float
+    exposed_comm_time_s: float
+    memory_total_bytes: int
+    memory_available_bytes: int | None
+    fits: bool | None
+    tokens_per_step: int
+    messages: tuple[Message, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ValueError(f"gpus must be at least 1, got {self.gpus}")
+        times = (self.step_time_s, self.compute_time_s, self.comm_time_s, self.exposed_comm_time_s)
+        if any(t < 0 for t in times) or self.exposed_comm_time_s > self.comm_time_s + 1e-12:
+            raise ValueError(f"inconsistent step times {times}")
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``strategies`` row of the predictions document."""
+        row = {k: v for k, v in asdict(self).items() if k != "messages"}
+        row["method"] = "modeled"
+        return row
+
+
+def unit_params(cfg: ModelConfig) -> list[int]:
+    """Parameters per FSDP/ZeRO-3 unit: one per transformer block, plus embeddings/norm/head."""
+    total = cfg.param_count()
+    block = (total - (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * cfg.d_model - cfg.d_model) // cfg.n_layers
+    return [block] * cfg.n_layers + [total - block * cfg.n_layers]
+
+
+def _buckets(op: str, total_bytes: int, bucket: int, phase: str) -> list[Message]:
+    full, rest = divmod(total_bytes, bucket)
+    out = [Message(op, bucket, full, phase)] if full else []
+    return out + ([Message(op, rest, 1, phase)] if rest else [])
+
+
+def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions) -> list[Message]:
+    """The collectives one step of ``strategy`` issues (see the module docstring)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    e, total = a.comm_bytes, cfg.param_count() * a.comm_bytes
+    ds_bucket = a.deepspeed_bucket_elements * e
+    if strategy == "ddp":
+        return _buckets("all_reduce", total, a.ddp_bucket_bytes, "backward")
+    if strategy == "zero0":
+        return _buckets("all_reduce", total, ds_bucket, "backward")
+    if strategy in ("zero1", "zero2"):
+        return _buckets("reduce_scatter", total, ds_bucket, "backward") + _buckets("all_gather", total, ds_bucket, "after_step")
+    units = unit_params(cfg)
+    out = [Message("all_gather", p * e, 1, "forward") for p in units]
+    if strategy in ("zero3", "fsdp"):
+        out += [Message("all_gather", p * e, 1, "backward") for p in units]
+    return out + [Message("reduce_scatter", p * e, 1, "backward") for p in units]
+
+
+def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_flops: float,
+                 collective_time: Callable[[str, int], float], memory_bytes: int | None,
+                 a: StepAssumptions | None = None) -> StepPrediction:
+    """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call."""
+    if peak_flops <= 0:
+        raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
+    a = a or StepAssumptions()
+    seq = a.seq_len_for(cfg)
+    tokens = a.micro_batch * seq
+    compute = cfg.flops_per_token(seq) * tokens / (peak_flops * a.mfu)
+    messages = messages_for(strategy, cfg, a) if gpus > 1 else []
+    per_phase: dict[str, float] = {}
+    for m in messages:
+        per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * collective_time(m.op, m.size_bytes)
+    windows = {"forward": compute / 3.0, "backward": 2.0 * compute / 3.0, "after_step": 0.0}
+    exposed = sum(t - min(a.overlap * t, windows[phase]) for phase, t in per_phase.items())
+    comm = sum(per_phase.values())
+    memory = predict_memory(cfg.param_count(), strategy, gpus, dtype=a.dtype)
+    available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
+    fits = None if available is None else memory["total_bytes"] <= available
+    return StepPrediction(strategy=strategy, model=model, param_count=cfg.param_count(), gpus=gpus,
+                          step_time_s=compute + exposed, compute_time_s=compute, comm_time_s=comm,
+                          exposed_comm_time_s=exposed, memory_total_bytes=int(memory["total_bytes"]),
+                          memory_available_bytes=available, fits=fits, tokens_per_step=tokens * gpus,
+                          messages=tuple(messages))
