@@ -1,0 +1,123 @@
+"""Emulated fabrics: the collective and training workers over presets of capped links (config `emulated`).
+
+Off unless `emulated.enabled: true`. Each preset's hosts are network namespaces joined by veth
+links that `tc` caps (shardscope.emulated); results go to results/emulated/{preset}/ labelled
+`fabric: emulated:<preset>`, and `emulated_results` lists them for the collect rule. Without
+root, `ip` or `tc` the stage is skipped with one sentence and nothing else changes.
+"""
+
+from snakemake.logging import logger
+
+EMULATED = config.get("emulated") or {"enabled": False}
+EMULATED_NAME = r"[a-z][a-z0-9_]*"
+
+
+def _emulated_jobs():
+    """(preset, placement) pairs to run: none when disabled; presets this machine cannot build are skipped with one sentence."""
+    if EMULATED.get("enabled") is not True:  # the schema makes it a boolean; a string from --config is not `true`
+        return []
+    from shardscope.emulated.netns import support_problem
+    from shardscope.emulated.presets import all_presets
+
+    prefix = EMULATED.get("prefix", "ssfab-")
+    try:
+        known = all_presets(EMULATED)
+        names = EMULATED.get("presets", ["fast", "pcie_like", "nvl_groups"])
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise UserError(f"config key emulated.presets: unknown fabric {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
+        presets = [known[name] for name in names]
+        problem = support_problem(prefix=prefix)
+    except UserError as error:
+        raise WorkflowError(str(error)) from None
+    if problem:
+        logger.warning(f"shardscope: emulated fabrics skipped: {problem}.")
+        return []
+    delayed = [p.name for p in presets if p.needs_delay]
+    problem = support_problem(need_delay=True, prefix=prefix) if delayed else None
+    if problem:
+        logger.warning(f"shardscope: emulated fabrics {', '.join(delayed)} skipped: {problem}.")
+        presets = [p for p in presets if not p.needs_delay]
+    return [(preset.name, placement) for preset in presets for placement in preset.placements]
+
+
+EMULATED_JOBS = _emulated_jobs()
+
+
+def emulated_results(wildcards=None):
+    """Every emulated result file the config asks for (empty when the stage is off or skipped)."""
+    files = []
+    for preset, placement in EMULATED_JOBS:
+        files += [f"{RESULTS}/emulated/{preset}/collectives/{placement}/{op}.json" for op in EMULATED.get("ops", [])]
+        files += [f"{RESULTS}/emulated/{preset}/training/{placement}/{s}.json" for s in EMULATED.get("strategies", [])]
+    return files
+
+
+def emulated_ranks(wildcards):
+    """Ranks of an emulated job: the hosts of its placement."""
+    from shardscope.emulated.presets import get_preset
+
+    return len(get_preset(wildcards.preset, EMULATED).placements[wildcards.placement])
+
+
+def emulated_model():
+    """The cpu section's model as the --model flag wants it (a preset name or JSON)."""
+    model = config["cpu"]["model"]
+    return json.dumps(model) if isinstance(model, dict) else model
+
+
+rule emulated_collective:
+    output:
+        f"{RESULTS}/emulated/{{preset}}/collectives/{{placement}}/{{op}}.json",
+    log:
+        f"{RESULTS}/logs/emulated/{{preset}}/collectives/{{placement}}/{{op}}.log",
+    wildcard_constraints:
+        preset=EMULATED_NAME,
+        placement=EMULATED_NAME,
+        op=EMULATED_NAME,
+    threads: emulated_ranks
+    resources:
+        measure=1,
+    params:
+        py=PY,
+        env=f"SHARDSCOPE_CONFIG_HASH={CONFIG_HASH} SHARDSCOPE_GIT_REV={GIT_REV}",
+        section=json.dumps(EMULATED, sort_keys=True),
+        sweep=EMULATED.get("sweep", {"min_bytes": 65536, "max_bytes": 4194304, "factor": 4, "warmup": 1, "iters": 3}),
+        dtype=config["collectives"]["dtype"],
+        check="--check" if config["collectives"].get("check", True) else "",
+    conda:
+        ENVS
+    shell:
+        "env {params.env} {params.py} -m shardscope.emulated collectives --preset {wildcards.preset}"
+        " --placement {wildcards.placement} --op {wildcards.op} --config-json {params.section:q} --dtype {params.dtype}"
+        " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"
+        " -w {params.sweep[warmup]} -n {params.sweep[iters]} {params.check} --out {output} --log {log} >> {log} 2>&1"
+
+
+rule emulated_train:
+    output:
+        f"{RESULTS}/emulated/{{preset}}/training/{{placement}}/{{strategy}}.json",
+    log:
+        f"{RESULTS}/logs/emulated/{{preset}}/training/{{placement}}/{{strategy}}.log",
+    wildcard_constraints:
+        preset=EMULATED_NAME,
+        placement=EMULATED_NAME,
+        strategy=EMULATED_NAME,
+    threads: emulated_ranks
+    resources:
+        measure=1,
+    params:
+        py=PY,
+        env=f"SHARDSCOPE_CONFIG_HASH={CONFIG_HASH} SHARDSCOPE_GIT_REV={GIT_REV}",
+        section=json.dumps(EMULATED, sort_keys=True),
+        model=emulated_model(),
+        size=config["cpu"],
+        budget=memory_budget_args(),
+    conda:
+        ENVS
+    shell:
+        "env {params.env} {params.py} -m shardscope.emulated train --preset {wildcards.preset}"
+        " --placement {wildcards.placement} --strategy {wildcards.strategy} --config-json {params.section:q}"
+        " --model {params.model:q} --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]}"
+        " --dtype {params.size[dtype]} --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget}"
+        " --out {output} --log {log} >> {log} 2>&1"
