@@ -20,6 +20,16 @@ PY = _python()
 SHARDSCOPE = f"{PY} -m shardscope"
 TORCHRUN = f"{PY} -m torch.distributed.run"
 
+# Cheap bookkeeping rules run where Snakemake runs, also under the Slurm profile; the topology
+# probe and the timed jobs run on compute nodes.
+localrules:
+    all,
+    plan,
+    collect,
+    figures,
+    paper,
+
+
 RESULTS = config["results"]
 DB = config["db"]
 ENVS = "../../envs/shardscope.yaml"

@@ -1,0 +1,193 @@
+"""The pipeline on a real Slurm cluster: slurmctld + slurmd on this host, set up by .ci/slurm.sh.
+
+1. The CPU pipeline end to end with ``--profile profiles/slurm``: every job that is not a
+   local rule goes through sbatch (snakemake-executor-plugin-slurm), timed jobs with 2 CPUs;
+   the DuckDB database then holds every op and strategy of the reduced config.
+2. A collective across two Slurm nodes of one job (.ci/slurm.sh adds two virtual nodes on
+   this host): ``srun`` starts one torchrun agent per node, the agents rendezvous through
+   c10d, the ranks talk over gloo -- by hand with ``sbatch``, and through the plugin with the
+   resources a multi-node rule needs (tests/slurm/multinode.smk), which also probes the
+   topology of both nodes.
+
+Needs root or passwordless sudo (to install and start Slurm). Skipped with the reason
+elsewhere; with ``CI`` set in the environment a missing prerequisite fails instead. About 4 to
+5 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SLURM_SH = REPO / ".ci" / "slurm.sh"
+OPS = ["all_reduce"]
+# DDP and FSDP: the Slurm path of `train` does not depend on the strategy, and DeepSpeed's
+# first CPU build on a busy 2-core runner alone can take minutes (tests/e2e covers every one).
+STRATEGIES = ["ddp", "fsdp"]
+TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol")
+#: Test-only options: no accounting here, so job status comes from squeue and there is no
+#: account; poll often; keep Slurm's logs (also of successful jobs) beside the test's files.
+PLUGIN_TEST_OPTIONS = ["--slurm-status-command", "squeue", "--slurm-no-account",
+                       "--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs"]
+
+pytestmark = pytest.mark.e2e
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"the Slurm test must run in CI, but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    """Run .ci/slurm.sh: installs Slurm where it is missing, starts what is not running."""
+    if os.geteuid() == 0:
+        setup = ["bash", str(SLURM_SH)]
+    elif shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True, check=False).returncode == 0:
+        setup = ["sudo", "-n", "bash", str(SLURM_SH)]  # e.g. a CI runner with passwordless sudo
+    else:
+        _unavailable("it needs root or passwordless sudo to install and start slurmctld/slurmd (.ci/slurm.sh)")
+    if not all(shutil.which(t) for t in TOOLS) and not shutil.which("apt-get"):
+        _unavailable("slurm-wlm and munge are not installed and apt-get is not available")
+    done = subprocess.run(setup, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        _unavailable(f".ci/slurm.sh failed: {done.stderr.strip()[-1500:]}")
+
+
+def snakemake(*args: str, cwd: Path = REPO, timeout: int = 420) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "slurm"), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def slurm_jobs(output: str) -> dict[str, dict[str, str]]:
+    """Slurm job id -> its `scontrol show job` record, for every job snakemake submitted."""
+    ids = re.findall(r"submitted with SLURM jobid (\d+)", output)
+    jobs = {}
+    for job_id in ids:
+        text = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
+        jobs[job_id] = dict(re.findall(r"(\S+?)=(\S*)", text))
+    return jobs
+
+
+def rule_of(record: dict[str, str]) -> str:
+    """The rule a job ran, from the comment the plugin gives it (``rule_<name>[_wildcards_…]``)."""
+    return re.match(r"rule_(.+?)(?:_wildcards_.*)?$", record["Comment"]).group(1)
+
+
+def query(db: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+# --- 1. the pipeline through the slurm profile --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pipeline(slurm, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("slurm-pipeline")
+    results = tmp / "results"
+    config = {
+        "results": str(results),
+        "db": str(results / "shardscope.duckdb"),
+        "collectives": {"ops": OPS, "dtype": "float32", "transports": ["default"], "check": True},
+        "training": {"strategies": STRATEGIES, "world_sizes": "max", "memory_budget_gib": None},
+        "cpu": {"ranks": 2, "sweep": {"min_bytes": 1024, "max_bytes": 65536, "factor": 8, "warmup": 1, "iters": 3},
+                "model": "tiny", "dtype": "float32", "micro_batch": 2, "seq_len": 32, "warmup": 1, "steps": 3},
+    }
+    configfile = tmp / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    run = snakemake("--configfile", str(configfile), *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp / "slurm_logs"))
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    return results, tmp / "slurm_logs", slurm_jobs(run.stdout + run.stderr)
+
+
+def test_timed_jobs_and_topology_ran_as_slurm_jobs_with_two_cpus(pipeline):
+    _, _, jobs = pipeline
+    by_rule: dict[str, list[dict[str, str]]] = {}
+    for record in jobs.values():
+        by_rule.setdefault(rule_of(record), []).append(record)
+    assert {"topology", "collective", "train"} <= set(by_rule), sorted(by_rule)
+    assert len(by_rule["collective"]) == len(OPS) and len(by_rule["train"]) == len(STRATEGIES)
+    for record in jobs.values():
+        assert record["JobState"] == "COMPLETED", record
+    for record in by_rule["collective"] + by_rule["train"]:
+        assert record["NumCPUs"] == "2" and record["CPUs/Task"] == "2", record
+        assert record["OverSubscribe"] == "NO", record  # --exclusive: measurements get the node alone
+        assert record["NumNodes"] == "1", record
+
+
+def test_jobs_on_the_node_run_the_same_venv_python(pipeline):
+    _, logdir, _ = pipeline
+    logs = "\n".join(p.read_text() for p in (logdir / "rule_collective").rglob("*.log"))
+    assert f"{sys.executable} -m torch.distributed.run --standalone --nproc-per-node 2" in logs
+
+
+def test_database_has_every_op_and_strategy(pipeline):
+    results, _, _ = pipeline
+    db = results / "shardscope.duckdb"
+    assert sorted(r[0] for r in query(db, "SELECT DISTINCT op FROM collectives")) == OPS
+    assert query(db, "SELECT DISTINCT world_size FROM collectives") == [(2,)]
+    rows = query(db, "SELECT strategy, outcome, world_size, tokens_per_s FROM training_runs")
+    assert sorted(r[0] for r in rows) == sorted(STRATEGIES)
+    for strategy, outcome, world_size, tokens_per_s in rows:
+        assert outcome == "ok" and world_size == 2 and tokens_per_s > 0, strategy
+    assert (results / "paper" / "report.html").exists()
+
+
+def test_topology_was_probed_on_the_compute_node(pipeline):
+    results, _, _ = pipeline
+    topology = json.loads((results / "topology" / "topology.json").read_text())
+    assert topology["fabric"] == "cpu" and topology["source"]["host"] == os.uname().nodename.split(".")[0]
+
+
+# --- 2. across two nodes ---------------------------------------------------------------------
+
+def collective_result(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    assert doc["rows"] and all(row["check_ok"] is True and row["time_s"] > 0 for row in doc["rows"])
+    return doc
+
+
+def test_a_collective_across_two_nodes_by_hand_with_sbatch(slurm, tmp_path):
+    out, log = tmp_path / "all_reduce.json", tmp_path / "sbatch.log"
+    launch = (f"{sys.executable} -m shardscope.cluster launch --nodes 2 --nproc-per-node 1 -m shardscope.collectives"
+              f" --op all_reduce -b 1024 -e 65536 -f 8 -w 1 -n 3 --check --placement nodes2 --out {out}")
+    done = subprocess.run(["sbatch", "--wait", "--nodes", "2", "--ntasks-per-node", "1", "--time", "5",
+                           "--output", str(log), "--wrap", launch], capture_output=True, text=True, timeout=240, check=False)
+    text = log.read_text() if log.exists() else ""
+    assert done.returncode == 0, done.stderr + text[-4000:]
+    assert "srun --nodes 2 --ntasks-per-node 1" in text and "--rdzv-backend c10d" in text
+    doc = collective_result(out)
+    assert doc["job"]["world_size"] == 2 and doc["job"]["placement"] == "nodes2"
+
+
+def test_a_multinode_rule_through_the_plugin_runs_across_two_nodes_and_probes_both(slurm, tmp_path):
+    out = tmp_path / "out"
+    run = snakemake("--snakefile", str(REPO / "tests" / "slurm" / "multinode.smk"), "--directory", str(tmp_path / "wd"),
+                    "--config", f"out={out}", *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp_path / "slurm_logs"),
+                    timeout=300)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    jobs = {rule_of(r): r for r in slurm_jobs(run.stdout + run.stderr).values()}
+    assert jobs["collective"]["NumNodes"] == "2" and jobs["collective"]["NumTasks"] == "2"
+    assert jobs["collective"]["CPUs/Task"] == "2"
+
+    doc = collective_result(out / "all_reduce-2nodes.json")
+    assert doc["job"]["world_size"] == 4  # 2 nodes x 2 processes per node
+    log = (out / "logs" / "all_reduce-2nodes.log").read_text()
+    assert "--rdzv-backend c10d" in log and "--cpus-per-task 2" in log
+
+    topology = json.loads((out / "topology.json").read_text())
+    nodes = subprocess.run(["scontrol", "show", "hostnames", jobs["topology"]["NodeList"]], capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert topology["node_count"] == 2 and [n["node"] for n in topology["nodes"]] == nodes
+    assert all((out / "nodes" / node / "topology.json").exists() for node in nodes)

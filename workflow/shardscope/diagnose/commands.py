@@ -1,0 +1,88 @@
+"""``shardscope doctor``, ``shardscope verdict`` and ``shardscope nccl-log`` (registered by :mod:`shardscope.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardscope.fileio import dump_json
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from shardscope.diagnose.doctor import format_report, run_doctor
+
+    topology = None
+    if args.topology:
+        from shardscope.costmodel.commands import load_topology
+
+        topology, _ = load_topology(args.topology)
+    doc = run_doctor(topology, peer_check=not args.no_peer_check)
+    print(dump_json(doc) if args.json else format_report(doc), end="")
+    return 0
+
+
+def _cmd_verdict(args: argparse.Namespace) -> int:
+    from shardscope.diagnose.evaluate import evaluate, format_verdicts
+
+    topology, name = None, None
+    if args.topology:
+        from shardscope.costmodel.commands import load_topology
+
+        topology, name = load_topology(args.topology)
+    doc = evaluate(args.files, topology, name, gpu=args.gpu, nic_gbps=args.nic_gbps, transport=args.transport)
+    print(dump_json(doc) if args.json else format_verdicts(doc), end="")
+    return 0
+
+
+def _cmd_nccl_log(args: argparse.Namespace) -> int:
+    from shardscope.diagnose.nccl_log import summarize_files, transport_flags
+
+    summary = summarize_files(args.files)
+    topology = None
+    if args.topology:
+        from shardscope.costmodel.commands import load_topology
+
+        topology, _ = load_topology(args.topology)
+    doc = {"schema": "shardscope.nccl-log/1", "kind": "nccl_log", "files": list(args.files), **summary.to_dict(),
+           "flags": transport_flags(summary, args.transport, topology)}
+    if args.json:
+        print(dump_json(doc), end="")
+        return 0
+    print(f"NCCL {summary.version or 'version not logged'}; network {summary.network or 'none logged'}")
+    print(f"  transports: {', '.join(f'{k} x{v}' for k, v in summary.transports.items()) or 'no connection lines'}")
+    print(f"  channels: {summary.channels or 'not logged'}; NVLS available {summary.nvls_available}, used {summary.nvls_used}")
+    if summary.gdr_rdma is not None:
+        print(f"  GPUDirect RDMA on network connections: {summary.gdr_rdma}")
+    if summary.algorithms:
+        print(f"  algorithms: {summary.algorithms}; protocols: {summary.protocols}")
+    if summary.env:
+        print(f"  NCCL variables NCCL reported: {summary.env}")
+    for flag in doc["flags"]:
+        print(f"  FLAG: {flag}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``doctor``, ``verdict`` and ``nccl-log`` to the ``shardscope`` parser."""
+    p = sub.add_parser("doctor", help="check this node (ACS, IOMMU, PCIe links, peer access, NCCL variables, NUMA, VM)")
+    p.add_argument("--json", action="store_true", help="print the shardscope.doctor/1 document")
+    p.add_argument("--topology", metavar="FILE|auto|preset:NAME", help="topology to check against (default: probe this machine)")
+    p.add_argument("--no-peer-check", action="store_true", help="skip the per-pair collective correctness check")
+    p.set_defaults(func=_cmd_doctor)
+
+    p = sub.add_parser("verdict", help="is this bandwidth normal? expected busbw, summary and verdict per job")
+    p.add_argument("files", nargs="+", metavar="FILE", help="collectives result JSON or nccl-tests logs (repeats are grouped)")
+    p.add_argument("--topology", metavar="FILE|auto|preset:NAME",
+                   help="saved nvidia-smi topo -m / topology.json, 'auto' to probe, or preset:NAME")
+    p.add_argument("--gpu", metavar="NAME", help="GPU model when neither the topology nor the files name it")
+    p.add_argument("--nic-gbps", type=float, help="NIC line rate in Gb/s for multi-node runs")
+    p.add_argument("--transport", choices=("default", "pcie"), help="transport label of nccl-tests logs")
+    p.add_argument("--json", action="store_true", help="print the shardscope.verdicts/1 document")
+    p.set_defaults(func=_cmd_verdict)
+
+    p = sub.add_parser("nccl-log", help="what NCCL did: transports, channels, NVLS, variables, algorithms")
+    p.add_argument("files", nargs="+", metavar="FILE", help="NCCL_DEBUG=INFO log file(s), one per rank or interleaved")
+    p.add_argument("--transport", choices=("default", "pcie"), default="default",
+                   help="the job's transport label, to flag a PCIe-forced job that used NVLink")
+    p.add_argument("--topology", metavar="FILE|auto|preset:NAME", help="topology, to tell P2P over NVLink from PCIe")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_nccl_log)
