@@ -1,5 +1,7 @@
 rule collect:
     input:
+        # the topology.json the plan was made from, loaded with the results (one topology row per node)
+        topology=lambda wildcards: checkpoints.topology.get().output.json,
         collectives=collective_results,
         training=training_results,
     output:
@@ -12,4 +14,5 @@ rule collect:
     conda:
         ENVS
     shell:
-        "{params.shardscope} collect --db {params.db} --manifest {output.manifest} {input.collectives} {input.training} > {log} 2>&1"
+        "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
+        " {input.topology} {input.collectives} {input.training} > {log} 2>&1"

@@ -1,22 +1,75 @@
-"""``shardscope`` subcommands of the results stage (registered by :mod:`shardscope.cli`)."""
+"""``shardscope`` subcommands of the results stage (registered by :mod:`shardscope.cli`).
+
+``collect`` loads per-job results and topology files; ``db merge``, ``db export`` and
+``db schema`` combine, export and describe the database.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
     from shardscope.results.store import collect
 
     summary = collect(args.db, args.inputs, manifest=args.manifest)
-    print(f"{args.db}: loaded {summary['new_runs']} new runs ({summary['skipped_runs']} already present) from {len(args.inputs)} files")
+    print(f"{args.db}: loaded {summary['new_runs']} new runs ({summary['skipped_runs']} already present) and "
+          f"{summary['new_topologies']} new topologies ({summary['skipped_topologies']} already present) "
+          f"from {len(args.inputs)} files")
+    return 0
+
+
+def _cmd_db_merge(args: argparse.Namespace) -> int:
+    from shardscope.results.merge import merge
+
+    summary = merge(args.out, args.inputs)
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(f"{args.out}: merged {summary['new_runs']} new runs ({summary['skipped_runs']} already present) and "
+              f"{summary['new_topologies']} new topologies ({summary['skipped_topologies']} already present) "
+              f"from {len(args.inputs)} databases")
+    return 0
+
+
+def _cmd_db_export(args: argparse.Namespace) -> int:
+    from shardscope.results.export import export_database
+
+    counts = export_database(args.db, args.out, args.format)
+    if args.json:
+        print(json.dumps(counts, indent=2, sort_keys=True))
+    else:
+        print(f"{args.out}: wrote {len(counts)} {args.format} files ({sum(counts.values())} rows) and schema.sql")
+    return 0
+
+
+def _cmd_db_schema(args: argparse.Namespace) -> int:
+    from shardscope.results.ddl import schema_text
+
+    print(schema_text(), end="")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands to the ``shardscope`` parser."""
-    p = sub.add_parser("collect", help="validate per-job results and load them into DuckDB in one transaction")
+    p = sub.add_parser("collect", help="validate per-job results and topology files and load them into DuckDB in one transaction")
     p.add_argument("--db", required=True)
     p.add_argument("--manifest", help="write a JSON summary of what was loaded here")
     p.add_argument("inputs", nargs="+", metavar="INPUT")
     p.set_defaults(func=_cmd_collect)
+
+    db = sub.add_parser("db", help="merge, export or describe results databases").add_subparsers(dest="action", required=True)
+    p = db.add_parser("merge", help="combine databases from several machines into OUT, keeping each run's provenance")
+    p.add_argument("out", metavar="OUT.duckdb")
+    p.add_argument("inputs", nargs="+", metavar="IN.duckdb")
+    p.add_argument("--json", action="store_true", help="print counts of new and already present runs as JSON")
+    p.set_defaults(func=_cmd_db_merge)
+    p = db.add_parser("export", help="write every table and view as Parquet (or CSV) files, with schema.sql")
+    p.add_argument("--db", required=True)
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--format", default="parquet", choices=["parquet", "csv"])
+    p.add_argument("--json", action="store_true", help="print rows per file as JSON")
+    p.set_defaults(func=_cmd_db_export)
+    p = db.add_parser("schema", help="print the database's DDL, with the unit of each column as a comment")
+    p.set_defaults(func=_cmd_db_schema)

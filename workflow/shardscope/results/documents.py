@@ -1,7 +1,11 @@
 """Per-job result files -> table rows: the one place that knows each file's layout.
 
-Three kinds of file reach ``shardscope collect``: collective jobs, training jobs (both
-written by the workers) and imported nccl-tests logs (``shardscope collectives import --out``).
+Four kinds of file reach ``shardscope collect``: collective jobs, training jobs (both
+written by the workers), imported nccl-tests logs (``shardscope collectives import --out``)
+and ``topology.json`` (``shardscope topology detect/parse``). The functions here assume the
+document passed :func:`shardscope.results.shapes.shape_errors`; the relations between
+fields of one document (rows agree with their job, links join known GPUs) are checked in
+:func:`consistency_errors`.
 """
 
 from __future__ import annotations
@@ -11,19 +15,56 @@ import json
 from typing import Any
 
 from shardscope.errors import UserError
+from shardscope.results.schemas import KINDS, TRAINING_DTYPES
+from shardscope.training.memory_model import SHARDED, predict_memory
+
+TOPOLOGY_SCHEMA_PREFIX = "shardscope.topology/"
+
+
+def document_kind(doc: Any, path: str) -> str:
+    """``collectives``, ``training``, ``collectives_import`` or ``topology``; UserError for anything else."""
+    if isinstance(doc, dict):
+        if doc.get("kind") in KINDS:
+            return str(doc["kind"])
+        if isinstance(doc.get("schema"), str) and doc["schema"].startswith(TOPOLOGY_SCHEMA_PREFIX):
+            return "topology"
+    raise UserError(f"{path}: not a shardscope result file (expected a JSON object with kind 'collectives', "
+                    "'training' or 'collectives_import', or a topology.json with schema 'shardscope.topology/1')")
+
+
+def canonical_json(doc: Any) -> str:
+    """The one serialisation that hashes the same for the same content: sorted keys, no spaces."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def content_digest(doc: Any) -> str:
+    """sha256 of :func:`canonical_json`; tells two documents with the same run id apart."""
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
 
 
 def run_id_for(doc: dict[str, Any]) -> str:
-    """A stable id of one result: the same file collected twice gets the same id."""
-    env = doc.get("env", {})
-    key = json.dumps([doc.get("kind"), doc.get("job", {}).get("job_id"), env.get("host"), env.get("measured_at"),
-                      doc.get("source_file"), doc.get("rows") if doc.get("kind") == "collectives_import" else None],
-                     sort_keys=True, default=str)
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+    """A stable id of one result: the same file collected twice gets the same id.
+
+    A result without a measurement time (the launcher's record of a failed job) adds its
+    content, so two different failures of the same job are two runs.
+    """
+    env = doc.get("env") or {}
+    key = [doc.get("kind"), (doc.get("job") or {}).get("job_id"), env.get("host"), env.get("measured_at"),
+           doc.get("source_file"), doc.get("rows") if doc.get("kind") == "collectives_import" else None]
+    if doc.get("kind") == "training" and not env.get("measured_at"):
+        key.append(content_digest(doc))
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def nccl_version(comm_library: str | None) -> str | None:
+    """``2.21.5`` from the workers' ``nccl 2.21.5``; None for gloo and unknown libraries."""
+    if comm_library and comm_library.startswith("nccl "):
+        return comm_library.removeprefix("nccl ").strip() or None
+    return None
 
 
 def _run_row(doc: dict[str, Any], path: str, run_id: str, world_size: int, source: str) -> dict[str, Any]:
-    job, env = doc.get("job", {}), doc.get("env", {})
+    job, env = doc.get("job") or {}, doc.get("env") or {}
     return {
         "run_id": run_id,
         "kind": doc["kind"],
@@ -40,44 +81,67 @@ def _run_row(doc: dict[str, Any], path: str, run_id: str, world_size: int, sourc
         "label": job.get("label") or doc.get("label"),
         "backend": env.get("backend"),
         "device_type": env.get("device_type"),
-        "devices": ", ".join(env.get("devices", [])) or None,
+        "devices": ", ".join(env.get("devices") or []) or None,
         "torch_version": env.get("torch"),
         "comm_library": env.get("comm_library"),
+        "nccl_version": nccl_version(env.get("comm_library")),
+        "cuda_version": env.get("cuda"),
         "deepspeed_version": env.get("deepspeed"),
         "git_rev": env.get("git_rev"),
         "config_hash": env.get("config_hash"),
         "source_file": path,
         "env_json": json.dumps(env, sort_keys=True),
+        "topology_hash": None,  # set by the store when the same collect loads this host's topology
+        "origin_db": None,  # set by `shardscope db merge`
     }
 
 
+_COLLECTIVE_FIELDS = ("op", "world_size", "dtype", "size_bytes", "time_s", "time_max_s", "algbw_gbps", "busbw_gbps",
+                      "in_place", "check_ok", "wrong")
+
+
 def _collective_rows(rows: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
-    keys = ("op", "world_size", "dtype", "size_bytes", "time_s", "time_max_s", "algbw_gbps", "busbw_gbps", "in_place", "check_ok")
-    return [{"run_id": run_id, **{k: r.get(k) for k in keys}} for r in rows]
+    return [{"run_id": run_id, **{k: r.get(k) for k in _COLLECTIVE_FIELDS}} for r in rows]
 
 
 def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]:
     """Split one result document into rows per table; UserError names what is missing."""
-    if not isinstance(doc, dict) or doc.get("kind") not in ("collectives", "training", "collectives_import"):
-        raise UserError(f"{path}: not a shardscope result file (expected a JSON object with kind "
-                        "'collectives', 'training' or 'collectives_import')")
+    kind = document_kind(doc, path)
     try:
+        if kind == "topology":
+            return _topology_tables(doc, path)
         run_id = run_id_for(doc)
-        if doc["kind"] == "collectives":
+        if kind == "collectives":
             return {"runs": [_run_row(doc, path, run_id, doc["job"]["world_size"], "measured")],
                     "collectives": _collective_rows(doc["rows"], run_id)}
-        if doc["kind"] == "collectives_import":
-            import_doc = {**doc, "job": {"job_id": f"nccl-tests:{doc['source_file']}"}, "env": {"devices": [d.get("name", "") for d in doc.get("devices", [])]}}
+        if kind == "collectives_import":
+            import_doc = {**doc, "job": {"job_id": f"nccl-tests:{doc['source_file']}", "placement": doc.get("placement"),
+                                         "transport": doc.get("transport")},
+                          "env": {"devices": [d.get("name") or "" for d in doc.get("devices", [])],
+                                  "nccl_tests_version": doc.get("version"), "nccl_tests_generation": doc.get("generation")}}
             source = doc.get("source", "nccl-tests")
             return {"runs": [_run_row(import_doc, path, run_id, doc["world_size"], source)],
                     "collectives": _collective_rows(doc["rows"], run_id)}
         return _training_tables(doc, path, run_id)
     except KeyError as exc:
-        raise UserError(f"{path}: missing field {exc.args[0]!r} in a {doc['kind']} result") from None
+        raise UserError(f"{path}: missing field {exc.args[0]!r} in a {kind} document") from None
+
+
+def memory_prediction(run_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The analytic memory model's row for a training job, or None when its size or dtype is unknown.
+
+    Computed at collect time from :func:`shardscope.training.memory_model.predict_memory`: the
+    prediction is a pure function of fields every training result already carries, so each
+    run gets one without another file in the pipeline, and old result files get one too.
+    """
+    n_params, dtype, strategy = job.get("param_count"), job.get("dtype"), job.get("strategy")
+    if not n_params or n_params < 1 or dtype not in TRAINING_DTYPES or strategy not in SHARDED or job["world_size"] < 1:
+        return None  # unknown values are reported by the training_runs schema; nothing to model
+    return {"run_id": run_id, "model": job["model"], **predict_memory(int(n_params), strategy, int(job["world_size"]), dtype)}
 
 
 def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, list[dict[str, Any]]]:
-    job, summary = doc["job"], doc.get("summary", {})
+    job, summary = doc["job"], doc.get("summary") or {}
     run = {
         "run_id": run_id,
         "strategy": job["strategy"],
@@ -95,12 +159,76 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "mfu": summary.get("mfu"),
         "peak_memory_bytes": summary.get("peak_memory_bytes"),
         "peak_memory_method": summary.get("peak_memory_method"),
+        "comm_time_share": summary.get("comm_time_share"),
         "deepspeed_config": json.dumps(job["deepspeed_config"], sort_keys=True) if job.get("deepspeed_config") else None,
     }
+    prediction = memory_prediction(run_id, job)
     return {
         "runs": [_run_row(doc, path, run_id, job["world_size"], "measured")],
         "training_runs": [run],
         "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss")}} for s in doc.get("steps", [])],
-        "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes")}}
+        "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "comm_time_share")}}
                             for r in doc.get("ranks", [])],
+        "memory_predictions": [prediction] if prediction else [],
     }
+
+
+def topology_hash(doc: dict[str, Any]) -> str:
+    """sha256 of the topology document's canonical JSON: the key of its rows."""
+    return content_digest(doc)
+
+
+def _topology_tables(doc: dict[str, Any], path: str) -> dict[str, list[dict[str, Any]]]:
+    digest, source = topology_hash(doc), doc["source"]
+    island_of = {g: i for i, island in enumerate(doc["islands"]) for g in island}
+    return {
+        "topologies": [{
+            "topology_hash": digest,
+            "host": source.get("host"),
+            "fabric": doc["fabric"],
+            "accelerator": doc.get("accelerator", "none"),
+            "gpu_count": doc["gpu_count"],
+            "island_count": len(doc["islands"]),
+            "numa_node_count": len(doc.get("numa_nodes", [])),
+            "source_method": source.get("method"),
+            "source_json": json.dumps(source, sort_keys=True),
+            "source_file": path,
+            "topology_json": canonical_json(doc),
+            "origin_db": None,
+        }],
+        "gpus": [{"topology_hash": digest, "gpu_index": g["index"], "island": island_of.get(g["index"]),
+                  **{k: g.get(k) for k in ("name", "memory_bytes", "pci_bus_id", "numa_node", "cpu_affinity",
+                                           "pcie_generation", "pcie_width")}} for g in doc["gpus"]],
+        "links": [{"topology_hash": digest, "gpu_a": link["a"], "gpu_b": link["b"], "code": link["code"],
+                   "nvlinks": link["nvlinks"]} for link in doc["links"]],
+    }
+
+
+def consistency_errors(doc: dict[str, Any], kind: str, path: str) -> list[str]:
+    """Relations between fields of one document that no single table row can check."""
+    errors: list[str] = []
+    if kind in ("collectives", "collectives_import"):
+        owner = doc["job"] if kind == "collectives" else doc
+        where = "job." if kind == "collectives" else ""
+        for i, row in enumerate(doc["rows"]):
+            for field in ("op", "world_size"):
+                if row[field] != owner[field]:
+                    errors.append(f"{path}: field rows[{i}].{field}: {row[field]!r} differs from {where}{field} {owner[field]!r}")
+    elif kind == "training":
+        world_size = doc["job"]["world_size"]  # a world size below 1 is reported by the runs schema
+        for i, rank in enumerate(doc.get("ranks", []) if world_size >= 1 else []):
+            if not 0 <= rank["rank"] < world_size:
+                errors.append(f"{path}: field ranks[{i}].rank: {rank['rank']} is not a rank of a job on {world_size} ranks")
+    elif kind == "topology":
+        indices = [g["index"] for g in doc["gpus"]]
+        if doc["gpu_count"] != len(indices):
+            errors.append(f"{path}: field gpu_count: {doc['gpu_count']} but the document lists {len(indices)} GPUs")
+        for i, link in enumerate(doc["links"]):
+            for end in ("a", "b"):
+                if link[end] not in indices:
+                    errors.append(f"{path}: field links[{i}].{end}: GPU {link[end]} is not among the document's GPUs")
+        members = [g for island in doc["islands"] for g in island]
+        for g in indices:
+            if members.count(g) != 1:
+                errors.append(f"{path}: field islands: GPU {g} must be in exactly one island, found in {members.count(g)}")
+    return errors

@@ -1,11 +1,16 @@
 """pandera schemas of every table in the database: what a valid row is.
 
-Each schema checks what would make a number wrong or meaningless: positive times and sizes,
-known ops, strategies and outcomes, world size at least 1, bus bandwidth consistent with
-algorithm bandwidth and the op's nccl-tests factor, unique keys.
+Each schema checks what would make a number wrong or meaningless: positive, finite times
+and sizes, known ops, strategies, outcomes and fabrics, world size at least 1, bus bandwidth
+consistent with algorithm bandwidth and the op's nccl-tests factor, unique keys. The
+database's DDL (:mod:`shardscope.results.ddl`) and the shapes of the input documents
+(:mod:`shardscope.results.shapes`) are generated from these classes, so a column is
+declared once, here.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pandas as pd
@@ -13,22 +18,42 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from shardscope.collectives.factors import OPS, busbw_factor
+from shardscope.topology.model import FABRICS
 from shardscope.training.strategies import STRATEGIES
 
 KINDS = ("collectives", "training", "collectives_import")
 SOURCES = ("measured", "nccl-tests", "reference")
 OUTCOMES = ("ok", "oom", "over_budget", "failed")
+TRAINING_DTYPES = ("bfloat16", "float32")
+ACCELERATORS = ("nvidia", "amd", "none")
 #: Relative tolerance of derived-bandwidth checks; imported nccl-tests values are rounded when printed.
 BANDWIDTH_RTOL = 0.02
+#: Relative tolerance of tokens/s against micro_batch * seq_len * world_size / median step time.
+THROUGHPUT_RTOL = 1e-6
 
 
-class RunsSchema(pa.DataFrameModel):
+def _valid(series: pd.Series) -> pd.Series:
+    """Where a column holds a positive finite number (what its own checks demand of a size or time)."""
+    values = pd.to_numeric(series, errors="coerce").astype("float64")
+    return pd.Series(np.isfinite(values) & (values > 0), index=series.index)
+
+
+class _Table(pa.DataFrameModel):
+    """Checks shared by every table: a number with a unit in its name is finite (no inf)."""
+
+    @pa.check(r".*(_s|_bytes|_gbps)$", regex=True, name="finite", error="must be a finite number")
+    def finite(cls, series: pd.Series) -> Series[bool]:
+        """NaN is caught by ``nullable=False``; this catches ``Infinity`` in JSON."""
+        return series.isna() | np.isfinite(pd.to_numeric(series, errors="coerce").astype("float64"))
+
+
+class RunsSchema(_Table):
     """One row per job result or imported log: where, when and with what it was measured."""
 
     run_id: Series[str] = pa.Field(unique=True, str_length={"min_value": 8})
     kind: Series[str] = pa.Field(isin=KINDS)
     source: Series[str] = pa.Field(isin=SOURCES)
-    job_id: Series[str]
+    job_id: Series[str] = pa.Field(str_length={"min_value": 1})
     host: Series[str] = pa.Field(nullable=True)
     measured_at: Series[str] = pa.Field(nullable=True)
     world_size: Series[int] = pa.Field(ge=1)
@@ -41,23 +66,33 @@ class RunsSchema(pa.DataFrameModel):
     devices: Series[str] = pa.Field(nullable=True)
     torch_version: Series[str] = pa.Field(nullable=True)
     comm_library: Series[str] = pa.Field(nullable=True)
+    nccl_version: Series[str] = pa.Field(nullable=True)
+    cuda_version: Series[str] = pa.Field(nullable=True)
     deepspeed_version: Series[str] = pa.Field(nullable=True)
     git_rev: Series[str] = pa.Field(nullable=True)
     config_hash: Series[str] = pa.Field(nullable=True)
     source_file: Series[str]
     env_json: Series[str]
+    topology_hash: Series[str] = pa.Field(nullable=True, str_length={"min_value": 64, "max_value": 64})
+    origin_db: Series[str] = pa.Field(nullable=True)
 
     class Config:
         strict = True
         coerce = True
 
+    @pa.check("measured_at", name="iso_time", error="must be an ISO 8601 time such as 2026-11-29T00:00:00+00:00")
+    def measured_at_is_a_time(cls, series: pd.Series) -> Series[bool]:
+        """A time that does not parse cannot be ordered or compared across runs."""
+        parsed = pd.to_datetime(series, errors="coerce", utc=True, format="ISO8601")
+        return series.isna() | parsed.notna()
 
-class CollectivesSchema(pa.DataFrameModel):
+
+class CollectivesSchema(_Table):
     """One row per (run, message size): raw bytes and seconds, and the bandwidths derived from them."""
 
     run_id: Series[str]
     op: Series[str] = pa.Field(isin=OPS)
-    world_size: Series[int] = pa.Field(ge=2)
+    world_size: Series[int] = pa.Field(ge=1)
     dtype: Series[str]
     size_bytes: Series[int] = pa.Field(gt=0)
     time_s: Series[float] = pa.Field(gt=0)
@@ -66,36 +101,55 @@ class CollectivesSchema(pa.DataFrameModel):
     busbw_gbps: Series[float] = pa.Field(ge=0)
     in_place: Series[bool]
     check_ok: Series[pd.BooleanDtype] = pa.Field(nullable=True)
+    wrong: Series[int] = pa.Field(ge=0, nullable=True)  # wrong elements summed over ranks (nccl-tests' #wrong)
 
     class Config:
         strict = True
         coerce = True
         unique = ["run_id", "size_bytes", "in_place"]
 
+    # The relations below are checked only where their inputs are valid numbers: a bad
+    # input is reported once, by its own column's check, not again by every relation.
+
     @pa.dataframe_check(error="algbw_gbps must equal size_bytes / time_s / 1e9")
     def algbw_matches_time(cls, df: pd.DataFrame) -> Series[bool]:
         """Algorithm bandwidth is bytes over seconds, in 1e9 B/s."""
         expected = df["size_bytes"] / df["time_s"] / 1e9
-        return pd.Series(np.isclose(df["algbw_gbps"], expected, rtol=BANDWIDTH_RTOL, atol=0.02), index=df.index)
+        close = np.isclose(df["algbw_gbps"], expected, rtol=BANDWIDTH_RTOL, atol=0.02)
+        return pd.Series(close, index=df.index) | ~(_valid(df["time_s"]) & _valid(df["size_bytes"]))
 
     @pa.dataframe_check(error="busbw_gbps must equal algbw_gbps times the op's nccl-tests factor for world_size")
     def busbw_matches_factor(cls, df: pd.DataFrame) -> Series[bool]:
         """Bus bandwidth is algorithm bandwidth times the op's factor (all_reduce 2(n-1)/n, …)."""
-        factor = [busbw_factor(op, int(n)) if op in OPS and n >= 1 else np.nan for op, n in zip(df["op"], df["world_size"])]
+        known = df["op"].isin(OPS) & (df["world_size"] >= 1)
+        factor = [busbw_factor(op, int(n)) if ok else np.nan for op, n, ok in zip(df["op"], df["world_size"], known)]
         expected = df["algbw_gbps"] * np.asarray(factor)
-        return pd.Series(np.isclose(df["busbw_gbps"], expected, rtol=BANDWIDTH_RTOL, atol=0.02), index=df.index)
+        close = np.isclose(df["busbw_gbps"], expected, rtol=BANDWIDTH_RTOL, atol=0.02)
+        return pd.Series(close, index=df.index) | ~known
+
+    @pa.dataframe_check(error="check_ok must be true exactly when wrong is 0")
+    def check_matches_wrong(cls, df: pd.DataFrame) -> Series[bool]:
+        """The verification verdict and the count of wrong elements tell the same story."""
+        known = df["check_ok"].notna() & df["wrong"].notna()
+        agree = (df["check_ok"].astype("boolean") == (df["wrong"] == 0)).fillna(False).astype(bool)
+        return ~known | agree
+
+    @pa.dataframe_check(error="time_max_s (slowest rank) must not be below time_s (mean over ranks)")
+    def slowest_rank_is_not_faster(cls, df: pd.DataFrame) -> Series[bool]:
+        """The slowest rank's time bounds the mean from above."""
+        return ~_valid(df["time_max_s"]) | ~_valid(df["time_s"]) | (df["time_max_s"] >= df["time_s"] * (1 - 1e-9))
 
 
-class TrainingRunsSchema(pa.DataFrameModel):
+class TrainingRunsSchema(_Table):
     """One row per training job: what was trained how, its outcome and its summary numbers."""
 
     run_id: Series[str] = pa.Field(unique=True)
     strategy: Series[str] = pa.Field(isin=STRATEGIES)
-    model: Series[str]
+    model: Series[str] = pa.Field(str_length={"min_value": 1})
     param_count: Series[int] = pa.Field(gt=0, nullable=True)
     world_size: Series[int] = pa.Field(ge=1)
     placement: Series[str]
-    dtype: Series[str] = pa.Field(nullable=True)
+    dtype: Series[str] = pa.Field(isin=TRAINING_DTYPES, nullable=True)
     micro_batch: Series[int] = pa.Field(ge=1, nullable=True)
     seq_len: Series[int] = pa.Field(ge=1, nullable=True)
     outcome: Series[str] = pa.Field(isin=OUTCOMES)
@@ -105,6 +159,7 @@ class TrainingRunsSchema(pa.DataFrameModel):
     mfu: Series[float] = pa.Field(gt=0, le=1, nullable=True)
     peak_memory_bytes: Series[int] = pa.Field(gt=0, nullable=True)
     peak_memory_method: Series[str] = pa.Field(nullable=True)
+    comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)
     deepspeed_config: Series[str] = pa.Field(nullable=True)
 
     class Config:
@@ -119,8 +174,16 @@ class TrainingRunsSchema(pa.DataFrameModel):
         explained = df["error"].notna()
         return (ok & measured) | (~ok & explained)
 
+    @pa.dataframe_check(error="tokens_per_s must equal micro_batch * seq_len * world_size / median_step_time_s")
+    def throughput_matches_step_time(cls, df: pd.DataFrame) -> Series[bool]:
+        """Throughput is derived from the step time; a mismatch means one of them is wrong."""
+        expected = df["micro_batch"] * df["seq_len"] * df["world_size"] / df["median_step_time_s"]
+        known = expected.notna() & df["tokens_per_s"].notna()
+        close = np.isclose(df["tokens_per_s"].astype("float64"), expected.astype("float64"), rtol=THROUGHPUT_RTOL)
+        return ~known | pd.Series(close, index=df.index)
 
-class TrainingStepsSchema(pa.DataFrameModel):
+
+class TrainingStepsSchema(_Table):
     """Per timed step of a training job: the slowest rank's step time."""
 
     run_id: Series[str]
@@ -134,7 +197,7 @@ class TrainingStepsSchema(pa.DataFrameModel):
         unique = ["run_id", "step"]
 
 
-class TrainingMemorySchema(pa.DataFrameModel):
+class TrainingMemorySchema(_Table):
     """Per rank of a training job: bytes held in parameters, gradients and optimizer state, and peak."""
 
     run_id: Series[str]
@@ -143,6 +206,7 @@ class TrainingMemorySchema(pa.DataFrameModel):
     grad_bytes: Series[int] = pa.Field(ge=0)
     optim_bytes: Series[int] = pa.Field(ge=0)
     peak_memory_bytes: Series[int] = pa.Field(gt=0)
+    comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)  # of a profiled step, where profiled
 
     class Config:
         strict = True
@@ -150,11 +214,139 @@ class TrainingMemorySchema(pa.DataFrameModel):
         unique = ["run_id", "rank"]
 
 
-#: Table name -> schema, in the order tables are created and loaded.
+class MemoryPredictionsSchema(_Table):
+    """Per training run: the ZeRO paper's per-GPU bytes for its model, strategy, GPUs and dtype (modeled)."""
+
+    run_id: Series[str] = pa.Field(unique=True)
+    strategy: Series[str] = pa.Field(isin=STRATEGIES)
+    model: Series[str]
+    n_params: Series[int] = pa.Field(gt=0)
+    gpus: Series[int] = pa.Field(ge=1)
+    dtype: Series[str] = pa.Field(isin=TRAINING_DTYPES)
+    param_bytes: Series[int] = pa.Field(ge=0)
+    grad_bytes: Series[int] = pa.Field(ge=0)
+    optim_bytes: Series[int] = pa.Field(ge=0)
+    total_bytes: Series[int] = pa.Field(gt=0)
+    method: Series[str] = pa.Field(isin=["modeled"])
+
+    class Config:
+        strict = True
+        coerce = True
+
+    @pa.dataframe_check(error="total_bytes must equal param_bytes + grad_bytes + optim_bytes (to within rounding)")
+    def total_is_the_sum(cls, df: pd.DataFrame) -> Series[bool]:
+        """Each part is rounded down on its own, the total once: they differ by at most 2 bytes."""
+        slack = df["total_bytes"] - (df["param_bytes"] + df["grad_bytes"] + df["optim_bytes"])
+        return (slack >= 0) & (slack <= 2)
+
+
+class TopologiesSchema(_Table):
+    """One row per distinct topology.json: the node's fabric class, keyed by the hash of its document."""
+
+    topology_hash: Series[str] = pa.Field(unique=True, str_length={"min_value": 64, "max_value": 64})
+    host: Series[str] = pa.Field(nullable=True)
+    fabric: Series[str] = pa.Field(isin=FABRICS)
+    accelerator: Series[str] = pa.Field(isin=ACCELERATORS)
+    gpu_count: Series[int] = pa.Field(ge=0)
+    island_count: Series[int] = pa.Field(ge=0)
+    numa_node_count: Series[int] = pa.Field(ge=0)
+    source_method: Series[str] = pa.Field(nullable=True)
+    source_json: Series[str]
+    source_file: Series[str]
+    topology_json: Series[str]
+    origin_db: Series[str] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+        coerce = True
+
+    @pa.dataframe_check(error="topology_hash must be the sha256 of topology_json")
+    def hash_matches_document(cls, df: pd.DataFrame) -> Series[bool]:
+        """The key is the document's digest, so the same topology loaded twice is one row."""
+        digests = [hashlib.sha256(str(doc).encode()).hexdigest() for doc in df["topology_json"]]
+        return pd.Series(np.asarray(digests) == df["topology_hash"].to_numpy(), index=df.index)
+
+    @pa.dataframe_check(error="fabric cpu needs gpu_count 0, fabric single needs gpu_count 1, any other fabric at least 2 GPUs")
+    def fabric_matches_gpu_count(cls, df: pd.DataFrame) -> Series[bool]:
+        """The fabric class is defined by the GPU count for zero and one GPU (DESIGN.md)."""
+        n, fabric = df["gpu_count"], df["fabric"]
+        return ((fabric == "cpu") & (n == 0)) | ((fabric == "single") & (n == 1)) | (~fabric.isin(["cpu", "single"]) & (n >= 2))
+
+
+class GpusSchema(_Table):
+    """One row per GPU of a topology: what the probe saw, and the NVLink island it belongs to."""
+
+    topology_hash: Series[str]
+    gpu_index: Series[int] = pa.Field(ge=0)
+    name: Series[str] = pa.Field(nullable=True)
+    memory_bytes: Series[int] = pa.Field(gt=0, nullable=True)
+    pci_bus_id: Series[str] = pa.Field(nullable=True)
+    numa_node: Series[int] = pa.Field(ge=0, nullable=True)
+    cpu_affinity: Series[str] = pa.Field(nullable=True)
+    pcie_generation: Series[int] = pa.Field(ge=1, nullable=True)
+    pcie_width: Series[int] = pa.Field(ge=1, nullable=True)
+    island: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["topology_hash", "gpu_index"]
+
+
+class LinksSchema(_Table):
+    """One row per GPU pair of a topology: the matrix code (NV18, PIX, SYS…) and the NVLink count."""
+
+    topology_hash: Series[str]
+    gpu_a: Series[int] = pa.Field(ge=0)
+    gpu_b: Series[int] = pa.Field(ge=0)
+    code: Series[str] = pa.Field(str_length={"min_value": 1})
+    nvlinks: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["topology_hash", "gpu_a", "gpu_b"]
+
+    @pa.dataframe_check(error="a link's endpoints must be ordered gpu_a < gpu_b")
+    def endpoints_ordered(cls, df: pd.DataFrame) -> Series[bool]:
+        """Each pair appears once, lower index first (as topology.json writes it)."""
+        return df["gpu_a"] < df["gpu_b"]
+
+
+#: Table name -> schema, in the order tables are created and loaded (parents first).
 TABLES: dict[str, type[pa.DataFrameModel]] = {
     "runs": RunsSchema,
     "collectives": CollectivesSchema,
     "training_runs": TrainingRunsSchema,
     "training_steps": TrainingStepsSchema,
     "training_memory": TrainingMemorySchema,
+    "memory_predictions": MemoryPredictionsSchema,
+    "topologies": TopologiesSchema,
+    "gpus": GpusSchema,
+    "links": LinksSchema,
 }
+
+#: The key column that ties a table's rows to one loaded unit, and the parent table that owns it.
+OWNER_KEYS: dict[str, str] = {"run_id": "runs", "topology_hash": "topologies"}
+_TOPOLOGY_TABLES = ("topologies", "gpus", "links")
+
+
+def owner_key(table: str) -> str:
+    """The column (``run_id`` or ``topology_hash``) by which ``table``'s rows belong to a run or topology.
+
+    Rows are loaded, skipped and merged by this key: all of a run's rows, or none.
+    """
+    return "topology_hash" if table in _TOPOLOGY_TABLES else "run_id"
+
+
+def columns(table: str) -> list[str]:
+    """The columns of ``table`` in schema order."""
+    return list(TABLES[table].to_schema().columns)
+
+
+def unique_keys(table: str) -> list[str]:
+    """The columns whose combination is unique in ``table`` (a single unique column, or Config.unique)."""
+    schema = TABLES[table].to_schema()
+    if schema.unique:
+        return list(schema.unique)
+    return [name for name, col in schema.columns.items() if col.unique]

@@ -1,11 +1,13 @@
 """``shardscope collect``: validate every input, then load all of it into DuckDB at once.
 
 All inputs are validated before the database is touched, and every problem is reported in
-one pass (file, row, column, check). Loading happens on a copy of the database under an
-exclusive lock, which replaces the original by an atomic rename only after a successful
-commit and checkpoint: a failure leaves the database byte-for-byte as it was, and a second
-writer waits for the first. Runs already present (same run id) are skipped, so collecting
-the same files twice adds nothing.
+one pass (file, row, column, check): the shape of each document with JSON Schema, the
+relations inside it, then every table's rows with pandera. Loading happens on a copy of the
+database under an exclusive lock (:func:`updating`), which replaces the original by an
+atomic rename only after a successful commit and checkpoint: a failure leaves the database
+byte-for-byte as it was, and a second writer waits for the first. Runs already present
+(same run id) and topologies already present (same hash) are skipped, so collecting the
+same files twice adds nothing.
 """
 
 from __future__ import annotations
@@ -25,107 +27,146 @@ import pandera.errors
 
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, read_json
-from shardscope.results.documents import tables_from_document
-from shardscope.results.schemas import TABLES
+from shardscope.results.ddl import ddl, schema_problems, upgrade  # noqa: F401  (ddl: part of this module's API)
+from shardscope.results.documents import consistency_errors, content_digest, document_kind, tables_from_document
+from shardscope.results.schemas import OWNER_KEYS, TABLES, columns, owner_key, unique_keys
+from shardscope.results.shapes import shape_errors
 
-# pandera dtype name fragment -> DuckDB type (pandas 3 names strings ``str`` or ``string[pyarrow]``).
-_SQL_TYPES = (("bool", "BOOLEAN"), ("int", "BIGINT"), ("float", "DOUBLE"), ("str", "VARCHAR"))
-_UNITS = (("_bytes", "bytes"), ("_s", "seconds"), ("_gbps", "GB/s (1e9 bytes per second, as nccl-tests)"), ("_size", "ranks"))
-
-VIEWS = {
-    "collective_peaks": """
-        SELECT r.host, r.source, r.source_file, c.op, c.world_size, r.placement, r.transport, c.dtype,
-               max(c.busbw_gbps) AS peak_busbw_gbps, max(c.algbw_gbps) AS peak_algbw_gbps,
-               arg_max(c.size_bytes, c.busbw_gbps) AS peak_at_size_bytes, r.run_id
-        FROM collectives c JOIN runs r USING (run_id)
-        GROUP BY ALL""",
-    "strategy_summary": """
-        WITH t AS (
-            SELECT r.host, tr.*, (SELECT max(m.param_bytes + m.grad_bytes + m.optim_bytes)
-                                  FROM training_memory m WHERE m.run_id = tr.run_id) AS held_bytes
-            FROM training_runs tr JOIN runs r USING (run_id))
-        SELECT t.host, t.model, t.world_size, t.placement, t.strategy, t.outcome, t.median_step_time_s,
-               t.tokens_per_s, t.mfu, t.peak_memory_bytes, t.held_bytes,
-               t.median_step_time_s / ddp.median_step_time_s AS step_time_vs_ddp,
-               t.tokens_per_s / ddp.tokens_per_s AS tokens_per_s_vs_ddp,
-               t.held_bytes / ddp.held_bytes AS held_bytes_vs_ddp, t.run_id
-        FROM t LEFT JOIN (SELECT * FROM t WHERE strategy = 'ddp' AND outcome = 'ok'
-                          QUALIFY row_number() OVER (PARTITION BY host, model, world_size, placement ORDER BY run_id) = 1) ddp
-          ON t.host IS NOT DISTINCT FROM ddp.host AND t.model = ddp.model AND t.world_size = ddp.world_size
-         AND t.placement = ddp.placement""",
-}
+#: Problems listed per input file before the rest are only counted (all are always counted).
+MAX_PROBLEMS_PER_FILE = 25
+_UNIQUENESS_CHECKS = ("multiple_fields_uniqueness", "field_uniqueness")
 
 
-def sql_type(dtype: object) -> str:
-    """The DuckDB column type of a pandera column dtype."""
-    name = str(dtype).lower()
-    return next(sql for fragment, sql in _SQL_TYPES if fragment in name)
+def read_document(path: str) -> Any:
+    """The JSON in ``path``; UserError for a missing, unreadable, binary or malformed file."""
+    if Path(path).is_dir():
+        raise UserError(f"{path}: is a directory; expected a result JSON file")
+    try:
+        return read_json(path)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file; expected a result JSON file") from None
+    except PermissionError:
+        raise UserError(f"{path}: cannot be read (permission denied)") from None
 
 
-def column_unit(name: str) -> str | None:
-    """The unit a column's name announces (``_bytes``, ``_s``, ``_gbps``), for the DDL comments."""
-    for suffix, unit in _UNITS:
-        if name.endswith(suffix):
-            return unit
-    return None
+def describe(exc: pandera.errors.SchemaErrors, where: str, table: str, frame: pd.DataFrame | None = None) -> list[str]:
+    """One line per failed (row, column, check); a row-level check is reported once per row.
 
-
-def ddl() -> list[str]:
-    """CREATE TABLE, COMMENT and VIEW statements of the whole database, generated from the schemas."""
-    statements = []
-    for table, schema in TABLES.items():
-        columns = schema.to_schema().columns
-        cols = ", ".join(f"{name} {sql_type(col.dtype)}" for name, col in columns.items())
-        statements.append(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
-        statements.append(f"COMMENT ON TABLE {table} IS '{(schema.__doc__ or '').strip().replace(chr(39), chr(39) * 2)}'")
-        for name in columns:
-            unit = column_unit(name)
-            if unit:
-                statements.append(f"COMMENT ON COLUMN {table}.{name} IS 'unit: {unit}'")
-    statements += [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
-    return statements
-
-
-def _describe(exc: pandera.errors.SchemaErrors, path: str, table: str) -> list[str]:
-    """One line per failed (row, column, check); a row-level check is reported once per row."""
+    With ``frame`` (rows read from a database), each row is also named by its run id or
+    topology hash, since its position means nothing to the reader.
+    """
     messages: list[str] = []
     for _, case in exc.failure_cases.iterrows():
-        row_check = case.get("schema_context") == "DataFrameSchema"
-        column = "(row check)" if row_check or pd.isna(case.get("column")) else case.get("column")
-        row = case.get("index")
-        where = f"row {int(row)}" if pd.notna(row) else "all rows"
-        value = "" if row_check else f" (value {case.get('failure_case')!r})"
-        line = f"{path}: table {table}, {where}, column {column}: failed {case.get('check')}{value}"
+        check, column, row = str(case.get("check")), case.get("column"), case.get("index")
+        if check == "column_in_schema":
+            line = f"{where}: table {table}: unexpected column {case.get('failure_case')!r}"
+        elif check == "column_in_dataframe":
+            line = f"{where}: table {table}: missing column {case.get('failure_case')!r}"
+        else:
+            at = f"row {int(row)}" if pd.notna(row) else "all rows"
+            if frame is not None and pd.notna(row) and int(row) in frame.index:
+                key = owner_key(table)
+                at += f" ({key} {frame.loc[int(row), key]})"
+            if check in _UNIQUENESS_CHECKS:
+                keys = ", ".join(unique_keys(table))
+                line = f"{where}: table {table}, {at}, columns {keys}: duplicated key (another row has the same values)"
+            else:
+                row_check = case.get("schema_context") == "DataFrameSchema"
+                name = "(row check)" if row_check or pd.isna(column) else column
+                value = "" if row_check else f" (value {case.get('failure_case')!r})"
+                line = f"{where}: table {table}, {at}, column {name}: failed {check}{value}"
         if line not in messages:
             messages.append(line)
     return messages
 
 
+def validate_frame(table: str, rows: list[dict[str, Any]] | pd.DataFrame, where: str,
+                   named_rows: bool = False) -> tuple[pd.DataFrame | None, list[str]]:
+    """Rows of ``table`` checked by its pandera schema: (validated frame, []) or (None, problems)."""
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=columns(table))
+    try:
+        return TABLES[table].validate(df, lazy=True), []
+    except pandera.errors.SchemaErrors as exc:
+        return None, describe(exc, where, table, df if named_rows else None)
+
+
+def _link_topologies(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]]) -> None:
+    """Tie each measured run to the topology of its host loaded in the same collect.
+
+    A run whose host matches one topology's host gets that one; otherwise the one topology
+    without a host (parsed from a saved file) if there is exactly one; a run without a host
+    (the record of a failed job) gets the topology when only one was loaded.
+    """
+    topologies = {(t["topology_hash"], t["host"]) for _, tables in parsed for t in tables.get("topologies", [])}
+    for _, tables in parsed:
+        for run in tables.get("runs", []):
+            if run["source"] != "measured" or run["topology_hash"]:
+                continue
+            if run["host"] is None:
+                matches = {h for h, _ in topologies}
+            else:
+                matches = {h for h, host in topologies if host == run["host"]} or {h for h, host in topologies if host is None}
+            if len(matches) == 1:
+                run["topology_hash"] = matches.pop()
+
+
 def validate_inputs(paths: list[str]) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """Validate every input file; return the rows per table and every error found, all at once."""
-    frames: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
     errors: list[str] = []
+    parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]] = []
+    seen_runs: dict[str, tuple[str, str]] = {}
     for path in paths:
         try:
-            tables = tables_from_document(read_json(path), path)
+            doc = read_document(path)
+            kind = document_kind(doc, path)
         except UserError as exc:
             errors.append(str(exc))
             continue
+        problems = shape_errors(doc, kind, path)
+        if problems:
+            errors.extend(problems)
+            continue
+        errors.extend(consistency_errors(doc, kind, path))
+        tables = tables_from_document(doc, path)
+        for run in tables.get("runs", []):
+            digest, first = content_digest(doc), seen_runs.get(run["run_id"])
+            if first and first[1] != digest:
+                errors.append(f"{path}: describes the same run as {first[0]} (same kind, job id, host and time, "
+                              f"run id {run['run_id']}) with different contents; keep one of them")
+            seen_runs.setdefault(run["run_id"], (path, digest))
+        parsed.append((path, tables))
+    _link_topologies(parsed)
+    frames: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
+    for path, tables in parsed:
         for table, rows in tables.items():
-            if not rows:
-                continue
-            df = pd.DataFrame(rows, columns=list(TABLES[table].to_schema().columns))
-            try:
-                frames[table].append(TABLES[table].validate(df, lazy=True))
-            except pandera.errors.SchemaErrors as exc:
-                errors.extend(_describe(exc, path, table))
-    combined = {t: pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=list(TABLES[t].to_schema().columns))
-                for t, f in frames.items()}
+            if rows:
+                df, problems = validate_frame(table, rows, path)
+                errors.extend(problems)
+                if df is not None:
+                    frames[table].append(df)
+    combined = {t: pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=columns(t)) for t, f in frames.items()}
+    order = {path: i for i, path in enumerate(paths)}
+    errors.sort(key=lambda line: order.get(line.split(": ", 1)[0], len(order)))  # stable: by input file, then as found
     if not errors:
-        runs = combined["runs"].drop_duplicates("run_id")
-        combined = {t: df[df["run_id"].isin(runs["run_id"])].drop_duplicates() for t, df in combined.items()}
-        combined["runs"] = runs
+        for key, parent in OWNER_KEYS.items():
+            combined[parent] = combined[parent].drop_duplicates(key)
+        for table, df in combined.items():
+            if table not in OWNER_KEYS.values():
+                combined[table] = df.drop_duplicates()
     return combined, errors
+
+
+def problem_report(errors: list[str], what: str = "the inputs") -> str:
+    """All problems, grouped by file in the order found, at most MAX_PROBLEMS_PER_FILE lines per file."""
+    by_file: dict[str, list[str]] = {}
+    for line in errors:
+        by_file.setdefault(line.split(": ", 1)[0], []).append(line)
+    shown: list[str] = []
+    for lines in by_file.values():
+        shown += lines[:MAX_PROBLEMS_PER_FILE]
+        if len(lines) > MAX_PROBLEMS_PER_FILE:
+            shown.append(f"{lines[0].split(': ', 1)[0]}: … and {len(lines) - MAX_PROBLEMS_PER_FILE} more problem(s) in this file")
+    return f"{len(errors)} problem(s) in {what}; nothing was loaded:\n  " + "\n  ".join(shown)
 
 
 @contextlib.contextmanager
@@ -140,46 +181,91 @@ def exclusive_lock(db: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _load(con: duckdb.DuckDBPyConnection, frames: dict[str, pd.DataFrame]) -> tuple[int, int]:
-    for statement in ddl():
-        con.execute(statement)
-    existing = {row[0] for row in con.execute("SELECT run_id FROM runs").fetchall()}
-    new_ids = set(frames["runs"]["run_id"]) - existing
-    for table, df in frames.items():
-        fresh = df[df["run_id"].isin(new_ids)]
-        if len(fresh):
-            con.register("incoming", fresh)
+def is_duckdb_file(path: Path) -> bool:
+    """Whether ``path`` starts with DuckDB's file header (the magic ``DUCK`` at byte 8)."""
+    with open(path, "rb") as handle:
+        return handle.read(12)[8:12] == b"DUCK"
+
+
+def check_database(con: duckdb.DuckDBPyConnection, db: str | os.PathLike[str], catalog: str | None = None,
+                   require_runs: bool = False) -> None:
+    """UserError naming every reason the database attached as ``catalog`` is not a shardscope one."""
+    problems = schema_problems(con, catalog, require_runs)
+    if problems:
+        raise UserError(f"{db}: not a shardscope results database this version reads: " + "; ".join(problems))
+
+
+@contextlib.contextmanager
+def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to a private copy of ``db``, taken under the lock; it replaces ``db`` only if the block succeeds.
+
+    The caller runs its transaction on the connection; on any exception the copy is thrown
+    away and ``db`` stays byte-for-byte as it was.
+    """
+    with exclusive_lock(db):
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            if db.exists():
+                if db.is_dir() or not is_duckdb_file(db):
+                    raise UserError(f"{db}: exists but is not a DuckDB database file; choose another --db path")
+                shutil.copy2(db, tmp)
+            else:
+                tmp.unlink()
+            try:
+                con = duckdb.connect(str(tmp))
+            except duckdb.Error as exc:
+                raise UserError(f"{db}: cannot be opened by DuckDB {duckdb.__version__}: {str(exc).splitlines()[0]}") from None
+            with con:
+                check_database(con, db)
+                yield con
+                con.execute("CHECKPOINT")
+            os.replace(tmp, db)
+        finally:
+            tmp.unlink(missing_ok=True)
+            Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> None:
+    """Append validated rows to ``table`` by column name."""
+    if len(df):
+        con.register("incoming", df)
+        try:
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
+        finally:
             con.unregister("incoming")
-    return len(new_ids), len(set(frames["runs"]["run_id"]) & existing)
+
+
+def _load(con: duckdb.DuckDBPyConnection, frames: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """Upgrade the layout, then insert every run and topology not present yet; counts of new and skipped."""
+    upgrade(con)
+    counts: dict[str, int] = {}
+    new_keys: dict[str, set[str]] = {}
+    for key, parent in OWNER_KEYS.items():
+        existing = {row[0] for row in con.execute(f"SELECT {key} FROM {parent}").fetchall()}
+        incoming = set(frames[parent][key])
+        new_keys[key] = incoming - existing
+        counts[f"new_{parent}"], counts[f"skipped_{parent}"] = len(incoming - existing), len(incoming & existing)
+    for table, df in frames.items():
+        key = owner_key(table)
+        insert_frame(con, table, df[df[key].isin(new_keys[key])])
+    return counts
 
 
 def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None = None) -> dict[str, Any]:
     """Validate ``inputs`` and load them into ``db`` in one transaction; see the module docstring."""
     frames, errors = validate_inputs([str(p) for p in inputs])
     if errors:
-        raise UserError(f"{len(errors)} problem(s) in the inputs; nothing was loaded:\n  " + "\n  ".join(errors))
+        raise UserError(problem_report(errors))
     target = Path(db)
-    with exclusive_lock(target):
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        tmp = Path(tmp_name)
-        try:
-            if target.exists():
-                shutil.copy2(target, tmp)
-            else:
-                tmp.unlink()
-            with duckdb.connect(str(tmp)) as con:
-                con.execute("BEGIN TRANSACTION")
-                new_runs, skipped = _load(con, frames)
-                con.execute("COMMIT")
-                con.execute("CHECKPOINT")
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-            Path(str(tmp) + ".wal").unlink(missing_ok=True)
-    summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": new_runs, "skipped_runs": skipped,
-               "rows": {t: int(len(df)) for t, df in frames.items()}}
+    with updating(target) as con:
+        con.execute("BEGIN TRANSACTION")
+        counts = _load(con, frames)
+        con.execute("COMMIT")
+    summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
+               "skipped_runs": counts["skipped_runs"], "new_topologies": counts["new_topologies"],
+               "skipped_topologies": counts["skipped_topologies"], "rows": {t: int(len(df)) for t, df in frames.items()}}
     if manifest:
         atomic_write_json(manifest, summary)
     return summary

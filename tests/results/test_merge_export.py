@@ -1,0 +1,211 @@
+"""Load -> reload -> merge -> export, end to end, and the refusals of `shardscope db merge`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from factories import REPO, collective_doc, training_doc, write_docs
+
+from shardscope.cli import main
+from shardscope.errors import UserError
+from shardscope.results.ddl import SCHEMA_VERSION
+from shardscope.results.merge import merge
+from shardscope.results.schemas import TABLES
+from shardscope.results.store import collect
+from shardscope.topology.parse import parse_file
+
+NVL_PAIRS = REPO / "tests" / "data" / "topo" / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def _machine_a(tmp: Path) -> Path:
+    """Machine A: its topology, two collectives and three strategies, loaded, reloaded, then a later run added."""
+    db = tmp / "a.duckdb"
+    topo = tmp / "a-in" / "topology.json"
+    topo.parent.mkdir(parents=True)
+    topo.write_text(json.dumps(parse_file(NVL_PAIRS).to_dict()))
+    first = [str(topo), *write_docs(tmp / "a-in", [collective_doc("all_reduce", seconds_per_byte=2e-9), collective_doc("all_gather"),
+                                                 training_doc("ddp"), training_doc("zero1", step_time_s=0.021),
+                                                 training_doc("zero3", step_time_s=0.03)])]
+    assert collect(db, first)["new_runs"] == 5
+    reload = collect(db, first)
+    assert (reload["new_runs"], reload["skipped_runs"], reload["skipped_topologies"]) == (0, 5, 1)
+    later = write_docs(tmp / "a-later", [training_doc("ddp", step_time_s=0.019, measured_at="2026-12-01T00:00:00+00:00")])
+    assert collect(db, later)["new_runs"] == 1
+    return db
+
+
+def _machine_b(tmp: Path) -> Path:
+    db = tmp / "b.duckdb"
+    collect(db, write_docs(tmp / "b-in", [collective_doc("all_reduce", host="hostB", seconds_per_byte=0.5e-9),
+                                          training_doc("ddp", host="hostB"), training_doc("fsdp", host="hostB", step_time_s=0.025)]))
+    return db
+
+
+def test_load_reload_merge_export(tmp_path):
+    a, b = _machine_a(tmp_path), _machine_b(tmp_path)
+    merged = tmp_path / "merged.duckdb"
+    summary = merge(merged, [str(a), str(b)])
+    assert (summary["new_runs"], summary["new_topologies"]) == (6 + 3, 1)
+    again = merge(merged, [str(a), str(b)])
+    assert (again["new_runs"], again["skipped_runs"], again["skipped_topologies"]) == (0, 9, 1)
+
+    for table in TABLES:  # every row of every input is there exactly once
+        expected = sum(_rows(db, f"SELECT count(*) FROM {table}")[0][0] for db in (a, b))
+        assert _rows(merged, f"SELECT count(*) FROM {table}")[0][0] == expected, table
+    assert _rows(merged, "SELECT count(*) FROM runs") == [(9,)]
+    assert _rows(merged, "SELECT count(*) FROM collectives") == [(12,)]
+    provenance = _rows(merged, "SELECT host, origin_db, count(*), count(DISTINCT source_file) FROM runs GROUP BY ALL ORDER BY 1")
+    assert provenance == [("hostA", str(a.resolve()), 6, 6), ("hostB", str(b.resolve()), 3, 3)]
+    assert _rows(a, "SELECT count(*) FROM runs WHERE origin_db IS NOT NULL") == [(0,)]  # direct loads have no origin
+    assert _rows(merged, "SELECT origin_db FROM topologies") == [(str(a.resolve()),)]
+    source_files = {r[0] for r in _rows(a, "SELECT source_file FROM runs")}
+    assert {r[0] for r in _rows(merged, "SELECT source_file FROM runs WHERE host = 'hostA'")} == source_files
+    same = "SELECT run_id, size_bytes, time_s, busbw_gbps FROM collectives ORDER BY ALL"
+    assert _rows(merged, same.replace("ORDER", "WHERE run_id IN (SELECT run_id FROM runs WHERE host = 'hostA') ORDER")) == _rows(a, same)
+
+    # a merged database merges on: the runs keep the database they first came from
+    onward = tmp_path / "onward.duckdb"
+    merge(onward, [str(merged)])
+    assert _rows(onward, "SELECT DISTINCT origin_db FROM runs ORDER BY 1") == [(str(a.resolve()),), (str(b.resolve()),)]
+
+    out = tmp_path / "export"
+    assert main(["db", "export", "--db", str(merged), "--out", str(out), "--format", "parquet"]) == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted([*(f"{t}.parquet" for t in TABLES), "collective_peaks.parquet", "strategy_summary.parquet", "schema.sql"])
+    with duckdb.connect() as con:
+        for table in TABLES:
+            parquet = str(out / f"{table}.parquet")
+            assert con.execute(f"SELECT count(*) FROM '{parquet}'").fetchone()[0] == _rows(merged, f"SELECT count(*) FROM {table}")[0][0]
+        assert con.execute(f"SELECT * FROM '{out / 'collectives.parquet'}' ORDER BY ALL").fetchall() == \
+            _rows(merged, "SELECT * FROM collectives ORDER BY ALL")
+        peaks = con.execute(f"SELECT host, fabric, label, op, round(peak_busbw_gbps, 6) FROM '{out / 'collective_peaks.parquet'}' "
+                            "WHERE op = 'all_reduce' ORDER BY host").fetchall()
+        speed = dict(con.execute(f"SELECT strategy, step_time_vs_ddp FROM '{out / 'strategy_summary.parquet'}' "
+                                 "WHERE host = 'hostB'").fetchall())
+        described = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM '{out / 'training_steps.parquet'}'").fetchall()}
+    direct = {h: round(v, 6) for h, v in _rows(merged, "SELECT r.host, max(c.busbw_gbps) FROM collectives c JOIN runs r USING (run_id) "
+                                                      "WHERE c.op = 'all_reduce' GROUP BY 1")}
+    assert peaks == [("hostA", "nvlink_islands", None, "all_reduce", direct["hostA"]), ("hostB", None, None, "all_reduce", direct["hostB"])]
+    assert direct["hostB"] > direct["hostA"]  # hostB's link was four times faster per byte
+    assert speed == {"ddp": pytest.approx(1.0), "fsdp": pytest.approx(1.25)}
+    assert described == {"run_id": "VARCHAR", "step": "BIGINT", "step_time_s": "DOUBLE", "loss": "DOUBLE"}
+    assert "COMMENT ON COLUMN collectives.busbw_gbps IS 'unit: GB/s" in (out / "schema.sql").read_text()
+
+
+def test_export_as_csv_and_the_schema_command(tmp_path, capsys):
+    db = _machine_b(tmp_path)
+    assert main(["db", "export", "--db", str(db), "--out", str(tmp_path / "csv"), "--format", "csv"]) == 0
+    header = (tmp_path / "csv" / "runs.csv").read_text().splitlines()[0]
+    assert header.split(",")[:3] == ["run_id", "kind", "source"]
+    assert len((tmp_path / "csv" / "training_steps.csv").read_text().splitlines()) == 1 + 6
+    assert not [p for p in (tmp_path / "csv").iterdir() if p.name.startswith(".")]  # no temporary folder left
+    capsys.readouterr()
+    assert main(["db", "schema"]) == 0
+    script = capsys.readouterr().out
+    assert "COMMENT ON COLUMN training_steps.step_time_s IS 'unit: seconds';" in script
+    assert "COMMENT ON COLUMN gpus.memory_bytes IS 'unit: bytes';" in script
+    with duckdb.connect() as con:  # the printed DDL is a script that builds an empty database
+        con.execute(script)
+        assert con.execute("SELECT value FROM shardscope_meta").fetchall() == [(SCHEMA_VERSION,)]
+        assert con.execute("SELECT count(*) FROM strategy_summary").fetchone()[0] == 0
+
+
+def test_export_refuses_a_missing_or_foreign_database(tmp_path):
+    from shardscope.results.export import export_database
+
+    with pytest.raises(UserError, match="nothing.duckdb: database not found"):
+        export_database(tmp_path / "nothing.duckdb", tmp_path / "x")
+    foreign = tmp_path / "foreign.duckdb"
+    with duckdb.connect(str(foreign)) as con:
+        con.execute("CREATE TABLE orders (id INTEGER)")
+    with pytest.raises(UserError, match="table 'orders' is not a shardscope table"):
+        export_database(foreign, tmp_path / "y")
+    assert not list((tmp_path / "y").iterdir())
+
+
+def _merge_refused(out: Path, inputs: list[Path], expected: list[str]) -> None:
+    before = _digest(out)
+    with pytest.raises(UserError) as info:
+        merge(out, [str(p) for p in inputs])
+    message = str(info.value)
+    assert "nothing was merged" in message.splitlines()[0]
+    for text in expected:
+        assert text in message, message
+    assert _digest(out) == before
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
+
+
+def test_merge_refuses_unknown_schemas_and_leaves_the_output_unchanged(tmp_path):
+    out = _machine_b(tmp_path)
+    a = _machine_a(tmp_path)
+    extra_table = tmp_path / "extra.duckdb"
+    newer = tmp_path / "newer.duckdb"
+    retyped = tmp_path / "retyped.duckdb"
+    for path in (extra_table, newer, retyped):
+        path.write_bytes(a.read_bytes())
+    with duckdb.connect(str(extra_table)) as con:
+        con.execute("CREATE TABLE invoices (id INTEGER)")
+    with duckdb.connect(str(newer)) as con:
+        con.execute("UPDATE shardscope_meta SET value = 'shardscope.results/99'")
+    with duckdb.connect(str(retyped)) as con:
+        con.execute("ALTER TABLE collectives ALTER time_s TYPE VARCHAR")
+    empty = tmp_path / "empty.duckdb"
+    duckdb.connect(str(empty)).close()
+    not_db = tmp_path / "results.json"
+    not_db.write_text("{}")
+    missing = tmp_path / "missing.duckdb"
+    _merge_refused(out, [a, not_db, missing], [f"{not_db}: not a DuckDB database file", f"{missing}: database not found"])
+    _merge_refused(out, [a, extra_table, newer, retyped, empty], [
+        f"{extra_table}: not a shardscope results database this version reads: table 'invoices' is not a shardscope table",
+        f"{newer}: not a shardscope results database this version reads: its layout is 'shardscope.results/99'",
+        f"{retyped}: not a shardscope results database this version reads: column collectives.time_s is VARCHAR, expected DOUBLE",
+        f"{empty}: not a shardscope results database this version reads: it has no runs table",
+    ])
+    _merge_refused(out, [out], [f"{out}: is the output database itself"])
+
+
+def test_merge_revalidates_every_row_it_copies(tmp_path):
+    out = _machine_b(tmp_path)
+    bad = tmp_path / "bad.duckdb"
+    bad.write_bytes(_machine_a(tmp_path).read_bytes())
+    with duckdb.connect(str(bad)) as con:
+        run_id = con.execute("SELECT run_id FROM training_runs WHERE strategy = 'zero1'").fetchone()[0]
+        con.execute("UPDATE training_steps SET step_time_s = -1 WHERE run_id = ? AND step = 2", [run_id])
+        con.execute("INSERT INTO collectives BY NAME SELECT * REPLACE ('no-such-run' AS run_id) FROM collectives LIMIT 1")
+    _merge_refused(out, [bad], [
+        f"{bad}: table training_steps, row 5 (run_id {run_id}), column step_time_s: failed greater_than(0) (value -1.0)",
+        f"{bad}: table collectives has 1 row(s) whose run_id is not in table runs",
+    ])
+
+
+def test_a_database_of_the_first_layout_is_upgraded_and_merged(tmp_path):
+    old = tmp_path / "old.duckdb"
+    old.write_bytes(_machine_b(tmp_path).read_bytes())
+    with duckdb.connect(str(old)) as con:  # the layout before topologies, predictions and provenance
+        con.execute("DROP VIEW collective_peaks")
+        con.execute("DROP VIEW strategy_summary")
+        for table in ("shardscope_meta", "memory_predictions", "topologies", "gpus", "links"):
+            con.execute(f"DROP TABLE {table}")
+        con.execute("ALTER TABLE runs DROP COLUMN topology_hash")
+        con.execute("ALTER TABLE runs DROP COLUMN origin_db")
+    merged = tmp_path / "merged.duckdb"
+    merge(merged, [str(old)])
+    assert _rows(merged, "SELECT count(*), count(DISTINCT origin_db), count(topology_hash) FROM runs") == [(3, 1, 0)]
+    assert _rows(merged, "SELECT count(*) FROM memory_predictions") == [(0,)]  # the old file had none to copy
+    collect(old, write_docs(tmp_path / "more", [training_doc("zero2", host="hostB")]))  # collect upgrades in place
+    assert _rows(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)]
+    assert _rows(old, "SELECT count(*), count(origin_db) FROM runs") == [(4, 0)]
+    assert _rows(old, "SELECT strategy FROM memory_predictions") == [("zero2",)]

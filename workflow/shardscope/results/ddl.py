@@ -1,0 +1,145 @@
+"""The database's DDL, generated from the pandera schemas, and the check that a database is ours.
+
+Tables and their unit comments come from :mod:`shardscope.results.schemas`; the views answer
+the questions users ask. A database records its layout version in ``shardscope_meta``; a
+database written before that table existed (layout 1) is recognised by its tables and
+upgraded in place by adding the new tables and columns (every added column is nullable).
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from shardscope.results.schemas import TABLES
+
+#: The layout this code writes, and every layout it can read (and upgrade).
+SCHEMA_VERSION = "shardscope.results/2"
+KNOWN_VERSIONS = ("shardscope.results/1", SCHEMA_VERSION)
+META_TABLE = "shardscope_meta"
+
+# pandera dtype name fragment -> DuckDB type (pandas 3 names strings ``str`` or ``string[pyarrow]``).
+_SQL_TYPES = (("bool", "BOOLEAN"), ("int", "BIGINT"), ("float", "DOUBLE"), ("str", "VARCHAR"))
+_UNITS = (("_bytes", "bytes"), ("_per_s", "per second"), ("_s", "seconds"), ("_gbps", "GB/s (1e9 bytes per second, as nccl-tests)"), ("_size", "ranks"))
+
+VIEWS = {
+    "collective_peaks": """
+        SELECT r.host, r.source, r.source_file, coalesce(r.fabric, t.fabric) AS fabric, r.label,
+               c.op, c.world_size, r.placement, r.transport, c.dtype,
+               max(c.busbw_gbps) AS peak_busbw_gbps, max(c.algbw_gbps) AS peak_algbw_gbps,
+               arg_max(c.size_bytes, c.busbw_gbps) AS peak_at_size_bytes, r.run_id
+        FROM collectives c JOIN runs r USING (run_id)
+        LEFT JOIN topologies t ON t.topology_hash = r.topology_hash
+        GROUP BY ALL""",
+    "strategy_summary": """
+        WITH t AS (
+            SELECT r.host, coalesce(r.fabric, topo.fabric) AS fabric, tr.*,
+                   (SELECT max(m.param_bytes + m.grad_bytes + m.optim_bytes)
+                    FROM training_memory m WHERE m.run_id = tr.run_id) AS held_bytes,
+                   p.total_bytes AS modeled_bytes
+            FROM training_runs tr JOIN runs r USING (run_id)
+            LEFT JOIN topologies topo ON topo.topology_hash = r.topology_hash
+            LEFT JOIN memory_predictions p ON p.run_id = tr.run_id)
+        SELECT t.host, t.fabric, t.model, t.world_size, t.placement, t.strategy, t.outcome, t.median_step_time_s,
+               t.tokens_per_s, t.mfu, t.peak_memory_bytes, t.held_bytes, t.modeled_bytes,
+               t.median_step_time_s / ddp.median_step_time_s AS step_time_vs_ddp,
+               t.tokens_per_s / ddp.tokens_per_s AS tokens_per_s_vs_ddp,
+               t.held_bytes / ddp.held_bytes AS held_bytes_vs_ddp, t.run_id
+        FROM t LEFT JOIN (SELECT * FROM t WHERE strategy = 'ddp' AND outcome = 'ok'
+                          QUALIFY row_number() OVER (PARTITION BY host, model, world_size, placement ORDER BY run_id) = 1) ddp
+          ON t.host IS NOT DISTINCT FROM ddp.host AND t.model = ddp.model AND t.world_size = ddp.world_size
+         AND t.placement = ddp.placement""",
+}
+
+
+def sql_type(dtype: object) -> str:
+    """The DuckDB column type of a pandera column dtype."""
+    name = str(dtype).lower()
+    return next(sql for fragment, sql in _SQL_TYPES if fragment in name)
+
+
+def column_unit(name: str) -> str | None:
+    """The unit a column's name announces (``_bytes``, ``_s``, ``_gbps``), for the DDL comments."""
+    for suffix, unit in _UNITS:
+        if name.endswith(suffix):
+            return unit
+    return None
+
+
+def column_types(table: str) -> dict[str, str]:
+    """Column name -> DuckDB type of ``table``, in schema order."""
+    return {name: sql_type(col.dtype) for name, col in TABLES[table].to_schema().columns.items()}
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def ddl() -> list[str]:
+    """CREATE TABLE, COMMENT and VIEW statements of the whole database, generated from the schemas."""
+    statements = [f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key VARCHAR PRIMARY KEY, value VARCHAR)",
+                  f"INSERT OR REPLACE INTO {META_TABLE} VALUES ('schema', {_quote(SCHEMA_VERSION)})"]
+    for table, schema in TABLES.items():
+        types = column_types(table)
+        cols = ", ".join(f"{name} {sql}" for name, sql in types.items())
+        statements.append(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
+        statements.append(f"COMMENT ON TABLE {table} IS {_quote(' '.join((schema.__doc__ or '').split()))}")
+        for name in types:
+            unit = column_unit(name)
+            if unit:
+                statements.append(f"COMMENT ON COLUMN {table}.{name} IS 'unit: {unit}'")
+    statements += [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
+    return statements
+
+
+def schema_text() -> str:
+    """The DDL as one SQL script (what ``shardscope db schema`` prints)."""
+    return "".join(f"{' '.join(line.strip() for line in s.splitlines() if line.strip())};\n" for s in ddl())
+
+
+def schema_problems(con: duckdb.DuckDBPyConnection, catalog: str | None = None, require_runs: bool = False) -> list[str]:
+    """What makes the database attached as ``catalog`` (default: the connection's own) not one of ours.
+
+    Ours means: its layout version is known, every table is one of :data:`TABLES` (or the
+    meta table) and every column has the name and type the schema gives it. Missing tables
+    and columns are fine (an older layout); ``require_runs`` also demands a ``runs`` table.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for table, column, data_type in con.execute(
+            "SELECT c.table_name, c.column_name, c.data_type FROM duckdb_columns() c JOIN duckdb_tables() t "
+            "USING (database_name, schema_name, table_name) WHERE c.database_name = coalesce(?, current_database()) "
+            "AND c.schema_name = 'main'", [catalog]).fetchall():
+        found.setdefault(table, {})[column] = data_type
+    problems = []
+    if META_TABLE in found:
+        versions = [v for (v,) in con.execute(f"SELECT value FROM {catalog + '.' if catalog else ''}{META_TABLE} WHERE key = 'schema'").fetchall()]
+        if versions and versions[0] not in KNOWN_VERSIONS:
+            problems.append(f"its layout is {versions[0]!r}, expected one of {', '.join(KNOWN_VERSIONS)}")
+    for table, cols in found.items():
+        if table == META_TABLE:
+            continue
+        if table not in TABLES:
+            problems.append(f"table {table!r} is not a shardscope table")
+            continue
+        expected = column_types(table)
+        for column, data_type in cols.items():
+            if column not in expected:
+                problems.append(f"table {table} has column {column!r}, which the shardscope schema does not have")
+            elif data_type != expected[column]:
+                problems.append(f"column {table}.{column} is {data_type}, expected {expected[column]}")
+    if require_runs and "runs" not in found and not problems:
+        problems.append("it has no runs table")
+    return problems
+
+
+def upgrade(con: duckdb.DuckDBPyConnection) -> None:
+    """Bring the open database to :data:`SCHEMA_VERSION`: new tables, new (nullable) columns, views."""
+    present = {(t, c) for t, c in con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main'").fetchall()}
+    tables = {t for t, _ in present}
+    for table in TABLES:
+        if table in tables:
+            for column, sql in column_types(table).items():
+                if (table, column) not in present:
+                    con.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql}")
+    for statement in ddl():
+        con.execute(statement)
