@@ -4,6 +4,7 @@ rule collect:
         topology=lambda wildcards: checkpoints.topology.get().output.json,
         collectives=collective_results,
         training=training_results,
+        emulated=emulated_results,
     output:
         manifest=f"{RESULTS}/db/collect.json",
     log:
@@ -15,4 +16,4 @@ rule collect:
         ENVS
     shell:
         "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
-        " {input.topology} {input.collectives} {input.training} > {log} 2>&1"
+        " {input.topology} {input.collectives} {input.training} {input.emulated} > {log} 2>&1"
