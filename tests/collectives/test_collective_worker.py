@@ -53,6 +53,7 @@ def test_worker_writes_a_complete_checked_document(tmp_path: Path, op: str) -> N
     assert job == {
         "job_id": f"{op}-ws2-local-default", "op": op, "world_size": 2, "placement": "local", "transport": "default",
         "dtype": "float32", "min_bytes": 1024, "max_bytes": 65536, "factor": 8, "warmup": 1, "iters": 2,
+        "check": True,
     }
 
     env = doc["env"]
@@ -63,6 +64,8 @@ def test_worker_writes_a_complete_checked_document(tmp_path: Path, op: str) -> N
     assert isinstance(env["devices"], list) and env["devices"] and all(isinstance(d, str) and d for d in env["devices"])
     assert env["world_size"] == 2 and env["local_world_size"] == 2
     assert env["threads_per_rank"] == 1
+    assert env["timing"] == "perf_counter"
+    assert env["nccl_env"] is None and env["gpu_driver"] is None and env["device_pci_bus_ids"] is None  # gloo on CPU
 
     rows = doc["rows"]
     assert [r["size_bytes"] for r in rows] == PLANNED_SIZES
@@ -70,7 +73,7 @@ def test_worker_writes_a_complete_checked_document(tmp_path: Path, op: str) -> N
         assert row["op"] == op and row["world_size"] == 2 and row["dtype"] == "float32"
         assert row["iters"] == 2 and row["warmup"] == 1
         assert row["count"] * 4 == row["size_bytes"]
-        assert row["check_ok"] is True
+        assert row["check_ok"] is True and row["wrong"] == 0
         assert row["in_place"] is (op in ("all_reduce", "broadcast", "reduce"))
         t, t_max = row["time_s"], row["time_max_s"]
         assert math.isfinite(t) and t > 0
@@ -88,6 +91,27 @@ def test_job_labels_are_passed_through(tmp_path: Path) -> None:
     assert (doc["job"]["job_id"], doc["job"]["placement"], doc["job"]["transport"]) == ("my-job", "one_island", "pcie")
     assert [r["size_bytes"] for r in doc["rows"]] == [4096]
     assert doc["rows"][0]["check_ok"] is None  # no --check: not verified, not claimed ok
+    assert doc["rows"][0]["wrong"] is None
+    assert doc["job"]["check"] is False
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_bfloat16_path_is_checked_on_gloo(tmp_path: Path, op: str) -> None:
+    # The ops the default config runs, in the dtype the GPU profile trains in; sums of rank ids
+    # are exact in bfloat16, so --check must pass with 0 wrong elements.
+    out = tmp_path / f"{op}-bf16.json"
+    proc = run_worker(tmp_path, "--op", op, "--dtype", "bfloat16", "--check", "-b", "1024", "-e", "65536", "-f", "8",
+                      "-w", "1", "-n", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    assert doc["job"]["dtype"] == "bfloat16"
+    assert [r["size_bytes"] for r in doc["rows"]] == PLANNED_SIZES
+    for row in doc["rows"]:
+        assert row["dtype"] == "bfloat16"
+        assert row["count"] * 2 == row["size_bytes"]  # 2 bytes per element
+        assert row["check_ok"] is True and row["wrong"] == 0
+        assert row["time_s"] > 0
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * FACTOR_N2[op], rel=1e-9)
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import resource
 import socket
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -53,8 +56,14 @@ def cpu_threads_per_rank(local_world_size: int) -> int:
     return max(usable // max(local_world_size, 1), 1)
 
 
-def init_distributed(prefer_gpu: bool = True) -> DistContext:
-    """Join the process group torchrun prepared (NCCL on GPUs, gloo on CPUs) and pin the device."""
+def init_distributed(prefer_gpu: bool = True, timeout_s: float | None = None) -> DistContext:
+    """Join the process group torchrun prepared (NCCL on GPUs, gloo on CPUs) and pin the device.
+
+    ``timeout_s`` bounds every collective of the group (gloo raises, NCCL's watchdog aborts),
+    so a rank that never joins ends the job instead of hanging it; None keeps torch's default.
+    """
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout_s}")
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -77,6 +86,8 @@ def init_distributed(prefer_gpu: bool = True) -> DistContext:
         kwargs: dict[str, Any] = {"backend": backend, "rank": rank, "world_size": world_size}
         if use_cuda:
             kwargs["device_id"] = device
+        if timeout_s is not None:
+            kwargs["timeout"] = _dt.timedelta(seconds=timeout_s)
         dist.init_process_group(**kwargs)
     return DistContext(rank, world_size, local_rank, local_world_size, device, backend)
 
@@ -85,6 +96,11 @@ def synchronize(ctx: DistContext) -> None:
     """Wait for this rank's queued device work to finish (a no-op on CPU, where ops are eager)."""
     if ctx.is_cuda:
         torch.cuda.synchronize(ctx.device)
+
+
+def timing_method(ctx: DistContext) -> str:
+    """How :class:`Timer` measures on this rank: ``cuda_events`` on GPU, ``perf_counter`` on CPU."""
+    return "cuda_events" if ctx.is_cuda else "perf_counter"
 
 
 class Timer:
@@ -146,11 +162,86 @@ def comm_library_version(ctx: DistContext) -> str:
     return f"gloo (torch {torch.__version__})"
 
 
+#: Where NCCL reads variables that are not in the environment (NCCL docs, "Environment Variables"):
+#: ``$NCCL_CONF_FILE`` (since 2.23; ``~/.nccl.conf`` before), then ``/etc/nccl.conf``.
+_NCCL_SYSTEM_CONF = "/etc/nccl.conf"
+_CONF_LINE = re.compile(r"^\s*(NCCL_[A-Z0-9_]+)\s*=\s*(.*?)\s*$")
+
+
+def nccl_conf_files(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The configuration files NCCL consults, in precedence order (user file, then system file)."""
+    env = os.environ if environ is None else environ
+    user = env.get("NCCL_CONF_FILE") or str(Path(env.get("HOME", "~")).expanduser() / ".nccl.conf")
+    return [Path(user), Path(_NCCL_SYSTEM_CONF)]
+
+
+def nccl_effective_env(
+    environ: Mapping[str, str] | None = None, conf_files: Sequence[str | os.PathLike[str]] | None = None
+) -> dict[str, dict[str, str]]:
+    """The NCCL_* variables NCCL will use and where each comes from (``env`` or a conf file).
+
+    A variable set in the environment wins; otherwise the first conf file that sets it does,
+    which is how NCCL itself loads them. Unreadable or absent files are skipped.
+    """
+    env = os.environ if environ is None else environ
+    files = nccl_conf_files(env) if conf_files is None else [Path(f) for f in conf_files]
+    effective = {k: {"value": v, "source": "env"} for k, v in sorted(env.items()) if k.startswith("NCCL_")}
+    for path in files:
+        try:
+            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            match = _CONF_LINE.match(line)
+            if match and match[1] not in effective:
+                effective[match[1]] = {"value": match[2], "source": str(path)}
+    return dict(sorted(effective.items()))
+
+
+def gpu_driver_version() -> str | None:
+    """The NVIDIA kernel driver version (``550.54.15``) from NVML, else /proc; None without one."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # noqa: BLE001, S110 -- no library, no driver, no GPU (NVMLError and others): try /proc
+        pass
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)", text)
+    return match[1] if match else None
+
+
+def device_pci_bus_ids(ctx: DistContext) -> list[str] | None:
+    """PCI bus ids (``0000:04:00``, as nccl-tests prints them) of the visible GPUs; None on CPU."""
+    if not ctx.is_cuda:
+        return None
+    ids = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        bus = getattr(props, "pci_bus_id", None)
+        if bus is None:
+            return None
+        ids.append(f"{getattr(props, 'pci_domain_id', 0):04x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}")
+    return ids
+
+
 def environment(ctx: DistContext) -> dict[str, Any]:
-    """The environment a result was measured in: host, versions, devices, comm variables."""
+    """The environment a result was measured in: host, versions, devices, comm variables.
+
+    On NCCL runs it adds the effective NCCL variables (environment and nccl.conf files) and
+    the GPU driver version, since both change what a bandwidth number means.
+    """
     env: dict[str, Any] = {
         "host": socket.gethostname(),
-        "measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "backend": ctx.backend,
@@ -162,6 +253,10 @@ def environment(ctx: DistContext) -> dict[str, Any]:
         "local_world_size": ctx.local_world_size,
         "threads_per_rank": torch.get_num_threads(),
         "comm_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_COMM_ENV_PREFIXES)},
+        "nccl_env": nccl_effective_env() if ctx.backend == "nccl" else None,
+        "gpu_driver": gpu_driver_version() if ctx.is_cuda else None,
+        "device_pci_bus_ids": device_pci_bus_ids(ctx),
+        "timing": timing_method(ctx),
         "git_rev": os.environ.get("SHARDSCOPE_GIT_REV"),
         "config_hash": os.environ.get("SHARDSCOPE_CONFIG_HASH"),
     }

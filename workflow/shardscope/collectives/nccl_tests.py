@@ -15,7 +15,8 @@ are compared with, and users often have old logs of it. Its table has changed ov
 The text reader is driven by the column header, so extra columns (``cputime``, per-iteration
 statistics, timestamps) do not confuse it, and it skips anything that is not a table row:
 NCCL INFO/WARN lines, MPI warnings, a line cut off at the end of a truncated file.
-Each printed line yields two rows, one per placement mode (out-of-place, in-place).
+Each printed line yields two rows, one per placement mode (out-of-place, in-place), or one
+when the other group is ``N/A`` throughout (our own report prints unmeasured placements so).
 """
 
 from __future__ import annotations
@@ -267,13 +268,20 @@ def _line_measurements(line: str, layout: _Layout, source_name: str) -> list[dic
         return []
     try:
         common = _lead_fields(tokens, layout.lead)
-        placements = [_group_fields(tokens, group) for group in layout.groups]
+        placements = [None if _group_absent(tokens, group) else _group_fields(tokens, group) for group in layout.groups]
     except ValueError:
         return []
     return [
         _measurement(common, mode, fields, source_name)
         for mode, fields in zip(PLACEMENT_MODES, placements, strict=True)
+        if fields is not None
     ]
+
+
+def _group_absent(tokens: list[str], group: dict[str, int]) -> bool:
+    """Whether a placement group is printed as ``N/A`` throughout: that placement was not measured
+    (``shardscope collectives report`` prints in-place-only ops this way)."""
+    return all(tokens[group[field]] == "N/A" for field in ("time", "algbw", "busbw"))
 
 
 def _lead_fields(tokens: list[str], lead: dict[str, int]) -> dict[str, Any]:

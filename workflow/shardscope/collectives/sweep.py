@@ -36,17 +36,22 @@ class Buffers:
 
 
 def make_buffers(op: str, size_bytes: int, world_size: int, dtype: torch.dtype, device: torch.device) -> Buffers:
-    """Allocate the buffers of ``op`` for a requested size, rounded down to whole elements per rank."""
+    """Allocate the buffers of ``op`` for a requested size, rounded down to whole elements per rank.
+
+    Buffers are zero-filled, not left uninitialised: reductions on CPU run at the speed of
+    their data (leftover denormal floats are many times slower to add), so timings must not
+    depend on what the allocator happened to hand out.
+    """
     elem = torch.tensor([], dtype=dtype).element_size()
     per_rank_split = op in ("all_gather", "reduce_scatter", "all_to_all")
     granule = elem * (world_size if per_rank_split else 1)
     count = max(size_bytes // granule, 1) * (world_size if per_rank_split else 1)
-    total = torch.empty(count, dtype=dtype, device=device)
+    total = torch.zeros(count, dtype=dtype, device=device)
     if op == "all_gather":
-        send = torch.empty(count // world_size, dtype=dtype, device=device)
+        send = torch.zeros(count // world_size, dtype=dtype, device=device)
         return Buffers(send, total, count * elem, count)
     if op == "reduce_scatter":
-        recv = torch.empty(count // world_size, dtype=dtype, device=device)
+        recv = torch.zeros(count // world_size, dtype=dtype, device=device)
         return Buffers(total, recv, count * elem, count)
-    recv = torch.empty_like(total) if op in ("all_to_all", "sendrecv") else total
+    recv = torch.zeros_like(total) if op in ("all_to_all", "sendrecv") else total
     return Buffers(total, recv, count * elem, count)
