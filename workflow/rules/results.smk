@@ -5,6 +5,7 @@ rule collect:
         collectives=collective_results,
         training=training_results,
         emulated=emulated_results,
+        peers=nccl_tests_peer_results,
     output:
         manifest=f"{RESULTS}/db/collect.json",
     log:
@@ -16,4 +17,4 @@ rule collect:
         ENVS
     shell:
         "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
-        " {input.topology} {input.collectives} {input.training} {input.emulated} > {log} 2>&1"
+        " {input.topology} {input.collectives} {input.training} {input.emulated} {input.peers} > {log} 2>&1"
