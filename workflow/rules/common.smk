@@ -47,6 +47,12 @@ def _git_rev():
 
 GIT_REV = _git_rev()
 
+# Provenance stamps reach the workers through the environment, not through rule params: a
+# param change makes Snakemake rerun the job, and a new commit or an unrelated config edit
+# must not re-run every measurement.
+os.environ["SHARDSCOPE_GIT_REV"] = GIT_REV
+os.environ["SHARDSCOPE_CONFIG_HASH"] = CONFIG_HASH
+
 
 def topology_args():
     """`detect` on this machine, or `parse FILE` when the config names a saved probe output."""
@@ -77,11 +83,11 @@ def on_gpu():
 
 
 def job_env(kind, job_id):
-    """Environment prefix of a job's shell command: visible GPUs, transport knobs, provenance."""
+    """Environment prefix of a job's shell command: visible GPUs and transport knobs."""
     job = plan_job(kind, job_id)
-    env = dict(job["env"], SHARDSCOPE_CONFIG_HASH=CONFIG_HASH, SHARDSCOPE_GIT_REV=GIT_REV)
-    if job["devices"]:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in job["devices"])
+    env = dict(job["env"])
+    if job.get("cuda_visible_devices"):
+        env["CUDA_VISIBLE_DEVICES"] = job["cuda_visible_devices"]
     return " ".join(f"{k}={v}" for k, v in sorted(env.items()))
 
 

@@ -12,7 +12,6 @@ rule emulated_collective:
         measure=1,
     params:
         py=PY,
-        env=f"SHARDSCOPE_CONFIG_HASH={CONFIG_HASH} SHARDSCOPE_GIT_REV={GIT_REV}",
         section=json.dumps(EMULATED, sort_keys=True),
         sweep=EMULATED.get("sweep", {"min_bytes": 65536, "max_bytes": 4194304, "factor": 4, "warmup": 1, "iters": 3}),
         dtype=config["collectives"]["dtype"],
@@ -20,7 +19,7 @@ rule emulated_collective:
     conda:
         ENVS
     shell:
-        "env {params.env} {params.py} -m shardscope.emulated collectives --preset {wildcards.preset}"
+        "{params.py} -m shardscope.emulated collectives --preset {wildcards.preset}"
         " --placement {wildcards.placement} --op {wildcards.op} --config-json {params.section:q} --dtype {params.dtype}"
         " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"
         " -w {params.sweep[warmup]} -n {params.sweep[iters]} {params.check} --out {output} --log {log} >> {log} 2>&1"
@@ -40,7 +39,6 @@ rule emulated_train:
         measure=1,
     params:
         py=PY,
-        env=f"SHARDSCOPE_CONFIG_HASH={CONFIG_HASH} SHARDSCOPE_GIT_REV={GIT_REV}",
         section=json.dumps(EMULATED, sort_keys=True),
         model=emulated_model(),
         size=config["cpu"],
@@ -48,7 +46,7 @@ rule emulated_train:
     conda:
         ENVS
     shell:
-        "env {params.env} {params.py} -m shardscope.emulated train --preset {wildcards.preset}"
+        "{params.py} -m shardscope.emulated train --preset {wildcards.preset}"
         " --placement {wildcards.placement} --strategy {wildcards.strategy} --config-json {params.section:q}"
         " --model {params.model:q} --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]}"
         " --dtype {params.size[dtype]} --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget}"

@@ -1,23 +1,96 @@
-FIGURE_NAMES = ["busbw_vs_size", "allreduce_peak_vs_gpus", "memory_by_strategy", "speed_vs_ddp"]
+"""Figures: the reference runs, then every figure from the database.
+
+Rule figures runs after collect in a full pipeline. Rule figures_from_db (target it by
+name, `snakemake figures_from_db`) redraws the same files from an existing database alone and
+never schedules an experiment: its only inputs are the database (ancient, so its age never
+forces a rebuild) and the reference database, rebuilt from the bundled logs if missing.
+"""
+
+import json
+import os
+from pathlib import Path
+
+FIGURE_NAMES = ["busbw_vs_size", "allreduce_peak_vs_gpus", "memory_by_strategy", "speed_vs_ddp", "decision_map"]
+FIGURE_LABELS = {
+    "busbw_vs_size": "Bus bandwidth vs message size",
+    "allreduce_peak_vs_gpus": "All-reduce peak vs GPU count",
+    "memory_by_strategy": "Memory per rank by strategy",
+    "speed_vs_ddp": "Throughput relative to DDP",
+    "decision_map": "Decision map (modeled)",
+}
+REFERENCE_SOURCE = os.path.join(workflow.basedir, "workflow", "shardscope", "figures", "reference")
+REFERENCE_RUNS = [run["file"] for run in json.loads(Path(REFERENCE_SOURCE, "runs.json").read_text())["runs"]]
+REFERENCE_DB = f"{RESULTS}/reference/reference.duckdb"
+FIGURES_DIR = f"{RESULTS}/figures"
+#: Every file `shardscope figures` writes; the PNGs go into Snakemake's report with a caption
+#: (question and computed answer) and labels. Each rule gets its own flagged copies.
+FIGURE_FILES = {
+    "pdf": [f"{FIGURES_DIR}/{name}.pdf" for name in FIGURE_NAMES],
+    "data": [f"{FIGURES_DIR}/{name}.csv" for name in FIGURE_NAMES],
+    "answers": [f"{FIGURES_DIR}/{name}.answer.rst" for name in FIGURE_NAMES],
+    "index": f"{FIGURES_DIR}/figures.json",
+}
+FIGURE_REPORT_ARGS = [
+    dict(caption=f"../report/{name}.rst", category="Figures", labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]})
+    for n, name in enumerate(FIGURE_NAMES, start=1)
+]
+FIGURE_PNGS = [f"{FIGURES_DIR}/{name}.png" for name in FIGURE_NAMES]
+
+
+rule reference_runs:
+    input:
+        manifest=f"{REFERENCE_SOURCE}/runs.json",
+        logs=[f"{REFERENCE_SOURCE}/{name}" for name in REFERENCE_RUNS],
+    output:
+        db=REFERENCE_DB,
+        docs=[f"{RESULTS}/reference/{Path(name).stem}.json" for name in REFERENCE_RUNS],
+        manifest=f"{RESULTS}/reference/collect.json",
+    log:
+        f"{RESULTS}/logs/reference_runs.log",
+    params:
+        shardscope=SHARDSCOPE,
+        source=lambda wildcards, input: os.path.dirname(input.manifest),
+    conda:
+        ENVS
+    shell:
+        "{params.shardscope} reference --db {output.db} --source {params.source} --manifest {output.manifest} > {log} 2>&1"
 
 
 rule figures:
     input:
         manifest=rules.collect.output.manifest,
+        reference=REFERENCE_DB,
     output:
-        png=[
-            report(f"{RESULTS}/figures/{name}.png", caption=f"../report/{name}.rst", category="Figures")
-            for name in FIGURE_NAMES
-        ],
-        pdf=[f"{RESULTS}/figures/{name}.pdf" for name in FIGURE_NAMES],
-        data=[f"{RESULTS}/figures/{name}.csv" for name in FIGURE_NAMES],
+        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
+        **FIGURE_FILES,
     log:
         f"{RESULTS}/logs/figures.log",
     params:
         shardscope=SHARDSCOPE,
         db=DB,
-        out=lambda wildcards, output: os.path.dirname(output.png[0]),
+        out=lambda wildcards, output: os.path.dirname(output.index),
     conda:
         ENVS
     shell:
-        "{params.shardscope} figures --db {params.db} --out {params.out} > {log} 2>&1"
+        "{params.shardscope} figures --db {params.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
+
+
+rule figures_from_db:
+    input:
+        db=ancient(DB),
+        reference=ancient(REFERENCE_DB),
+    output:
+        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
+        **FIGURE_FILES,
+    log:
+        f"{RESULTS}/logs/figures_from_db.log",
+    params:
+        shardscope=SHARDSCOPE,
+        out=lambda wildcards, output: os.path.dirname(output.index),
+    conda:
+        ENVS
+    shell:
+        "{params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
+
+
+ruleorder: figures > figures_from_db

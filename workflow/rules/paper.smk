@@ -1,16 +1,54 @@
+"""The report. Rule paper renders it after the figures of a full run; rule paper_from_db (target it
+by name, `snakemake paper_from_db`) redraws the figures and renders the report from an existing
+database alone, without scheduling any experiment."""
+
+PAPER_TEMPLATE = "paper/report.md"
+PAPER_HTML = f"{RESULTS}/paper/report.html"
+PAPER_REPORT_ARGS = dict(caption="../report/paper.rst", category="Report", labels={"document": "shardscope report"})
+
+
 rule paper:
     input:
         figures=rules.figures.output.png,
-        template="paper/report.md",
+        index=rules.figures.output.index,
+        template=PAPER_TEMPLATE,
+        reference=REFERENCE_DB,
     output:
-        report(f"{RESULTS}/paper/report.html", caption="../report/paper.rst", category="Report"),
+        html=report(PAPER_HTML, **PAPER_REPORT_ARGS),
     log:
         f"{RESULTS}/logs/paper.log",
     params:
         shardscope=SHARDSCOPE,
         db=DB,
-        figures=lambda wildcards, input: os.path.dirname(input.figures[0]),
+        figures=lambda wildcards, input: os.path.dirname(input.index),
     conda:
         ENVS
     shell:
-        "{params.shardscope} paper --db {params.db} --figures {params.figures} --source {input.template} --out {output} > {log} 2>&1"
+        "{params.shardscope} paper --db {params.db} --reference-db {input.reference} --figures {params.figures}"
+        " --source {input.template} --out {output.html} > {log} 2>&1"
+
+
+rule paper_from_db:
+    input:
+        db=ancient(DB),
+        reference=ancient(REFERENCE_DB),
+        template=PAPER_TEMPLATE,
+    output:
+        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
+        **FIGURE_FILES,
+        html=report(PAPER_HTML, **PAPER_REPORT_ARGS),
+    log:
+        f"{RESULTS}/logs/paper_from_db.log",
+    params:
+        shardscope=SHARDSCOPE,
+        figures=lambda wildcards, output: os.path.dirname(output.index),
+    conda:
+        ENVS
+    shell:
+        "( {params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.figures}"
+        " && {params.shardscope} paper --db {input.db} --reference-db {input.reference} --figures {params.figures}"
+        " --source {input.template} --out {output.html} ) > {log} 2>&1"
+
+
+ruleorder: figures > figures_from_db > paper_from_db
+ruleorder: paper > paper_from_db

@@ -8,7 +8,8 @@ import argparse
 def _cmd_paper(args: argparse.Namespace) -> int:
     from shardscope.paper.render import render_report
 
-    render_report(args.db, args.figures, args.source, args.out)
+    render_report(args.db, args.figures, args.source, args.out, reference_db=args.reference_db,
+                  bundled_reference=not args.no_reference)
     print(f"report written to {args.out}")
     return 0
 
@@ -20,4 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--figures", required=True)
     p.add_argument("--source", default="paper/report.md")
     p.add_argument("--out", required=True)
+    ref = p.add_mutually_exclusive_group()
+    ref.add_argument("--reference-db", help="list the reference runs of this database (default: the bundled ones)")
+    ref.add_argument("--no-reference", action="store_true", help="report the database's own runs only")
     p.set_defaults(func=_cmd_paper)

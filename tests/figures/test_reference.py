@@ -1,0 +1,105 @@
+"""Reference runs: bundled public logs, loaded verbatim, labelled, and drawn beside the user's runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from shardscope.collectives.nccl_tests import read_nccl_tests
+from shardscope.figures.links import NOMINAL_LINKS
+from shardscope.figures.reference import REFERENCE_DIR, build_reference_db, load_manifest, reference_document
+
+RUNS = load_manifest()
+
+
+def test_every_bundled_log_is_listed_with_a_source_and_documented():
+    sources = (REFERENCE_DIR / "SOURCES.md").read_text()
+    listed = {run.file for run in RUNS}
+    assert listed == {p.name for p in REFERENCE_DIR.glob("*.txt")}
+    for run in RUNS:
+        assert run.file in sources and run.source_url in sources
+        assert re.match(r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/", run.source_url), run.source_url
+        assert run.link is None or run.link in NOMINAL_LINKS
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.file)
+def test_bundled_logs_are_consistent_with_their_own_footer(run):
+    """Copied verbatim: every printed bandwidth matches size/time, and the footer's average matches the rows."""
+    result = read_nccl_tests(REFERENCE_DIR / run.file)
+    rows = [r for r in result.rows if r["size_bytes"] > 0]
+    assert all(r["busbw_consistent"] for r in rows)
+    mean = sum(r["busbw_gbps"] for r in result.rows) / len(result.rows)
+    assert mean == pytest.approx(result.reported_avg_busbw_gbps, abs=0.01)
+
+
+def test_reference_documents_are_labelled_and_drop_only_empty_rows():
+    for run in RUNS:
+        doc = reference_document(run)
+        parsed = read_nccl_tests(REFERENCE_DIR / run.file)
+        assert doc["kind"] == "collectives_import" and doc["source"] == "reference"
+        assert (doc["label"], doc["fabric"]) == (run.label, run.fabric)
+        assert doc["reference"]["source_url"] == run.source_url
+        assert len(doc["rows"]) == sum(r["size_bytes"] > 0 for r in parsed.rows)
+
+
+def test_reference_database_holds_every_row_with_source_label_and_fabric(reference_db):
+    with duckdb.connect(str(reference_db), read_only=True) as con:
+        runs = con.execute("SELECT source, label, fabric, job_id, world_size FROM runs ORDER BY job_id").fetchall()
+        rows = con.execute("SELECT count(*) FROM collectives").fetchone()[0]
+    assert {r[0] for r in runs} == {"reference"}
+    assert sorted((r[1], r[2], r[3]) for r in runs) == sorted(
+        (run.label, run.fabric, f"nccl-tests:reference/{run.file}") for run in RUNS)
+    assert rows == sum(len(reference_document(run)["rows"]) for run in RUNS)
+
+
+def test_rebuilding_the_reference_database_gives_the_same_runs(reference_db, tmp_path):
+    build_reference_db(tmp_path / "again.duckdb", tmp_path)
+    ids = []
+    for db in (reference_db, tmp_path / "again.duckdb"):
+        with duckdb.connect(str(db), read_only=True) as con:
+            ids.append(con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall())
+    assert ids[0] == ids[1]
+    assert not list(tmp_path.glob(".*building*"))
+
+
+def test_figures_draw_reference_runs_beside_ours_with_the_nominal_link(reference_db, drawn_with_reference):
+    plotted = pd.read_csv(drawn_with_reference / "busbw_vs_size.csv")
+    ref = plotted[plotted["source"] == "reference"]
+    with duckdb.connect(str(reference_db), read_only=True) as con:
+        truth = con.execute("""SELECT c.op, c.size_bytes, c.busbw_gbps FROM collectives c
+                               WHERE NOT c.in_place ORDER BY c.op, c.size_bytes, c.busbw_gbps""").df()
+    got = ref[["op", "size_bytes", "busbw_gbps"]].sort_values(["op", "size_bytes", "busbw_gbps"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, truth, check_dtype=False)  # out-of-place rows, exactly as loaded
+    assert ref["series"].str.endswith("(reference)").all()
+    pcie = ref[ref["fabric"] == "pcie"]
+    assert (pcie["nominal_link_gbps"] == NOMINAL_LINKS["pcie3_x16"].per_direction_gbps).all()
+    assert ref.loc[ref["fabric"] != "pcie", "nominal_link_gbps"].isna().all()
+    assert plotted.loc[plotted["source"] == "measured", "nominal_link_gbps"].isna().all()
+
+
+def test_allreduce_peaks_include_reference_machines(drawn_with_reference):
+    peaks = pd.read_csv(drawn_with_reference / "allreduce_peak_vs_gpus.csv")
+    h100 = peaks[peaks["fabric"] == "nvswitch, 2 nodes"].iloc[0]
+    assert (h100["world_size"], h100["source"]) == (16, "reference")
+    assert h100["peak_busbw_gbps"] == pytest.approx(8589934592 / 47535e-6 / 1e9 * 2 * 15 / 16)  # from size and time
+    answer = (drawn_with_reference / "allreduce_peak_vs_gpus.answer.rst").read_text()
+    assert "338.8 GB/s at 16 ranks" in answer
+
+
+def test_reference_command_and_figures_flag(module_db, tmp_path, capsys):
+    from shardscope.cli import main
+
+    assert main(["reference", "--db", str(tmp_path / "ref" / "r.duckdb"), "--manifest", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["new_runs"] == len(RUNS)
+    assert sorted(p.name for p in (tmp_path / "ref").glob("*.json")) == sorted(f"{Path(r.file).stem}.json" for r in RUNS)
+    assert main(["figures", "--db", str(module_db), "--out", str(tmp_path / "f"),
+                 "--reference-db", str(tmp_path / "ref" / "r.duckdb")]) == 0
+    assert "reference" in set(pd.read_csv(tmp_path / "f" / "busbw_vs_size.csv")["source"])
+    assert main(["reference", "--db", str(tmp_path / "x.duckdb"), "--source", str(tmp_path / "nowhere")]) == 2
+    assert "reference manifest not found" in capsys.readouterr().err
+    assert not (tmp_path / "x.duckdb").exists()

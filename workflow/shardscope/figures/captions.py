@@ -1,0 +1,159 @@
+"""The answer each figure gives, computed from the very data it plots (its CSV).
+
+Every caption states the question (in :data:`shardscope.figures.plots.FIGURES`) and one of
+these answers, so a number in a caption is always a number in the figure's data.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from shardscope.figures import decision
+from shardscope.figures.style import format_bytes_binary, format_gbps, format_params, memory_unit, strategy_name
+
+
+def _half_size(sub: pd.DataFrame) -> float:
+    """The smallest message size at which a series reaches half of its peak bus bandwidth."""
+    peak = sub["busbw_gbps"].max()
+    return float(sub.loc[sub["busbw_gbps"] >= peak / 2, "size_bytes"].min())
+
+
+def answer_busbw(df: pd.DataFrame) -> str:
+    """Per op: the best series of this machine (peak, where, half-peak size) and each reference run's peak."""
+    if df.empty:
+        return "No collective results in the database yet."
+    parts = []
+    for op, sub in df.groupby("op", sort=True):
+        ours = sub[sub["source"] != "reference"]
+        text = f"{op}:"
+        if not ours.empty:
+            best = ours.loc[ours["busbw_gbps"].idxmax()]
+            series = ours[ours["series"] == best["series"]]
+            text += (f" ours peaks at {format_gbps(best['busbw_gbps'])} at {format_bytes_binary(best['size_bytes'])}"
+                     f" ({best['series']}), half of that from {format_bytes_binary(_half_size(series))} on;")
+        refs = []
+        for series, ref in sub[sub["source"] == "reference"].groupby("series", sort=True):
+            top = ref.loc[ref["busbw_gbps"].idxmax()]
+            link = f", nominal link {format_gbps(top['nominal_link_gbps'])}" if pd.notna(top["nominal_link_gbps"]) else ""
+            refs.append(f"{format_gbps(top['busbw_gbps'])} at {format_bytes_binary(top['size_bytes'])} for {series}{link}")
+        if refs:
+            text += " reference runs reach " + "; ".join(refs) + ";"
+        parts.append(text.rstrip(";") + ".")
+    return " ".join(parts)
+
+
+def answer_peak(df: pd.DataFrame) -> str:
+    """Per fabric and series: the peak at each end of its GPU counts and the change between them."""
+    if df.empty:
+        return "No all-reduce results in the database yet."
+    parts, trends = [], 0
+    for (fabric, series), sub in df.groupby(["fabric", "series"], sort=True):
+        sub = sub.sort_values("world_size")
+        first, last = sub.iloc[0], sub.iloc[-1]
+        if len(sub) > 1:
+            trends += 1
+            change = last["peak_busbw_gbps"] / first["peak_busbw_gbps"] - 1
+            parts.append(f"{fabric}, {series}: {format_gbps(first['peak_busbw_gbps'])} at {first['world_size']} ranks"
+                         f" to {format_gbps(last['peak_busbw_gbps'])} at {last['world_size']} ({change:+.0%})")
+        else:
+            parts.append(f"{fabric}, {series}: {format_gbps(first['peak_busbw_gbps'])} at {first['world_size']} ranks")
+    note = "" if trends else " Each series has one GPU count here, so the trend with GPU count is not measured yet."
+    return "Peak all-reduce bus bandwidth: " + "; ".join(parts) + "." + note
+
+
+def answer_memory(df: pd.DataFrame) -> str:
+    """Per group: DDP's bytes, the leanest strategy's share of them, how close the model is, the rest and capacity."""
+    if df.empty:
+        return "No finished training runs in the database yet."
+    parts = []
+    for (host, model, ws), sub in df.groupby(["host", "model", "world_size"], sort=True):
+        measured = sub[sub["method"] == "measured"].set_index("strategy")
+        modeled = sub[sub["method"] == "modeled"].set_index("strategy")
+        unit, scale = memory_unit(float(measured["held_bytes"].max()))
+        least = measured["held_bytes"].idxmin()
+        clauses = []
+        if "ddp" in measured.index:
+            ddp = measured.loc["ddp", "held_bytes"]
+            clauses.append(f"DDP holds {ddp / scale:.3g} {unit} per rank in parameters, gradients and optimizer state"
+                           f" and {strategy_name(least)} {measured.loc[least, 'held_bytes'] / ddp:.0%} of that")
+        else:
+            clauses.append(f"no DDP run finished; {strategy_name(least)} holds the least,"
+                           f" {measured.loc[least, 'held_bytes'] / scale:.3g} {unit} per rank")
+        common = measured.index.intersection(modeled.index)
+        if len(common):
+            error = float((measured.loc[common, "held_bytes"] / modeled.loc[common, "held_bytes"] - 1).abs().max())
+            clauses.append(f"the ZeRO model is within {max(error, 0.01):.0%} of every measured strategy")
+        rest = measured["rest_bytes"].dropna()
+        if len(rest):
+            clauses.append(f"the rest of the peak (activations, buffers, runtime) is {rest.min() / scale:.3g}"
+                           f" to {rest.max() / scale:.3g} {unit}")
+        capacity = measured["capacity_bytes"].dropna()
+        if len(capacity):
+            peak = measured["peak_memory_bytes"].max()
+            clauses.append(f"the highest peak is {peak / 1e9:.3g} GB of the GPU's {capacity.iloc[0] / 1e9:.0f} GB")
+        parts.append(f"On {host} ({model}, {ws} ranks): " + "; ".join(clauses) + ".")
+    return " ".join(parts)
+
+
+def answer_speed(df: pd.DataFrame) -> str:
+    """Per machine and model: the fastest and slowest strategy relative to DDP, and runs that did not finish."""
+    if df.empty or not (df["outcome"] == "ok").any():
+        return "No finished training run in the database yet."
+    parts = []
+    for (fabric, host, model, ws), sub in df.groupby(["fabric", "host", "model", "world_size"], sort=True):
+        done = sub[sub["outcome"] == "ok"]
+        good = done[done["tokens_per_s_vs_ddp"].notna()].sort_values("tokens_per_s_vs_ddp")
+        text = f"{fabric}, {host}, {model} on {ws} ranks: "
+        if not good.empty:
+            fast, slow = good.iloc[-1], good.iloc[0]
+            text += (f"fastest {strategy_name(fast['strategy'])} ({fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s),"
+                     f" slowest {strategy_name(slow['strategy'])} ({slow['tokens_per_s_vs_ddp']:.2f}x)")
+        elif not done.empty:
+            fast = done.sort_values("median_step_time_s").iloc[0]
+            text += (f"no DDP baseline, so nothing is normalised; fastest that finished {strategy_name(fast['strategy'])}"
+                     f" ({fast['median_step_time_s']:.4f} s per step)")
+        else:
+            text += "no run finished"
+        failed = sub[sub["outcome"] != "ok"]
+        if len(failed):
+            text += "; did not fit or failed: " + ", ".join(
+                f"{strategy_name(s)} ({o})" for s, o in zip(failed["strategy"], failed["outcome"]))
+        parts.append(text + ".")
+    return " ".join(parts)
+
+
+def decision_name(strategy: str, order_source: str) -> str:
+    """A strategy's name on the decision map: the rule's FSDP stands for FSDP and ZeRO-3 alike."""
+    return "FSDP / ZeRO-3" if strategy == "fsdp" and order_source == "DESIGN.md rule" else strategy_name(strategy)
+
+
+def answer_decision(df: pd.DataFrame) -> str:
+    """Per panel at 80 GB per GPU: up to which size each strategy is picked, and what each preset gets."""
+    parts = []
+    for panel, sub in df.groupby("panel", sort=False):
+        source = sub["order_source"].iloc[0]
+        order = sub["order"].iloc[0].split(" > ")
+        reach, ranges = 0.0, []
+        for strategy in order:
+            limit = decision.largest_fitting_params(strategy, 80)
+            if limit > reach:
+                ranges.append(f"{decision_name(strategy, source)} up to {format_params(limit)}")
+                reach = limit
+        picks = sub[(sub["gpu_memory_gb"] == 80) & sub["preset"].notna()]
+        presets = ", ".join(f"{p} ({format_params(n)}) {decision_name(s, source)}"
+                            for p, n, s in zip(picks["preset"], picks["n_params"], picks["strategy"]))
+        parts.append(f"{sub['title'].iloc[0]} (order: {source}), 80 GB x {decision.GPUS} GPUs: "
+                     + ", then ".join(ranges) + " parameters, beyond that nothing fits"
+                     + (f"; {presets}" if presets else "") + ".")
+    return ("Modeled (ZeRO-paper memory, bf16 Adam with fp32 master weights, activations excluded): "
+            + " ".join(parts))
+
+
+_RST_SPECIAL = re.compile(r"([\\`*_|])")
+
+
+def rst_escape(text: str) -> str:
+    """``text`` with reStructuredText markup characters escaped, for Snakemake report captions."""
+    return _RST_SPECIAL.sub(r"\\\1", text)

@@ -1,0 +1,136 @@
+"""Figures 3 and 4: memory per rank by strategy, and training speed relative to DDP."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.patches import Patch
+
+from shardscope.figures.style import (
+    MEMORY_PARTS,
+    STRATEGY_COLORS,
+    STRATEGY_ORDER,
+    empty,
+    memory_unit,
+    strategy_name,
+)
+
+_PART_COLORS = sns.color_palette("deep", len(MEMORY_PARTS))
+_REST_COLOR = (0.78, 0.78, 0.78)
+
+
+def _ordered(strategies: pd.Series) -> list[str]:
+    present = set(strategies)
+    return [s for s in STRATEGY_ORDER if s in present] + sorted(present - set(STRATEGY_ORDER))
+
+
+def _held_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
+    """Stacked parameters/gradients/optimizer state, measured (solid) beside modeled (hatched)."""
+    unit, scale = memory_unit(float(sub["held_bytes"].max()))
+    x = np.arange(len(strategies))
+    for offset, method, hatch in ((-0.2, "measured", None), (0.2, "modeled", "///")):
+        part = sub[sub["method"] == method].set_index("strategy").reindex(strategies)
+        bottom = np.zeros(len(strategies))
+        for (col, _), color in zip(MEMORY_PARTS, _PART_COLORS):
+            values = part[col].fillna(0).to_numpy(dtype=float) / scale
+            ax.bar(x + offset, values, 0.38, bottom=bottom, color=color, hatch=hatch, edgecolor="white", lw=0.5)
+            bottom += values
+    ax.set_xticks(x, [strategy_name(s) for s in strategies])
+    ax.grid(axis="x", visible=False)
+    ax.set_ylabel(f"training state per rank ({unit})")
+
+
+def _peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
+    """Measured peak per rank: the training state stacked under the rest; the GPU's capacity as a line."""
+    measured = sub[sub["method"] == "measured"].set_index("strategy").reindex(strategies)
+    if measured["rest_bytes"].isna().all():
+        ax.axis("off")
+        ax.text(0.5, 0.5, "peak memory not recorded for these runs", ha="center", va="center")
+        return
+    capacity = measured["capacity_bytes"].dropna()
+    top = max(float(measured["peak_memory_bytes"].max()), float(capacity.max()) if len(capacity) else 0.0)
+    unit, scale = memory_unit(top)
+    x = np.arange(len(strategies))
+    bottom = np.zeros(len(strategies))
+    for (col, _), color in zip(MEMORY_PARTS, _PART_COLORS):
+        values = measured[col].fillna(0).to_numpy(dtype=float) / scale
+        ax.bar(x, values, 0.5, bottom=bottom, color=color, edgecolor="white", lw=0.5)
+        bottom += values
+    rest = measured["rest_bytes"].fillna(0).clip(lower=0).to_numpy(dtype=float) / scale
+    ax.bar(x, rest, 0.5, bottom=bottom, color=_REST_COLOR, edgecolor="white", lw=0.5)
+    if len(capacity):
+        ax.axhline(float(capacity.iloc[0]) / scale, color="black", ls="--", lw=1.2)
+        ax.annotate(f"GPU capacity {capacity.iloc[0] / 1e9:.0f} GB", (0.01, float(capacity.iloc[0]) / scale),
+                    xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points", fontsize="small")
+    method = measured["peak_memory_method"].dropna()
+    how = f" ({method.iloc[0]})" if len(method) else ""
+    ax.set_xticks(x, [strategy_name(s) for s in strategies])
+    ax.grid(axis="x", visible=False)
+    ax.set_ylabel(f"measured peak per rank{how} ({unit})")
+
+
+def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
+    """Top: bytes held per rank by kind, measured beside modeled. Bottom: the measured peak and what it is made of."""
+    if df.empty:
+        return empty("No finished training runs in the database yet.")
+    groups = list(df.groupby(["host", "model", "world_size"], sort=True))
+    width = max(7.5, 0.9 * max(len(set(g["strategy"])) for _, g in groups) + 2)
+    fig, axes = plt.subplots(2, len(groups), figsize=(width * len(groups), 8), squeeze=False)
+    for column, ((host, model, ws), sub) in enumerate(groups):
+        strategies = _ordered(sub["strategy"])
+        _held_panel(axes[0][column], sub, strategies)
+        _peak_panel(axes[1][column], sub, strategies)
+        dtype = sub["dtype"].dropna()
+        axes[0][column].set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {host}\n"
+                                  "parameters, gradients, optimizer state: measured | modeled", fontsize="medium")
+        axes[1][column].set_title("measured peak = training state + the rest", fontsize="medium")
+    handles = [Patch(facecolor=c, label=label) for (_, label), c in zip(MEMORY_PARTS, _PART_COLORS)]
+    handles += [Patch(facecolor=_REST_COLOR, label="the rest of the peak (activations, buffers, runtime)"),
+                Patch(facecolor="white", edgecolor="black", label="measured (solid)"),
+                Patch(facecolor="white", edgecolor="black", hatch="///", label="ZeRO-paper model (hatched, modeled)")]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize="small", frameon=False)
+    fig.suptitle("Memory per rank by strategy")
+    fig.tight_layout()
+    return fig
+
+
+_OUTCOME_TEXT = {"oom": "OOM", "over_budget": "over\nbudget", "failed": "failed"}
+
+
+def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
+    """Tokens/s of each strategy relative to DDP's, one panel per fabric, machine, model and GPU count.
+
+    A panel without a finished DDP run has nothing to normalise to: it shows each strategy's
+    outcome instead of bars, so a DDP that ran out of memory is visible rather than dropped.
+    """
+    if df.empty or not (df["outcome"] == "ok").any():
+        return empty("No finished training run in the database yet.")
+    facets = list(df.groupby(["fabric", "host", "model", "world_size"], sort=True))
+    ratios = df.loc[(df["outcome"] == "ok"), "tokens_per_s_vs_ddp"].dropna()
+    top = float(ratios.max()) if len(ratios) else 1.0
+    fig, axes = plt.subplots(1, len(facets), figsize=(max(6.5, 0.85 * df["strategy"].nunique() + 2) * len(facets), 4.6),
+                             sharey=True, squeeze=False)
+    for ax, ((fabric, host, model, ws), sub) in zip(axes[0], facets):
+        strategies = _ordered(sub["strategy"])
+        rows = sub.set_index("strategy").reindex(strategies)
+        x = np.arange(len(strategies))
+        values = rows["tokens_per_s_vs_ddp"].where(rows["outcome"] == "ok").to_numpy(dtype=float)
+        ax.bar(x, np.nan_to_num(values), 0.6, color=[STRATEGY_COLORS.get(s, "grey") for s in strategies])
+        for i, (value, outcome) in enumerate(zip(values, rows["outcome"])):
+            if np.isfinite(value):
+                text = f"{value:.2f}x"
+            else:
+                text = _OUTCOME_TEXT.get(outcome, "no DDP\nbaseline" if outcome == "ok" else str(outcome))
+            ax.annotate(text, (i, value if np.isfinite(value) else 0), ha="center", va="bottom",
+                        xytext=(0, 2), textcoords="offset points", fontsize="small")
+        ax.axhline(1.0, color="black", lw=1, ls="--")
+        ax.grid(axis="x", visible=False)
+        ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")
+        ax.set_title(f"{fabric} · {host}\n{model} on {ws} ranks", fontsize="medium")
+        ax.set_ylim(0, max(1.2, top * 1.15))
+    axes[0][0].set_ylabel("tokens/s relative to DDP (higher is faster)")
+    fig.suptitle("Training throughput relative to DDP (dashed line: DDP)")
+    fig.tight_layout()
+    return fig

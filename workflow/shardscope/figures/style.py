@@ -1,0 +1,79 @@
+"""Shared look of every figure: names and colours of strategies, unit formatting, saving."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
+
+STRATEGY_ORDER = ["ddp", "zero0", "zero1", "zero2", "fsdp_grad_op", "zero3", "fsdp"]
+STRATEGY_NAMES = {"ddp": "DDP", "zero0": "ZeRO-0", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
+                  "fsdp_grad_op": "FSDP grad-op", "zero3": "ZeRO-3", "fsdp": "FSDP", "none": "nothing fits (more GPUs or offload)"}
+_PALETTE = sns.color_palette("colorblind", 8)
+STRATEGY_COLORS = {s: _PALETTE[i] for i, s in enumerate(STRATEGY_ORDER)} | {"none": (0.85, 0.85, 0.85)}
+MEMORY_PARTS = [("param_bytes", "parameters"), ("grad_bytes", "gradients"), ("optim_bytes", "optimizer state")]
+DPI = 130
+
+
+def strategy_name(strategy: str) -> str:
+    """Display name of a strategy key (``zero3`` -> ``ZeRO-3``)."""
+    return STRATEGY_NAMES.get(strategy, strategy)
+
+
+def format_bytes_binary(value: float) -> str:
+    """A message size in binary units, as nccl-tests sweeps are powers of two (``4194304`` -> ``4 MiB``)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            number = value / scale
+            return f"{number:.0f} {unit}" if number == int(number) else f"{number:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def format_gbps(value: float) -> str:
+    """A bandwidth in GB/s with three significant digits or two decimals, whichever is finer."""
+    return f"{value:.2f} GB/s" if value < 100 else f"{value:.1f} GB/s"
+
+
+def format_params(n: float) -> str:
+    """A parameter count in millions or billions (``7.24e9`` -> ``7.24 B``)."""
+    return f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M"
+
+
+def memory_unit(max_bytes: float) -> tuple[str, float]:
+    """The decimal unit (label, bytes) that keeps the largest bar between 1 and 1000."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if max_bytes >= scale:
+            return unit, scale
+    return "bytes", 1.0
+
+
+def log2_bytes_axis(ax: plt.Axes, low_bytes: float, high_bytes: float) -> None:
+    """A log-2 message-size axis labelled in B/KiB/MiB/GiB, every power of 4 (16 when it spans many decades)."""
+    ax.set_xscale("log", base=2)
+    span = math.log2(max(high_bytes, 2.0) / max(low_bytes, 1.0))
+    ax.xaxis.set_major_locator(LogLocator(base=16 if span > 22 else 4, numticks=30))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes_binary(v)))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.tick_params(axis="x", labelrotation=45)
+
+
+def empty(message: str) -> plt.Figure:
+    """A small figure that says there is nothing to draw yet (the file still exists)."""
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
+    return fig
+
+
+def save(fig: plt.Figure, path: Path, fmt: str) -> None:
+    """Save ``fig`` to ``path`` through a temporary file and a rename (never a half-written figure)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight")
+    os.replace(tmp, path)

@@ -1,0 +1,175 @@
+"""Everything the report template may use, queried from the database when the report is built.
+
+Numbers and tables come from the same queries as the figures; each figure's caption (its
+question and the answer computed from its data) comes from the ``figures.json`` that
+``shardscope figures`` wrote beside the PNGs, so captions always match the images embedded.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from shardscope.errors import UserError
+from shardscope.figures import queries
+from shardscope.figures.captions import decision_name
+from shardscope.figures.decision import decision_map
+from shardscope.figures.plots import FIGURES
+from shardscope.figures.reference import load_manifest, reference_database
+from shardscope.figures.sources import open_results, require_database
+from shardscope.figures.style import format_bytes_binary, format_params, strategy_name
+from shardscope.training.memory_model import memory_table
+
+
+def markdown_table(df: pd.DataFrame, formats: dict[str, str] | None = None) -> str:
+    """A DataFrame as a Markdown table, with per-column format specs (``'{:.2f}'``); text is HTML-escaped."""
+    if df.empty:
+        return "_(no rows)_"
+    formats = formats or {}
+
+    def cell(col: str, value: Any) -> str:
+        if value is None or (isinstance(value, float) and pd.isna(value)):
+            return "–"
+        text = formats[col].format(value) if col in formats else str(value)
+        return html.escape(text, quote=False).replace("|", "&#124;")
+
+    header = "| " + " | ".join(df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(cell(c, v) for c, v in zip(df.columns, row)) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def figure_index(figures_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The figures' numbers, questions and answers written by ``shardscope figures``; UserError if absent."""
+    path = Path(figures_dir) / "figures.json"
+    if not path.exists():
+        raise UserError(f"{path}: figure index not found; run `shardscope figures` first")
+    return {entry["name"]: entry for entry in json.loads(path.read_text(encoding="utf-8"))["figures"]}
+
+
+def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> str:
+    """One figure as HTML: the PNG inlined as base64 and a caption with its question and answer."""
+    png = Path(figures_dir) / f"{entry['name']}.png"
+    if not png.exists():
+        raise UserError(f"{png}: figure not found; run `shardscope figures` first")
+    data = base64.b64encode(png.read_bytes()).decode()
+    return (f'<figure id="fig-{entry["name"]}"><img alt="{html.escape(entry["title"])}" src="data:image/png;base64,{data}">'
+            f'<figcaption><strong>Figure {entry["number"]}. {html.escape(entry["title"])}.</strong> '
+            f'{html.escape(entry["question"])} <em>{html.escape(entry["answer"])}</em></figcaption></figure>')
+
+
+def _measured_summary(con: Any) -> dict[str, Any]:
+    return con.execute("""
+        SELECT count(*) AS runs, count(DISTINCT host) AS hosts, min(measured_at) AS first, max(measured_at) AS last,
+               string_agg(DISTINCT devices, '; ') AS devices, string_agg(DISTINCT torch_version, ', ') AS torch,
+               string_agg(DISTINCT comm_library, ', ') AS comm
+        FROM all_runs WHERE source = 'measured'""").df().iloc[0].to_dict()
+
+
+def _reference_sources(references: pd.DataFrame) -> pd.DataFrame:
+    """Reference runs in the database joined with their bundled source (hardware and address)."""
+    by_file = {f"nccl-tests:reference/{run.file}": run for run in load_manifest()}
+    rows = []
+    for rec in references.to_dict("records"):
+        run = by_file.get(rec["job_id"])
+        rows.append({"reference run": rec["label"], "fabric": rec["fabric"], "op": rec["op"], "ranks": rec["world_size"],
+                     "hardware": run.hardware if run else rec["devices"], "source": run.source_url if run else rec["job_id"]})
+    return pd.DataFrame(rows)
+
+
+def _recommendations(speed: pd.DataFrame) -> list[str]:
+    """One sentence per machine, model and GPU count measured: the fastest strategy and the leanest one."""
+    sentences = []
+    for (fabric, host, model, ws), sub in speed.groupby(["fabric", "host", "model", "world_size"], sort=True):
+        ok = sub[sub["outcome"] == "ok"]
+        if ok.empty:
+            continue
+        fast = ok.sort_values("median_step_time_s").iloc[0]
+        lean = ok.sort_values("held_bytes").iloc[0]
+        text = (f"On {host} ({fabric}), {model} on {ws} ranks: {strategy_name(fast['strategy'])} was fastest"
+                f" ({fast['median_step_time_s']:.4f} s per step)")
+        if lean["strategy"] != fast["strategy"] and pd.notna(lean["held_bytes_vs_ddp"]) and pd.notna(lean["tokens_per_s_vs_ddp"]):
+            text += (f"; {strategy_name(lean['strategy'])} holds the least ({lean['held_bytes_vs_ddp']:.0%} of DDP's"
+                     f" bytes) at {lean['tokens_per_s_vs_ddp']:.2f}x DDP's throughput")
+        failed = sub[sub["outcome"] != "ok"]
+        if len(failed):
+            text += "; " + ", ".join(f"{strategy_name(s)} ended {o}" for s, o in zip(failed["strategy"], failed["outcome"]))
+        sentences.append(text + ".")
+    return sentences
+
+
+def _decision_table(decision: pd.DataFrame) -> pd.DataFrame:
+    presets = decision[decision["preset"].notna()]
+    table = presets.assign(
+        pick=[decision_name(s, o) for s, o in zip(presets["strategy"], presets["order_source"])],
+        model=[f"{p} ({format_params(n)})" for p, n in zip(presets["preset"], presets["n_params"])],
+        panel=presets["title"])
+    wide = table.pivot_table(index=["model", "n_params", "panel"], columns="gpu_memory_gb", values="pick", aggfunc="first")
+    wide = wide.reset_index().sort_values(["n_params", "panel"]).drop(columns="n_params")
+    wide.columns = [c if isinstance(c, str) else f"{c} GB x 8" for c in wide.columns]
+    return wide
+
+
+def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str],
+                   reference_db: str | os.PathLike[str] | None = None, bundled_reference: bool = True) -> dict[str, Any]:
+    """Everything the template may use: tables, facts, recommendations and figures, all from the database.
+
+    Reference runs come from ``reference_db``, else from the bundled logs (``bundled_reference``),
+    as for the figures.
+    """
+    require_database(db)
+    index = figure_index(figures_dir)
+    missing = [f.name for f in FIGURES if f.name not in index]
+    if missing:
+        raise UserError(f"{Path(figures_dir) / 'figures.json'}: lacks {', '.join(missing)}; run `shardscope figures` again")
+    with reference_database(reference_db, bundled_reference) as ref, open_results(db, ref) as con:
+        speed = queries.strategy_speed(con)
+        peaks = queries.collective_peaks(con)
+        references = queries.reference_runs(con)
+        runs = _measured_summary(con)
+    decision = decision_map(speed)
+    ok = speed[speed["outcome"] == "ok"]
+    ours = peaks[peaks["source"] != "reference"].drop(columns="source")
+    theirs = peaks[peaks["source"] == "reference"].drop(columns="source")
+    mistral = pd.DataFrame(memory_table("mistral-7b", "all", 8))
+    gb = "{:.1f}"
+    peak_formats = {"peak_busbw_gbps": "{:.3f}"}
+    return {
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "runs": runs,
+        "reference_count": len(references),
+        "fastest": ok.sort_values("median_step_time_s").iloc[0].to_dict() if not ok.empty else None,
+        "smallest": ok.sort_values("held_bytes").iloc[0].to_dict() if not ok.empty else None,
+        "mistral_ddp_gb": memory_table("mistral-7b", "ddp", 1)[0]["total_bytes"] / 1e9,
+        "recommendations": _recommendations(speed),
+        "answers": {name: entry["answer"] for name, entry in index.items()},
+        "figures": {name: figure_html(figures_dir, entry) for name, entry in index.items()},
+        "tables": {
+            "strategy_summary": markdown_table(
+                speed[["host", "fabric", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",
+                       "step_time_vs_ddp", "tokens_per_s_vs_ddp", "held_bytes", "held_bytes_vs_ddp", "peak_memory_bytes"]],
+                {"median_step_time_s": "{:.4f}", "tokens_per_s": "{:.0f}", "step_time_vs_ddp": "{:.2f}",
+                 "tokens_per_s_vs_ddp": "{:.2f}", "held_bytes_vs_ddp": "{:.2f}", "held_bytes": "{:,}",
+                 "peak_memory_bytes": "{:,}"}),
+            "collective_peaks": markdown_table(
+                ours.assign(peak_at=ours["peak_at_size_bytes"].map(format_bytes_binary)).drop(columns="peak_at_size_bytes"),
+                peak_formats),
+            "reference_peaks": markdown_table(
+                theirs.assign(peak_at=theirs["peak_at_size_bytes"].map(format_bytes_binary)).drop(columns="peak_at_size_bytes"),
+                peak_formats),
+            "reference_sources": markdown_table(_reference_sources(references)),
+            "mistral_memory": markdown_table(
+                mistral.assign(params_gb=mistral["param_bytes"] / 1e9, grads_gb=mistral["grad_bytes"] / 1e9,
+                               optimizer_gb=mistral["optim_bytes"] / 1e9, total_gb=mistral["total_bytes"] / 1e9)
+                [["strategy", "gpus", "params_gb", "grads_gb", "optimizer_gb", "total_gb"]],
+                {"params_gb": gb, "grads_gb": gb, "optimizer_gb": gb, "total_gb": gb}),
+            "decision": markdown_table(_decision_table(decision)),
+        },
+    }
