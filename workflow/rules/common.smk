@@ -47,11 +47,10 @@ def _git_rev():
 
 GIT_REV = _git_rev()
 
-# Provenance stamps reach the workers through the environment, not through rule params: a
-# param change makes Snakemake rerun the job, and a new commit or an unrelated config edit
-# must not re-run every measurement.
-os.environ["SHARDSCOPE_GIT_REV"] = GIT_REV
-os.environ["SHARDSCOPE_CONFIG_HASH"] = CONFIG_HASH
+# Provenance stamps reach the workers through the environment, not through the params of a
+# job (a param change makes Snakemake rerun the job; a new commit or an unrelated config edit
+# must not re-run every measurement).
+os.environ.update(SHARDSCOPE_GIT_REV=GIT_REV, SHARDSCOPE_CONFIG_HASH=CONFIG_HASH)
 
 
 def topology_args():
