@@ -35,7 +35,7 @@ def collective_doc(op: str = "all_reduce", world_size: int = 2, host: str = "hos
 
 
 #: bytes per parameter held (params, grads, optimizer) per strategy on 2 ranks in fp32, as measured.
-HELD_PER_PARAM = {"ddp": (4, 4, 8), "fsdp": (2, 2, 4), "zero1": (4, 2, 6), "zero2": (4, 2, 6), "zero3": (2, 2, 4)}
+HELD_PER_PARAM = {"ddp": (4, 4, 8), "fsdp": (2, 2, 4), "zero1": (4, 2, 6), "zero2": (4, 2, 6), "zero3": (2, 2, 6)}
 
 
 def training_doc(strategy: str = "ddp", host: str = "hostA", step_time_s: float = 0.02, n_params: int = 787072,

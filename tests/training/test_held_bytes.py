@@ -129,3 +129,19 @@ def test_count_storages_excludes_and_skips_empty() -> None:
 def test_local_tensor_of_a_plain_tensor_is_itself() -> None:
     t = torch.zeros(3)
     assert local_tensor(t) is t
+
+
+def test_master_partition_outside_param_groups_is_optimizer_state() -> None:
+    """ZeRO-3 empties the torch optimizer's param_groups between steps; its fp32 master still counts."""
+    param = torch.nn.Parameter(torch.zeros(10))
+    inner = torch.optim.AdamW([param])
+    inner.param_groups[0]["params"] = []  # as DeepSpeed's stage 3 leaves it outside step()
+
+    class Stage3Like:
+        def __init__(self) -> None:
+            self.optimizer = inner
+            self.fp32_partitioned_groups_flat = [torch.zeros(100)]
+
+    model = torch.nn.Linear(2, 2, bias=False)
+    held = measure_held_bytes(model, Stage3Like())
+    assert held == HeldBytes(param_bytes=4 * 4, grad_bytes=0, optim_bytes=400)

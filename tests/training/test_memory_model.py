@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardscope.training.memory_model import SHARDED, bytes_per_param, memory_table, predict_memory
+from shardscope.training.memory_model import SHARDED, BytesPerParam, assumptions, bytes_per_param, memory_table, predict_memory
 from shardscope.training.strategies import STRATEGIES
 
 PSI = 7_241_732_096  # Mistral-7B; divisible by 64, so every N below divides it
@@ -106,3 +106,45 @@ def test_memory_table_for_all_strategies() -> None:
     assert {r["model"] for r in rows} == {"llama-1b"}
     assert {r["n_params"] for r in rows} == {1_235_814_400}
     assert {r["dtype"] for r in rows} == {"bfloat16"}
+
+
+# --------------------------------------------------------------------------- explicit assumptions
+
+
+def test_assumptions_default_to_the_dtype_and_say_so() -> None:
+    assert (assumptions("bfloat16").param_bytes, assumptions("bfloat16").optim_bytes) == (2, 12)
+    assert "master" in assumptions("bfloat16").description
+    no_master = assumptions("bfloat16", master_weights=False)
+    assert (no_master.param_bytes, no_master.grad_bytes, no_master.optim_bytes) == (2, 2, 8)
+    assert "no master copy" in no_master.description
+    fp32 = assumptions("float32")
+    assert (fp32.param_bytes, fp32.grad_bytes, fp32.optim_bytes, fp32.total_bytes) == (4, 4, 8, 16)
+
+
+def test_overrides_replace_only_what_is_given() -> None:
+    custom = assumptions("bfloat16", optim_bytes=2)  # e.g. 8-bit Adam: two 1-byte moments
+    assert (custom.param_bytes, custom.grad_bytes, custom.optim_bytes) == (2, 2, 2)
+    assert "overridden: optim 2 B" in custom.description
+    row = predict_memory(PSI, "ddp", 1, per_param=custom)
+    assert row["total_bytes"] == 6 * PSI
+    assert set(row) == {"strategy", "gpus", "dtype", "n_params", "param_bytes", "grad_bytes", "optim_bytes",
+                        "total_bytes", "method"}  # the database's columns, whatever the assumption
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"param_bytes": -1, "grad_bytes": 2, "optim_bytes": 8}, {"param_bytes": float("nan"), "grad_bytes": 2, "optim_bytes": 8},
+     {"param_bytes": True, "grad_bytes": 2, "optim_bytes": 8}, {"param_bytes": 0, "grad_bytes": 0, "optim_bytes": 0}],
+)
+def test_bytes_per_param_is_validated(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match="bytes"):
+        BytesPerParam(**kwargs)
+
+
+def test_memory_table_marks_what_fits() -> None:
+    rows = {r["strategy"]: r for r in memory_table("mistral-7b", "all", 8, gpu_memory_gb=20)}
+    assert rows["ddp"]["fits"] is False and rows["zero3"]["fits"] is True  # 116 GB vs 14.5 GB against 20 GB
+    assert rows["zero3"]["gpu_memory_bytes"] == 20 * 10**9
+    assert rows["ddp"]["bytes_per_param"]["optim_bytes"] == 12
+    with pytest.raises(ValueError, match="zero4"):
+        memory_table("tiny", "zero4", 2)

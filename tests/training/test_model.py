@@ -8,7 +8,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from shardscope.training.model import GPT, PRESETS, ModelConfig, assert_param_count, resolve_model, synthetic_batch
+from shardscope.training.model import (
+    GPT,
+    PRESETS,
+    ModelConfig,
+    assert_param_count,
+    parse_model_spec,
+    resolve_model,
+    synthetic_batch,
+)
 
 
 def published_count(layers: int, d: int, heads: int, kv_heads: int, ff: int, vocab: int, tied: bool) -> int:
@@ -148,11 +156,30 @@ def test_resolve_validates_overrides() -> None:
         resolve_model({"preset": "tiny", "d_model": 130})  # 130 % 4 != 0
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: resolve_model({'preset': <unknown>}) raises a bare KeyError, "
-                                       "not the ValueError naming the preset that the string form raises")
 def test_resolve_unknown_preset_in_dict_raises_value_error() -> None:
     with pytest.raises(ValueError, match="nope"):
         resolve_model({"preset": "nope", "n_layers": 2})
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ({"preset": "tiny", "n_layerz": 2}, "n_layerz"),  # a typo is named, not a TypeError
+        ({"n_layers": 2, "d_model": 32}, "n_heads"),  # explicit dimensions must be complete
+        ({"preset": 3}, "3"),
+        (["tiny"], "list"),
+    ],
+)
+def test_resolve_rejects_bad_specs_with_a_value_error(spec: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        resolve_model(spec)  # type: ignore[arg-type]
+
+
+def test_parse_model_spec() -> None:
+    assert parse_model_spec("tiny") == "tiny"
+    assert parse_model_spec(' {"preset": "tiny", "n_layers": 3}') == {"preset": "tiny", "n_layers": 3}
+    with pytest.raises(ValueError, match="JSON"):
+        parse_model_spec('{"preset": ')
 
 
 # --------------------------------------------------------------------------- forward and data

@@ -1,15 +1,15 @@
 """`shardscope train` end to end: torchrun, 2 CPU ranks, the tiny model, 1 warmup + 2 steps.
 
-DDP and ZeRO-3 run once each for the whole module (about 5 s and 10 s; the first ZeRO run
-on a fresh machine also builds DeepSpeed's CPU comm op). A model that cannot be built is a
-result with outcome ``failed``, not a crash.
+The runs come from the session's ``strategy_runs`` (tests/training/conftest.py): every
+strategy once, shared with the proof test. Bad input stops in the launcher, before torchrun,
+with one sentence and exit status 2; a job that fails inside torchrun is a result with
+outcome ``failed``, not a crash.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,30 +23,9 @@ STRATEGIES = ("ddp", "zero3")
 PSI = PRESETS["tiny"].param_count()
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, SHARDSCOPE_THREADS_PER_RANK="1")
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    return env
-
-
-def train(tmp: Path, strategy: str, model: str, name: str) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
-    out, log = tmp / f"{name}.json", tmp / "logs" / f"{name}.log"
-    cmd = [sys.executable, "-m", "shardscope", "train", "--strategy", strategy, "--model", model, "--nproc", "2",
-           "--warmup", "1", "--steps", "2", "--cpu", "--out", str(out), "--log", str(log)]
-    proc = subprocess.run(cmd, cwd=tmp, env=_env(), capture_output=True, text=True, timeout=600, check=False)
-    return proc, out, log
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    results = {}
-    for strategy in STRATEGIES:
-        tmp = tmp_path_factory.mktemp(strategy)
-        proc, out, log = train(tmp, strategy, "tiny", strategy)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        results[strategy] = {"doc": json.loads(out.read_text()), "dir": tmp, "log": log, "out": out}
-    return results
+def runs(strategy_runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return strategy_runs
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -98,20 +77,58 @@ def test_zero3_shards_parameters_gradients_and_optimizer_state(runs: dict[str, d
     for rank in runs["zero3"]["doc"]["ranks"]:
         for key in ("param_bytes", "grad_bytes", "optim_bytes"):
             assert 0 < rank[key] < ddp[rank["rank"]][key], key
-            # two ranks: about half of DDP's (DeepSpeed may pad partitions a little)
-            assert rank[key] <= 0.6 * ddp[rank["rank"]][key], key
+            # two ranks: about half of DDP's (DeepSpeed may pad partitions a little); the optimizer
+            # state also holds DeepSpeed's fp32 master partition, 3/4 of DDP's moments-only state
+            limit = 0.8 if key == "optim_bytes" else 0.6
+            assert rank[key] <= limit * ddp[rank["rank"]][key], key
     assert runs["zero3"]["doc"]["job"]["deepspeed_config"]["zero_optimization"]["stage"] == 3
 
 
-def test_unbuildable_model_becomes_a_failed_result(tmp_path: Path) -> None:
-    bad = json.dumps({"n_layers": 2, "d_model": 30, "n_heads": 4, "n_kv_heads": 4, "d_ff": 64, "vocab_size": 100})
-    out = tmp_path / "bad.json"
+BAD_DIMS = json.dumps({"n_layers": 2, "d_model": 30, "n_heads": 4, "n_kv_heads": 4, "d_ff": 64, "vocab_size": 100})
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--model", "gpt3"], "gpt3"),
+        (["--model", json.dumps({"preset": "nope", "n_layers": 2})], "nope"),
+        (["--model", BAD_DIMS], "d_model"),
+        (["--model", "tiny", "--micro-batch", "0"], "--micro-batch"),
+        (["--model", "tiny", "--seq-len", "129"], "max_seq_len"),
+        (["--model", "tiny", "--strategy", "zero4"], "zero4"),
+        (["--model", "tiny", "--nproc", "0"], "--nproc"),
+        (["--model", "tiny", "--warmup", "0"], "--warmup"),
+        (["--model", "{not json"], "JSON"),
+    ],
+    ids=["unknown-preset", "unknown-preset-in-dict", "heads-do-not-divide", "micro-batch-0", "seq-too-long",
+         "unknown-strategy", "no-ranks", "no-warmup", "bad-json"],
+)
+def test_bad_input_stops_before_torchrun(tmp_path: Path, flags: list[str], fragment: str) -> None:
+    out, log = tmp_path / "r.json", tmp_path / "logs" / "r.log"
+    args = {"--strategy": "ddp", "--nproc": "2"}
+    for key, value in zip(flags[::2], flags[1::2]):
+        args[key] = value
+    cmd = [sys.executable, "-m", "shardscope", "train", *[x for kv in args.items() for x in kv], "--cpu",
+           "--out", str(out), "--log", str(log)]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardscope: error:") and fragment in lines[0], proc.stderr
+    assert not out.exists() and not log.exists()  # nothing launched, nothing written
+
+
+def test_failure_inside_the_job_becomes_a_failed_result(tmp_path: Path) -> None:
+    """The launcher's own checks are bypassed here, so the worker meets the bad model inside torchrun."""
+    from shardscope.training.launch import launch
+
+    out, log = tmp_path / "bad.json", tmp_path / "logs" / "bad.log"
     # stale files of an earlier attempt must not leak into this result
     out.write_text(json.dumps({"outcome": "ok"}))
     (tmp_path / "bad.json.rank7.error.json").write_text(json.dumps({"rank": 7, "oom": True, "error": "stale"}))
 
-    proc, out, _ = train(tmp_path, "ddp", bad, "bad")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    worker_args = ["--strategy", "ddp", "--model", BAD_DIMS, "--warmup", "1", "--steps", "1", "--cpu"]
+    job = {"job_id": None, "strategy": "ddp", "model": "custom", "placement": "local"}
+    assert launch(2, worker_args, job, str(out), str(log), cpu=True) == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == "shardscope.training/1"
     assert doc["outcome"] == "failed"
@@ -119,4 +136,4 @@ def test_unbuildable_model_becomes_a_failed_result(tmp_path: Path) -> None:
     assert doc["job"]["strategy"] == "ddp" and doc["job"]["world_size"] == 2
     assert doc["steps"] == [] and doc["ranks"] == []
     assert not list(tmp_path.glob("*.error.json"))
-    assert "outcome failed" in proc.stderr
+    assert "torch.distributed.run" in log.read_text()

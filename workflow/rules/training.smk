@@ -24,5 +24,5 @@ rule train:
         "env {params.env} {params.shardscope} train --strategy {params.job[strategy]} --model {params.model:q}"
         " --nproc {params.job[world_size]} --placement {params.job[placement]} --job-id {wildcards.job}"
         " --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]} --dtype {params.size[dtype]}"
-        " --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget}"
+        " --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget} --comm-profile"
         " --out {output} --log {log}"

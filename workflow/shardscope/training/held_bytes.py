@@ -18,6 +18,11 @@ from torch import nn
 
 # DeepSpeed keeps reduced gradient partitions outside ``param.grad``; these attributes hold them.
 _DEEPSPEED_GRAD_ATTRS = ("averaged_gradients", "grad_partitions_flat_buffer", "fp32_groups_gradient_flat_partition")
+# DeepSpeed's fp32 master partitions. ZeRO-3 puts its partition into the torch optimizer's
+# param_groups only for the duration of ``step()`` (and empties them again), so between steps
+# it is found only here; ZeRO-1/2 (``single_partition_of_fp32_groups``) and the bf16 optimizer
+# (``fp32_groups_flat_partition``) also keep theirs in param_groups, and storages count once.
+_DEEPSPEED_MASTER_ATTRS = ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups", "fp32_groups_flat_partition")
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,8 @@ def measure_held_bytes(model: nn.Module, optimizer: Any) -> HeldBytes:
         grads += list(_tensors(getattr(optimizer, attr, None)))
     grad_bytes, grad_keys = count_storages(grads, exclude=param_keys)
     masters = [p for group in inner.param_groups for p in group["params"]]
+    for attr in _DEEPSPEED_MASTER_ATTRS:
+        masters += list(_tensors(getattr(optimizer, attr, None)))
     states = list(_tensors(list(inner.state.values())))
     optim_bytes, _ = count_storages(masters + states, exclude=param_keys | grad_keys)
     return HeldBytes(param_bytes=param_bytes, grad_bytes=grad_bytes, optim_bytes=optim_bytes)

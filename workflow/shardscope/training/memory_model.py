@@ -6,10 +6,15 @@ holds all of it on every GPU (16Ψ); ZeRO-1 shards the optimizer state (4Ψ + 12
 also the gradients (2Ψ + 14Ψ/N), ZeRO-3 and FSDP also the parameters (16Ψ/N). Without a
 master copy (K = 8) Mistral-7B under DDP needs 2+2+8 bytes x 7.24 B = 87 GB, the seed
 article's figure; with it, 116 GB. Activations and buffers are not modelled.
+
+The bytes per parameter are an explicit, switchable assumption (:class:`BytesPerParam`);
+every number here is *modeled*, never measured.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from shardscope.training.model import resolve_model
@@ -27,6 +32,38 @@ SHARDED: dict[str, tuple[bool, bool, bool]] = {
 }
 
 
+@dataclass(frozen=True)
+class BytesPerParam:
+    """Bytes one parameter costs in each category: the memory model's whole assumption."""
+
+    param_bytes: float
+    """Bytes of the parameter the model computes with (2 for bf16, 4 for fp32)."""
+    grad_bytes: float
+    """Bytes of its gradient."""
+    optim_bytes: float
+    """Bytes of optimizer state: Adam's two fp32 moments (8), plus a fp32 master copy (4) if kept."""
+    description: str = "custom"
+    """One line saying what the numbers stand for; printed beside every table."""
+
+    def __post_init__(self) -> None:
+        for name in ("param_bytes", "grad_bytes", "optim_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} per parameter must be a number of at least 0, got {value!r}")
+        if self.param_bytes + self.grad_bytes + self.optim_bytes <= 0:
+            raise ValueError("bytes per parameter must not all be 0")
+
+    @property
+    def total_bytes(self) -> float:
+        """Bytes per parameter in all three categories together."""
+        return self.param_bytes + self.grad_bytes + self.optim_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary, as printed by ``shardscope memory --json`` and stored with results."""
+        return {"param_bytes": self.param_bytes, "grad_bytes": self.grad_bytes, "optim_bytes": self.optim_bytes,
+                "description": self.description}
+
+
 def bytes_per_param(dtype: str, master_weights: bool = True) -> tuple[int, int, int]:
     """(parameter, gradient, optimizer) bytes per parameter for Adam in ``dtype``."""
     if dtype == "bfloat16":
@@ -36,13 +73,42 @@ def bytes_per_param(dtype: str, master_weights: bool = True) -> tuple[int, int, 
     raise ValueError(f"unknown dtype {dtype!r}; expected bfloat16 or float32")
 
 
-def predict_memory(n_params: int, strategy: str, gpus: int, dtype: str = "bfloat16", master_weights: bool = True) -> dict[str, Any]:
-    """Per-GPU bytes of parameters, gradients and optimizer state for one strategy."""
+def assumptions(dtype: str = "bfloat16", master_weights: bool = True, param_bytes: float | None = None,
+                grad_bytes: float | None = None, optim_bytes: float | None = None) -> BytesPerParam:
+    """The bytes per parameter for ``dtype``, with any of the three overridden by the user.
+
+    The defaults are the ZeRO paper's (bf16: 2 + 2 + 12 with a fp32 master copy, 2 + 2 + 8
+    without, the seed article's case; fp32: 4 + 4 + 8, where the parameters are the master).
+    """
+    p, g, o = bytes_per_param(dtype, master_weights)
+    if dtype == "bfloat16":
+        text = ("bf16 params and grads; fp32 master weights + Adam moments" if master_weights
+                else "bf16 params and grads; fp32 Adam moments, no master copy")
+    else:
+        text = "fp32 params and grads; fp32 Adam moments (the params are the master copy)"
+    overrides = {"param_bytes": param_bytes, "grad_bytes": grad_bytes, "optim_bytes": optim_bytes}
+    if any(v is not None for v in overrides.values()):
+        changed = ", ".join(f"{k.removesuffix('_bytes')} {v:g}" for k, v in overrides.items() if v is not None)
+        text = f"{text}; overridden: {changed} B"
+    return BytesPerParam(p if param_bytes is None else param_bytes, g if grad_bytes is None else grad_bytes,
+                         o if optim_bytes is None else optim_bytes, text)
+
+
+def predict_memory(n_params: int, strategy: str, gpus: int, dtype: str = "bfloat16", master_weights: bool = True,
+                   per_param: BytesPerParam | None = None) -> dict[str, Any]:
+    """Per-GPU bytes of parameters, gradients and optimizer state for one strategy (modeled).
+
+    ``per_param`` replaces the dtype's default bytes per parameter; the row's keys stay the same
+    whatever the assumption (the results database stores them as they are).
+    """
     if strategy not in SHARDED:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    if gpus < 1:
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"number of GPUs must be at least 1, got {gpus}")
-    sizes = bytes_per_param(dtype, master_weights)
+    if isinstance(n_params, bool) or not isinstance(n_params, int) or n_params < 1:
+        raise ValueError(f"number of parameters must be at least 1, got {n_params}")
+    sizes = bytes_per_param(dtype, master_weights) if per_param is None else (
+        per_param.param_bytes, per_param.grad_bytes, per_param.optim_bytes)
     held = [n_params * b / (gpus if sharded else 1) for b, sharded in zip(sizes, SHARDED[strategy])]
     return {
         "strategy": strategy,
@@ -57,8 +123,30 @@ def predict_memory(n_params: int, strategy: str, gpus: int, dtype: str = "bfloat
     }
 
 
-def memory_table(model: str, strategy: str, gpus: int, dtype: str = "bfloat16") -> list[dict[str, Any]]:
-    """Predictions for one strategy or ``all``, for a model preset."""
+def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: str = "bfloat16", master_weights: bool = True,
+                 per_param: BytesPerParam | None = None, gpu_memory_gb: float = 80.0,
+                 deepspeed_estimates: bool = False) -> list[dict[str, Any]]:
+    """Predictions for one strategy or ``all``, for a model preset or dimensions, with whether each fits.
+
+    Each row carries its assumptions (``bytes_per_param``), the GPU size it was checked against
+    and ``fits`` (model states only: activations and buffers come on top). With
+    ``deepspeed_estimates`` the ZeRO-2/3 rows also carry DeepSpeed's own estimator's number.
+    """
+    if strategy != "all" and strategy not in SHARDED:
+        raise ValueError(f"unknown strategy {strategy!r}; expected 'all' or one of {', '.join(STRATEGIES)}")
+    if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, (int, float)) or not gpu_memory_gb > 0 \
+            or not math.isfinite(gpu_memory_gb):
+        raise ValueError(f"GPU memory must be a positive number of GB, got {gpu_memory_gb!r}")
     name, cfg = resolve_model(model)
-    names = STRATEGIES if strategy == "all" else (strategy,)
-    return [dict(predict_memory(cfg.param_count(), s, gpus, dtype), model=name) for s in names]
+    per_param = per_param or assumptions(dtype, master_weights)
+    capacity = int(gpu_memory_gb * 1e9)
+    rows = []
+    for s in STRATEGIES if strategy == "all" else (strategy,):
+        row = dict(predict_memory(cfg.param_count(), s, gpus, dtype, per_param=per_param), model=name)
+        row.update(bytes_per_param=per_param.to_dict(), gpu_memory_bytes=capacity, fits=row["total_bytes"] <= capacity)
+        if deepspeed_estimates:
+            from shardscope.training.deepspeed_estimate import deepspeed_estimate
+
+            row["deepspeed_estimate"] = deepspeed_estimate(s, cfg, gpus)
+        rows.append(row)
+    return rows

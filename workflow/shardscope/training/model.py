@@ -7,7 +7,8 @@ real models; the weights are random, and nothing is downloaded.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+import json
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -86,17 +87,47 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+def _preset(name: Any) -> ModelConfig:
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)} or explicit dimensions")
+    return PRESETS[name]
+
+
 def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
-    """A model from a preset name or explicit dimensions (a dict, optionally with ``preset`` to override)."""
+    """A model from a preset name or explicit dimensions (a dict, optionally with ``preset`` to override).
+
+    Every problem is a ``ValueError`` of one sentence naming the preset or field, so the command
+    line can report it as a user error before any process starts.
+    """
     if isinstance(spec, str):
-        if spec not in PRESETS:
-            raise ValueError(f"unknown model preset {spec!r}; expected one of {', '.join(PRESETS)} or explicit dimensions")
-        return spec, PRESETS[spec]
+        return spec, _preset(spec)
+    if not isinstance(spec, dict):
+        raise ValueError(f"model must be a preset name or an object of dimensions, got {type(spec).__name__}")
     spec = dict(spec)
     name = spec.pop("name", None)
     base = spec.pop("preset", None)
-    config = replace(PRESETS[base], **spec) if base else ModelConfig(**spec)
+    known = {f.name for f in fields(ModelConfig)}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"unknown model field(s) {', '.join(unknown)}; expected some of name, preset, {', '.join(sorted(known))}")
+    if base is not None:
+        config = replace(_preset(base), **spec)
+    else:
+        missing = [f.name for f in fields(ModelConfig) if f.name not in spec and f.default is MISSING]
+        if missing:
+            raise ValueError(f"model without a preset needs {', '.join(missing)}")
+        config = ModelConfig(**spec)
     return name or base or "custom", config
+
+
+def parse_model_spec(text: str) -> str | dict[str, Any]:
+    """A ``--model`` value: a preset name, or a JSON object of dimensions (as the pipeline passes it)."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return json.loads(text)  # text starting with "{" parses only as an object
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--model looks like JSON but does not parse ({exc.msg} at column {exc.colno})") from None
 
 
 class RMSNorm(nn.Module):

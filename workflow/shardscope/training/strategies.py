@@ -50,15 +50,31 @@ def _autocast(ctx: DistContext, dtype: torch.dtype) -> contextlib.AbstractContex
     return contextlib.nullcontext()
 
 
+def seeded_model(cfg: ModelConfig, seed: int, device: torch.device | None = None) -> GPT:
+    """Build :class:`GPT` from ``seed`` so every rank and every strategy starts from the same weights.
+
+    Why: losses of different strategies are comparable step by step only from identical
+    initial weights; DDP broadcasts rank 0's weights, but FSDP shards and ZeRO-3's
+    ``zero.Init`` partition whatever each rank built. With ``device`` the weights are created
+    there directly (a 7 B model is not first built in host memory), drawn from that device's
+    generator, which ``manual_seed`` seeds too.
+    """
+    torch.manual_seed(seed)
+    if device is None:
+        return GPT(cfg)
+    with torch.device(device):
+        return GPT(cfg)
+
+
 def _adamw(params: Any, optim: OptimConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
 
 
-def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig) -> Prepared:
+def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, seed: int = 0) -> Prepared:
     """torch DDP: full fp32 replica per rank, one bucketed gradient all-reduce per step."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    model = GPT(cfg).to(ctx.device)
+    model = seeded_model(cfg, seed, ctx.device)
     ddp = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None, gradient_as_bucket_view=True)
     opt = _adamw(ddp.parameters(), optim)
 
@@ -75,14 +91,15 @@ def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: O
     return Prepared("ddp", ddp, opt, forward_backward, step)
 
 
-def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, reshard_after_forward: bool) -> Prepared:
+def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, reshard_after_forward: bool,
+                 seed: int = 0) -> Prepared:
     """FSDP2: every block and the root ``fully_shard``-ed over a 1-D mesh of all ranks."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype == torch.bfloat16 else MixedPrecisionPolicy()
-    model = GPT(cfg).to(ctx.device)
+    model = seeded_model(cfg, seed, ctx.device)
     for block in model.blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
@@ -131,7 +148,8 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
     }
 
 
-def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, stage: int, micro_batch: int) -> Prepared:
+def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, stage: int, micro_batch: int,
+                      seed: int = 0) -> Prepared:
     """The DeepSpeed engine with ZeRO ``stage`` (0 = plain data parallel through DeepSpeed)."""
     if not ctx.is_cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -139,11 +157,11 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
 
     bucket = int(min(5e8, max(cfg.param_count(), 1_000_000)))
     ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, bucket)
-    init_ctx = deepspeed.zero.Init(config_dict_or_path=ds_cfg) if stage == 3 else contextlib.nullcontext()
-    with init_ctx:
-        model = GPT(cfg)
-    if stage != 3:
-        model = model.to(ctx.device)
+    if stage == 3:
+        with deepspeed.zero.Init(config_dict_or_path=ds_cfg):  # partitions each layer as it is built
+            model = seeded_model(cfg, seed)
+    else:
+        model = seeded_model(cfg, seed, ctx.device)
     engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
 
     def forward_backward(tokens: torch.Tensor) -> torch.Tensor:
@@ -154,13 +172,14 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
     return Prepared(f"zero{stage}", engine.module, opt, forward_backward, engine.step, deepspeed_config=ds_cfg)
 
 
-def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, micro_batch: int, optim: OptimConfig | None = None) -> Prepared:
-    """Build the model under ``strategy`` on this rank's device."""
+def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, micro_batch: int, optim: OptimConfig | None = None,
+            seed: int = 0) -> Prepared:
+    """Build the model under ``strategy`` on this rank's device, its weights drawn from ``seed``."""
     optim = optim or OptimConfig()
     if strategy == "ddp":
-        return prepare_ddp(cfg, ctx, dtype, optim)
+        return prepare_ddp(cfg, ctx, dtype, optim, seed)
     if strategy in ("fsdp", "fsdp_grad_op"):
-        return prepare_fsdp(cfg, ctx, dtype, optim, reshard_after_forward=strategy == "fsdp")
+        return prepare_fsdp(cfg, ctx, dtype, optim, reshard_after_forward=strategy == "fsdp", seed=seed)
     if strategy in ("zero0", "zero1", "zero2", "zero3"):
-        return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch)
+        return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch, seed)
     raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")

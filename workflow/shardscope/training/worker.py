@@ -2,7 +2,10 @@
 
 It builds the model under one strategy, runs ``warmup`` untimed steps and ``steps`` timed
 ones on synthetic tokens, counts the bytes each rank holds after the first timed backward,
-and rank 0 writes the job's JSON atomically. A rank that fails writes a small error file
+and rank 0 writes the job's JSON atomically. Weights start from ``--seed`` on every rank under
+every strategy, so per-step losses compare across strategies; the summary carries the analytic
+models beside the measured bytes (``modeled``) and, with ``--comm-profile``, the share of one
+profiled step spent in communication (``comm_time_share``, else null). A rank that fails writes a small error file
 beside the output and exits non-zero; :mod:`shardscope.training.launch` turns that into a
 result with outcome ``oom`` or ``failed``.
 """
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -24,9 +26,11 @@ import torch.distributed as dist
 from shardscope.device import DistContext, Timer, environment, init_distributed, peak_memory_bytes, reset_peak_memory, synchronize
 from shardscope.fileio import atomic_write_json
 from shardscope.training.held_bytes import measure_held_bytes
-from shardscope.training.model import resolve_model, synthetic_batch
+from shardscope.training.job import TrainJob
+from shardscope.training.modeled import modeled_block
+from shardscope.training.model import parse_model_spec, synthetic_batch
 from shardscope.training.peak_flops import peak_flops
-from shardscope.training.strategies import STRATEGIES, prepare
+from shardscope.training.strategies import STRATEGIES, Prepared, prepare
 
 SCHEMA = "shardscope.training/1"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -43,18 +47,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--memory-budget-bytes", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, the same on every rank")
+    p.add_argument("--comm-profile", action="store_true", help="profile one extra step for the share of time in communication")
     p.add_argument("--placement", default="local")
     p.add_argument("--job-id", default=None)
     p.add_argument("--cpu", action="store_true", help="force gloo on CPU even where CUDA exists")
     p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    if args.warmup < 1 or args.steps < 1:
-        p.error("--warmup and --steps must be at least 1 (optimizer state exists only after a step)")
-    return args
+    return p.parse_args(argv)
 
 
-def _model_spec(text: str) -> str | dict[str, Any]:
-    return json.loads(text) if text.lstrip().startswith("{") else text
+def job_from_args(args: argparse.Namespace, world_size: int) -> TrainJob:
+    """The validated job of these flags (the launcher ran the same checks before torchrun)."""
+    return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=world_size, micro_batch=args.micro_batch,
+                    seq_len=args.seq_len, warmup=args.warmup, steps=args.steps, dtype=args.dtype,
+                    memory_budget_bytes=args.memory_budget_bytes, seed=args.seed)
 
 
 def _timed(ctx: DistContext, fn: Any, *args: Any) -> tuple[Any, float]:
@@ -64,34 +70,64 @@ def _timed(ctx: DistContext, fn: Any, *args: Any) -> tuple[Any, float]:
     return result, timer.stop()
 
 
+def timed_step(prepared: Prepared, tokens: torch.Tensor, ctx: DistContext, measure_held: bool = False) -> tuple[torch.Tensor, float, Any]:
+    """One training step as every job times it: align ranks, time forward+backward and the optimizer step.
+
+    Returns the loss, this rank's step time and, when ``measure_held``, the bytes this rank
+    holds after backward (counted outside the timed regions). The slowest rank's time per step
+    is taken once after the loop (:func:`slowest_rank_s`), not with a collective per step.
+    Shared with ``benchmarks/training_overhead.py`` so the overhead it reports is this code's.
+    """
+    synchronize(ctx)
+    dist.barrier()
+    loss, t_fb = _timed(ctx, prepared.forward_backward, tokens)
+    held = measure_held_bytes(prepared.model, prepared.optimizer) if measure_held else None
+    _, t_opt = _timed(ctx, prepared.step)
+    return loss, t_fb + t_opt, held
+
+
+def slowest_rank_s(local_s: list[float], ctx: DistContext) -> list[float]:
+    """Per step, the largest of every rank's time: the step time the job reports."""
+    times = torch.tensor(local_s, dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    return [float(t) for t in times.cpu()]
+
+
 def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     """Run warmup and timed steps; return the job document (complete on rank 0)."""
-    model_name, cfg = resolve_model(_model_spec(args.model))
+    job = job_from_args(args, ctx.world_size)
+    model_name, cfg = job.model_name, job.config
     dtype = DTYPES[args.dtype]
-    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch)
-    step_rows, held = [], None
+    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed)
+    local_s, losses, held = [], [], None
     reset_peak_memory(ctx)
     gc.collect()
     gc.disable()
     try:
         for step in range(args.warmup + args.steps):
             tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, step, ctx.rank, ctx.device)
-            synchronize(ctx)
-            dist.barrier()
-            loss, t_fb = _timed(ctx, prepared.forward_backward, tokens)
-            if step == args.warmup:
-                held = measure_held_bytes(prepared.model, prepared.optimizer)
-            _, t_opt = _timed(ctx, prepared.step)
-            step_time = torch.tensor([t_fb + t_opt], dtype=torch.float64, device=ctx.device)
-            dist.all_reduce(step_time, op=dist.ReduceOp.MAX)
+            loss, step_s, measured = timed_step(prepared, tokens, ctx, measure_held=step == args.warmup)
+            held = measured or held
             if step >= args.warmup:
-                step_rows.append({"step": step - args.warmup, "step_time_s": float(step_time.item()), "loss": float(loss.float().item())})
+                local_s.append(step_s)
+                losses.append(float(loss.float().item()))
     finally:
         gc.enable()
+    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value}
+                 for i, (t, loss_value) in enumerate(zip(slowest_rank_s(local_s, ctx), losses))]
     peak, peak_method = peak_memory_bytes(ctx)
+    comm_share = None
+    if args.comm_profile:
+        from shardscope.training.comm_profile import comm_time_share
+
+        tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, args.warmup + args.steps, ctx.rank, ctx.device)
+        try:
+            comm_share = comm_time_share(prepared, tokens, ctx)
+        except RuntimeError as exc:  # a profiler that cannot start (no CUPTI) leaves the share unmeasured
+            print(f"rank {ctx.rank}: communication profile failed, comm_time_share is null: {exc}", file=sys.stderr)
     per_rank = [None] * ctx.world_size
-    dist.all_gather_object(per_rank, {"rank": ctx.rank, **held.to_dict(), "peak_memory_bytes": peak})
-    tokens_per_step = args.micro_batch * args.seq_len * ctx.world_size
+    dist.all_gather_object(per_rank, {"rank": ctx.rank, **held.to_dict(), "peak_memory_bytes": peak, "comm_time_share": comm_share})
+    tokens_per_step = job.tokens_per_step
     median_s = statistics.median(r["step_time_s"] for r in step_rows)
     tokens_per_s = tokens_per_step / median_s
     env = environment(ctx)
@@ -116,6 +152,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "warmup": args.warmup,
             "steps": args.steps,
             "memory_budget_bytes": args.memory_budget_bytes,
+            "seed": args.seed,
             "deepspeed_config": prepared.deepspeed_config,
         },
         "env": dict(env, deepspeed=_deepspeed_version()),
@@ -129,10 +166,17 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "peak_flops": peak_f,
             "peak_memory_bytes": max_peak,
             "peak_memory_method": peak_method,
+            "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
+            "modeled": modeled_block(args.strategy, cfg.param_count(), ctx.world_size, args.dtype, per_rank),
         },
         "steps": step_rows,
         "ranks": per_rank,
     }
+
+
+def _mean_or_none(values: Any) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def _deepspeed_version() -> str | None:

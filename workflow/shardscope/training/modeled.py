@@ -1,0 +1,102 @@
+"""The job document's ``summary.modeled`` block: measured per-rank bytes beside the analytic models.
+
+Two models, both labelled *modeled*, with their assumptions written out:
+
+``zero_paper``
+    :func:`shardscope.training.memory_model.predict_memory` for the run's dtype: the ZeRO
+    paper's bytes per parameter (bf16: 2 + 2 + 12, fp32: 4 + 4 + 8) and which part each strategy
+    shards. It is the reference the seed article reasons with, and it is *not* what the
+    implementations hold (see below); the ratios say by how much.
+``implementation``
+    Bytes per parameter as this code runs each strategy, read from the implementations and
+    confirmed by the 2-rank proof test (``tests/training/test_strategy_proof.py``):
+
+    * DDP (and FSDP's parameters) keep fp32 weights even in a bf16 run: bf16 is autocast
+      (DDP) or FSDP's ``MixedPrecisionPolicy`` (bf16 copies only while a layer is gathered),
+      so parameters 4, gradients 4, Adam moments 8 bytes per parameter.
+    * DeepSpeed ZeRO-1/2/3 keep a fp32 master partition of 4/N bytes per parameter in the
+      optimizer *even in fp32 runs* (a clone; the module's fp32 parameters are not reused),
+      so their optimizer state is 12/N, not 8/N. (ZeRO-3 hands its partition to the torch
+      optimizer only inside ``step()``; :mod:`shardscope.training.held_bytes` finds it.)
+    * DeepSpeed ZeRO-1 in this version (0.19) partitions the gradients too: stage 1 and 2
+      share one optimizer (``stage_1_and_2.py``) that reduce-scatters gradients into
+      partitions, so ZeRO-1 holds gradients of 1/N like ZeRO-2.
+    * DeepSpeed in bf16 keeps bf16 parameters and gradients (2 bytes each) plus the fp32
+      master in the optimizer: ZeRO-0 is exactly the paper's 2 + 2 + 12 unsharded.
+    * FSDP2 without resharding after forward (``fsdp_grad_op``) still reshards after backward,
+      so after backward (where bytes are counted) its parameters are 1/N, as under ``fsdp``;
+      the full parameters exist only between forward and backward (they show in peak memory).
+
+Activations, communication buffers and allocator caching are in neither model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardscope.training.memory_model import SHARDED, assumptions, predict_memory
+
+#: (param, grad, optim) bytes per parameter and whether each is sharded, per (strategy, dtype),
+#: as the strategies in :mod:`shardscope.training.strategies` hold them after backward.
+_FP32 = {
+    "ddp": ((4, False), (4, False), (8, False)),
+    "zero0": ((4, False), (4, False), (8, False)),
+    "zero1": ((4, False), (4, True), (12, True)),
+    "zero2": ((4, False), (4, True), (12, True)),
+    "zero3": ((4, True), (4, True), (12, True)),
+    "fsdp": ((4, True), (4, True), (8, True)),
+    "fsdp_grad_op": ((4, True), (4, True), (8, True)),
+}
+_BF16 = {
+    "ddp": ((4, False), (4, False), (8, False)),
+    "zero0": ((2, False), (2, False), (12, False)),
+    "zero1": ((2, False), (2, True), (12, True)),
+    "zero2": ((2, False), (2, True), (12, True)),
+    "zero3": ((2, True), (2, True), (12, True)),
+    "fsdp": ((4, True), (4, True), (8, True)),
+    "fsdp_grad_op": ((4, True), (4, True), (8, True)),
+}
+IMPLEMENTATION: dict[str, dict[str, tuple[tuple[int, bool], ...]]] = {"float32": _FP32, "bfloat16": _BF16}
+
+_KEYS = ("param_bytes", "grad_bytes", "optim_bytes")
+
+
+def implementation_memory(n_params: int, strategy: str, world_size: int, dtype: str) -> dict[str, Any]:
+    """Per-rank bytes this code's ``strategy`` is expected to hold after backward (modeled)."""
+    if dtype not in IMPLEMENTATION or strategy not in IMPLEMENTATION[dtype]:
+        raise ValueError(f"no implementation model for strategy {strategy!r} in {dtype!r}")
+    parts = IMPLEMENTATION[dtype][strategy]
+    held = {key: int(n_params * b / (world_size if sharded else 1)) for key, (b, sharded) in zip(_KEYS, parts)}
+    return {**held, "total_bytes": sum(held.values()),
+            "bytes_per_param": {key: b for key, (b, _) in zip(_KEYS, parts)},
+            "sharded": {key: sharded for key, (_, sharded) in zip(_KEYS, parts)}}
+
+
+def _ratios(measured: dict[str, int], modeled: dict[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key in (*_KEYS, "total_bytes"):
+        out[key] = measured[key] / modeled[key] if modeled[key] else None
+    return out
+
+
+def measured_max(ranks: list[dict[str, Any]]) -> dict[str, int]:
+    """The largest rank's bytes in each category, and their sum (the rank that decides what fits)."""
+    held = {key: max(int(r[key]) for r in ranks) for key in _KEYS}
+    return {**held, "total_bytes": sum(held.values())}
+
+
+def modeled_block(strategy: str, n_params: int, world_size: int, dtype: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Both models for this run, and measured / modeled per category (largest rank), all labelled.
+
+    Why both: the ZeRO paper's model is the one users reason with; the implementation model
+    says what the code really keeps, so a ratio far from 1 against it is a finding (or a bug).
+    """
+    measured = measured_max(ranks)
+    paper_assumption = assumptions(dtype)
+    paper = predict_memory(n_params, strategy, world_size, dtype, per_param=paper_assumption)
+    paper_block = {key: paper[key] for key in (*_KEYS, "total_bytes")}
+    paper_block.update(bytes_per_param=paper_assumption.to_dict(),
+                       sharded=dict(zip(_KEYS, SHARDED[strategy])), measured_over_modeled=_ratios(measured, paper))
+    implementation = implementation_memory(n_params, strategy, world_size, dtype)
+    implementation["measured_over_modeled"] = _ratios(measured, implementation)
+    return {"method": "modeled", "measured_max_rank": measured, "zero_paper": paper_block, "implementation": implementation}
