@@ -1,6 +1,6 @@
 """workflow/rules/emulated.smk under Snakemake: off by default, one sentence when skipped, results collect loads.
 
-A small Snakefile includes common.smk and emulated.smk with the repository's config, so these
+A small Snakefile includes common.smk, emulated_common.smk and emulated.smk with the repository's config, so these
 tests do not depend on how the main Snakefile lists the stage.
 """
 
@@ -27,7 +27,7 @@ def snakemake(tmp_path: Path, *args: str, prefix: list[str] | None = None, timeo
     snakefile.write_text(
         "from snakemake.exceptions import WorkflowError\nfrom shardscope.errors import UserError\n"
         f'configfile: "{REPO}/config/config.yaml"\n'
-        f'include: "{REPO}/workflow/rules/common.smk"\ninclude: "{REPO}/workflow/rules/emulated.smk"\n'
+        f'include: "{REPO}/workflow/rules/common.smk"\ninclude: "{REPO}/workflow/rules/emulated_common.smk"\ninclude: "{REPO}/workflow/rules/emulated.smk"\n'
         "rule all:\n    input: emulated_results\n")
     cmd = [*(prefix or []), sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(tmp_path),
            *args, "--cores", "2", "--resources", "measure=1"]
