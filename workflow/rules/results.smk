@@ -6,6 +6,9 @@ rule collect:
         training=training_results,
         emulated=emulated_results,
         peers=nccl_tests_peer_results,
+        # modeled numbers for the same jobs, and the verdicts and doctor findings (workflow/rules/predictions.smk, diagnose.smk)
+        predictions=rules.predictions.output.json,
+        diagnose=diagnose_results,
     output:
         manifest=f"{RESULTS}/db/collect.json",
     log:
@@ -17,4 +20,5 @@ rule collect:
         ENVS
     shell:
         "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
-        " {input.topology} {input.collectives} {input.training} {input.emulated} {input.peers} > {log} 2>&1"
+        " {input.topology} {input.collectives} {input.training} {input.emulated} {input.peers}"
+        " {input.predictions} {input.diagnose} > {log} 2>&1"

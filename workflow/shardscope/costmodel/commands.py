@@ -1,6 +1,6 @@
-"""``shardscope advise`` and ``shardscope predict collectives`` (registered by :mod:`shardscope.cli`).
+"""``shardscope advise``, ``shardscope predict collectives`` and ``shardscope predict plan`` (registered by :mod:`shardscope.cli`).
 
-Both take ``--topology FILE|auto|preset:NAME``: a saved ``nvidia-smi topo -m`` / ``rocm-smi``
+``predict plan`` predicts every job of a plan.json (the pipeline's ``predictions`` rule). All take ``--topology FILE|auto|preset:NAME``: a saved ``nvidia-smi topo -m`` / ``rocm-smi``
 output or topology.json, this machine's probe, or a published layout (:mod:`.presets`).
 """
 
@@ -168,6 +168,33 @@ def _cmd_predict_collectives(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_predict_plan(args: argparse.Namespace) -> int:
+    from shardscope.costmodel.documents import plan_predictions
+    from shardscope.fileio import read_json
+
+    doc, source = load_topology(args.topology)
+    try:
+        plan = read_json(args.plan)
+    except UnicodeDecodeError:
+        raise UserError(f"{args.plan}: not a text file; expected a plan.json written by `shardscope plan`") from None
+    if not isinstance(plan, dict) or plan.get("schema") != "shardscope.plan/1":
+        raise UserError(f"{args.plan}: not a plan (expected a JSON object with schema 'shardscope.plan/1')")
+    document = plan_predictions(doc, plan, source)
+    if args.out:
+        atomic_write_json(args.out, document)
+    if args.json:
+        print(dump_json(document), end="")
+        return 0
+    plan_info = document["plan"]
+    print(f"{source}: fabric {document['topology']['fabric']}; {len(document['collectives'])} collective and "
+          f"{len(document['strategies'])} strategy predictions for {args.plan}; modeled, not measured")
+    if plan_info["strategies_note"]:
+        print(f"note: {plan_info['strategies_note']}")
+    for note in document["topology"]["notes"]:
+        print(f"note: {note}")
+    return 0
+
+
 def _topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", required=True, metavar="FILE|auto|preset:NAME",
                    help="saved nvidia-smi topo -m / rocm-smi output or topology.json, 'auto' to probe, or preset:NAME")
@@ -216,3 +243,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algorithm", choices=("ring", "tree", "nvls"), help="restrict NCCL's choice (like NCCL_ALGO)")
     _topology_args(p)
     p.set_defaults(func=_cmd_predict_collectives)
+    p = predict_sub.add_parser("plan", help="collectives and strategy steps of every job of a plan.json (the pipeline's predictions)")
+    p.add_argument("--topology", required=True, metavar="FILE|auto|preset:NAME", help="the topology the plan was made from")
+    p.add_argument("--plan", required=True, metavar="FILE", help="plan.json written by `shardscope plan`")
+    p.add_argument("--json", action="store_true", help="print the predictions document")
+    p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
+    p.set_defaults(func=_cmd_predict_plan)

@@ -13,6 +13,10 @@ Layout (``schema: shardscope.predictions/1``)::
                   comm_time_s, exposed_comm_time_s, memory_total_bytes, memory_available_bytes,
                   fits, tokens_per_step, fabric, topology_hash, method
 
+:func:`plan_predictions` writes the document for every job of a ``plan.json`` (the pipeline's
+``predictions`` rule, ``shardscope predict plan``) and adds ``plan``: what was predicted and,
+in ``strategies_note``, why strategies were not.
+
 ``algbw_gbps`` and ``busbw_gbps`` are derived from ``size_bytes`` and ``time_s`` by
 :mod:`shardscope.collectives.factors`, exactly as for measured rows, so the two overlay.
 """
@@ -30,6 +34,8 @@ from shardscope.costmodel.advise import Advice
 from shardscope.costmodel.calibrate import Calibration
 from shardscope.costmodel.collectives import CollectivePrediction, Job
 from shardscope.costmodel.machine import Machine
+from shardscope.costmodel.step import StepAssumptions
+from shardscope.errors import UserError
 
 KIND = "predictions"
 SCHEMA = "shardscope.predictions/1"
@@ -106,3 +112,79 @@ def predictions_document(topology: Mapping[str, Any], machine: Machine, collecti
 def rows_for_sweep(preds: Iterable[tuple[CollectivePrediction, Job]], topo_hash: str, transport: str = "default") -> list[dict[str, Any]]:
     """Document rows for (prediction, job) pairs."""
     return [collective_row(p, j, topo_hash, transport) for p, j in preds]
+
+
+def plan_sizes(sweep: Mapping[str, Any]) -> list[int]:
+    """The message sizes of a plan's sweep (``min_bytes``, ×``factor``, up to ``max_bytes``), as the workers run them."""
+    low, high, factor = int(sweep["min_bytes"]), int(sweep["max_bytes"]), int(sweep["factor"])
+    if low < 1 or high < low or factor < 2:
+        raise UserError(f"plan: bad sweep min_bytes {low}, max_bytes {high}, factor {factor}")
+    sizes, size = [], low
+    while size <= high:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+def _plan_assumptions(profile: Mapping[str, Any]) -> StepAssumptions:
+    """Step assumptions from the plan's sizing: its micro-batch, sequence length and dtype (bf16: 2-byte gradients)."""
+    dtype = str(profile.get("dtype") or "bfloat16")
+    try:
+        return StepAssumptions(micro_batch=int(profile["micro_batch"]), seq_len=int(profile["seq_len"]), dtype=dtype,
+                               comm_bytes=2 if dtype == "bfloat16" else 4)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"plan: the profile cannot size a training step ({exc})") from None
+
+
+def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], source: str = "topology",
+                     created_at: str | None = None) -> dict[str, Any]:
+    """The predictions document for every job of a ``plan.json`` on the machine of ``topology``.
+
+    Collectives: each planned op, world size and transport over the planned message sizes, on
+    the best GPUs for that world size (on the ``cpu`` fabric these are the model's gloo
+    placeholders, which the document's ``topology.notes`` say). Strategies: each planned
+    strategy at each training world size with the planned model and sizing; not on the
+    ``cpu`` fabric (the step model needs a GPU's peak FLOP/s) or when the advisor refuses,
+    and ``plan.strategies_note`` then says why. Why: the pipeline stores these next to the
+    measurements of the same jobs, so modeled and measured overlay on one key.
+    """
+    from shardscope.costmodel.advise import advise
+    from shardscope.costmodel.machine import build_machine
+    from shardscope.costmodel.sweep import predict_sweep
+
+    try:
+        jobs, training, profile = list(plan["collectives"]), list(plan["training"]), plan["profile"]
+        sizes = plan_sizes(profile["sweep"])
+    except (KeyError, TypeError) as exc:
+        raise UserError(f"plan: missing or malformed field {exc}; expected a plan.json written by `shardscope plan`") from None
+    machine = build_machine(topology, source=source)
+    topo_hash = topology_hash(topology)
+    ops = sorted({str(j["op"]) for j in jobs})
+    world_sizes = sorted({int(j["world_size"]) for j in jobs})
+    transports = [t for t in ("default", "pcie") if any(j["transport"] == t for j in jobs)]
+    collectives: list[dict[str, Any]] = []
+    for transport in transports:
+        chosen = sorted({int(j["world_size"]) for j in jobs if j["transport"] == transport})
+        collectives += rows_for_sweep(predict_sweep(machine, ops, chosen, sizes, None, transport), topo_hash, transport)
+    assumptions = _plan_assumptions(profile)
+    strategies: list[dict[str, Any]] = []
+    note = None
+    by_size: dict[int, list[dict[str, Any]]] = {}
+    for job in training:
+        by_size.setdefault(int(job["world_size"]), []).append(job)
+    if machine.fabric == "cpu":
+        note = ("strategies not predicted: the step model needs a GPU's peak FLOP/s and memory, and this topology has "
+                "no GPUs (fabric cpu)")
+    else:
+        try:
+            for n, group in sorted(by_size.items()):
+                names = tuple(dict.fromkeys(str(j["strategy"]) for j in group))
+                advice = advise(topology, profile["model"], n, strategies=names, assumptions=assumptions, source=source)
+                # the plan's model name, so predictions join the training runs of the same jobs
+                strategies += [dict(row, model=str(group[0]["model"])) for row in strategy_rows(advice, topo_hash)]
+        except UserError as exc:
+            strategies, note = [], f"strategies not predicted: {exc}"
+    doc = predictions_document(topology, machine, collectives, strategies, assumptions.to_dict(), None, created_at)
+    doc["plan"] = {"device": plan.get("device"), "ops": ops, "world_sizes": world_sizes, "transports": transports,
+                   "sizes_bytes": sizes, "training_world_sizes": sorted(by_size), "strategies_note": note}
+    return doc

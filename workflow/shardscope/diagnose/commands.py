@@ -1,10 +1,14 @@
-"""``shardscope doctor``, ``shardscope verdict`` and ``shardscope nccl-log`` (registered by :mod:`shardscope.cli`)."""
+"""``shardscope doctor``, ``shardscope verdict`` and ``shardscope nccl-log`` (registered by :mod:`shardscope.cli`).
+
+``doctor --out FILE`` and ``verdict --out FILE`` write their JSON document atomically, for the
+pipeline's ``doctor`` and ``verdicts`` rules and ``shardscope collect``.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from shardscope.fileio import dump_json
+from shardscope.fileio import atomic_write_json, dump_json
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -16,6 +20,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
         topology, _ = load_topology(args.topology)
     doc = run_doctor(topology, peer_check=not args.no_peer_check)
+    if args.out:
+        atomic_write_json(args.out, doc)
     print(dump_json(doc) if args.json else format_report(doc), end="")
     return 0
 
@@ -29,6 +35,13 @@ def _cmd_verdict(args: argparse.Namespace) -> int:
 
         topology, name = load_topology(args.topology)
     doc = evaluate(args.files, topology, name, gpu=args.gpu, nic_gbps=args.nic_gbps, transport=args.transport)
+    if topology is not None:
+        from shardscope.costmodel.documents import topology_hash
+
+        # the key of the topology in the results database, so stored verdicts join their machine
+        doc["topology_hash"] = topology_hash(topology)
+    if args.out:
+        atomic_write_json(args.out, doc)
     print(dump_json(doc) if args.json else format_verdicts(doc), end="")
     return 0
 
@@ -67,6 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the shardscope.doctor/1 document")
     p.add_argument("--topology", metavar="FILE|auto|preset:NAME", help="topology to check against (default: probe this machine)")
     p.add_argument("--no-peer-check", action="store_true", help="skip the per-pair collective correctness check")
+    p.add_argument("--out", metavar="FILE", help="also write the shardscope.doctor/1 document to FILE (for shardscope collect)")
     p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("verdict", help="is this bandwidth normal? expected busbw, summary and verdict per job")
@@ -77,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nic-gbps", type=float, help="NIC line rate in Gb/s for multi-node runs")
     p.add_argument("--transport", choices=("default", "pcie"), help="transport label of nccl-tests logs")
     p.add_argument("--json", action="store_true", help="print the shardscope.verdicts/1 document")
+    p.add_argument("--out", metavar="FILE", help="also write the shardscope.verdicts/1 document to FILE (for shardscope collect)")
     p.set_defaults(func=_cmd_verdict)
 
     p = sub.add_parser("nccl-log", help="what NCCL did: transports, channels, NVLS, variables, algorithms")

@@ -4,6 +4,10 @@ Tables and their unit comments come from :mod:`shardscope.results.schemas`; the 
 the questions users ask. A database records its layout version in ``shardscope_meta``; a
 database written before that table existed (layout 1) is recognised by its tables and
 upgraded in place by adding the new tables and columns (every added column is nullable).
+Layout 3 added the modeled and diagnosis tables (``collective_predictions``,
+``strategy_predictions``, ``verdicts``, ``verdict_rows``, ``doctor_findings``) and made
+``runs.world_size`` null for documents that are not one job; a layout-2 database is upgraded
+the same way.
 """
 
 from __future__ import annotations
@@ -13,13 +17,13 @@ import duckdb
 from shardscope.results.schemas import TABLES
 
 #: The layout this code writes, and every layout it can read (and upgrade).
-SCHEMA_VERSION = "shardscope.results/2"
-KNOWN_VERSIONS = ("shardscope.results/1", SCHEMA_VERSION)
+SCHEMA_VERSION = "shardscope.results/3"
+KNOWN_VERSIONS = ("shardscope.results/1", "shardscope.results/2", SCHEMA_VERSION)
 META_TABLE = "shardscope_meta"
 
 # pandera dtype name fragment -> DuckDB type (pandas 3 names strings ``str`` or ``string[pyarrow]``).
 _SQL_TYPES = (("bool", "BOOLEAN"), ("int", "BIGINT"), ("float", "DOUBLE"), ("str", "VARCHAR"))
-_UNITS = (("_bytes", "bytes"), ("_per_s", "per second"), ("_s", "seconds"), ("_gbps", "GB/s (1e9 bytes per second, as nccl-tests)"), ("_size", "ranks"))
+_UNITS = (("_bytes", "bytes"), ("_per_s", "per second"), ("_us", "microseconds"), ("_s", "seconds"), ("_gbps", "GB/s (1e9 bytes per second, as nccl-tests)"), ("_size", "ranks"))
 
 VIEWS = {
     "collective_peaks": """

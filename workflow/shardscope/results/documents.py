@@ -1,11 +1,13 @@
 """Per-job result files -> table rows: the one place that knows each file's layout.
 
-Four kinds of file reach ``shardscope collect``: collective jobs, training jobs (both
-written by the workers), imported nccl-tests logs (``shardscope collectives import --out``)
-and ``topology.json`` (``shardscope topology detect/parse``). The functions here assume the
-document passed :func:`shardscope.results.shapes.shape_errors`; the relations between
-fields of one document (rows agree with their job, links join known GPUs) are checked in
-:func:`consistency_errors`.
+Seven kinds of file reach ``shardscope collect``: collective jobs, training jobs (both
+written by the workers), imported nccl-tests logs (``shardscope collectives import --out``),
+``topology.json`` (``shardscope topology detect/parse``), and the derived documents of
+:mod:`shardscope.results.documents_derived`: predictions (``shardscope predict … --out``),
+verdicts (``shardscope verdict --out``) and doctor findings (``shardscope doctor --out``).
+The functions here assume the document passed :func:`shardscope.results.shapes.shape_errors`;
+the relations between fields of one document (rows agree with their job, links join known
+GPUs) are checked in :func:`consistency_errors`.
 """
 
 from __future__ import annotations
@@ -15,21 +17,27 @@ import json
 from typing import Any
 
 from shardscope.errors import UserError
-from shardscope.results.schemas import KINDS, TRAINING_DTYPES
+from shardscope.results.documents_derived import (
+    TABLE_BUILDERS,
+    derived_consistency_errors,
+    derived_run_id,
+    identity_digest,
+)
+from shardscope.results.schemas import DERIVED_KINDS, KINDS, TRAINING_DTYPES
 from shardscope.training.memory_model import SHARDED, predict_memory
 
 TOPOLOGY_SCHEMA_PREFIX = "shardscope.topology/"
 
 
 def document_kind(doc: Any, path: str) -> str:
-    """``collectives``, ``training``, ``collectives_import`` or ``topology``; UserError for anything else."""
+    """One of :data:`KINDS` or ``topology``; UserError for anything else."""
     if isinstance(doc, dict):
         if doc.get("kind") in KINDS:
             return str(doc["kind"])
         if isinstance(doc.get("schema"), str) and doc["schema"].startswith(TOPOLOGY_SCHEMA_PREFIX):
             return "topology"
-    raise UserError(f"{path}: not a shardscope result file (expected a JSON object with kind 'collectives', "
-                    "'training' or 'collectives_import', or a topology.json with schema 'shardscope.topology/1')")
+    raise UserError(f"{path}: not a shardscope result file (expected a JSON object with kind "
+                    f"{', '.join(repr(k) for k in KINDS)}, or a topology.json with schema 'shardscope.topology/1')")
 
 
 def canonical_json(doc: Any) -> str:
@@ -42,12 +50,22 @@ def content_digest(doc: Any) -> str:
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
 
 
+def same_run_digest(doc: Any) -> str:
+    """What must agree between two files with the same run id: the content, less a derived document's volatile fields."""
+    if isinstance(doc, dict) and doc.get("kind") in DERIVED_KINDS:
+        return identity_digest(doc)
+    return content_digest(doc)
+
+
 def run_id_for(doc: dict[str, Any]) -> str:
     """A stable id of one result: the same file collected twice gets the same id.
 
     A result without a measurement time (the launcher's record of a failed job) adds its
-    content, so two different failures of the same job are two runs.
+    content, so two different failures of the same job are two runs. A derived document
+    (predictions, verdicts, doctor) is identified by its content alone.
     """
+    if doc.get("kind") in DERIVED_KINDS:
+        return derived_run_id(doc)
     env = doc.get("env") or {}
     key = [doc.get("kind"), (doc.get("job") or {}).get("job_id"), env.get("host"), env.get("measured_at"),
            doc.get("source_file"), doc.get("rows") if doc.get("kind") == "collectives_import" else None]
@@ -111,6 +129,8 @@ def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]
         if kind == "topology":
             return _topology_tables(doc, path)
         run_id = run_id_for(doc)
+        if kind in TABLE_BUILDERS:
+            return TABLE_BUILDERS[kind](doc, path, run_id)
         if kind == "collectives":
             return {"runs": [_run_row(doc, path, run_id, doc["job"]["world_size"], "measured")],
                     "collectives": _collective_rows(doc["rows"], run_id)}
@@ -206,6 +226,8 @@ def _topology_tables(doc: dict[str, Any], path: str) -> dict[str, list[dict[str,
 
 def consistency_errors(doc: dict[str, Any], kind: str, path: str) -> list[str]:
     """Relations between fields of one document that no single table row can check."""
+    if kind in DERIVED_KINDS:
+        return derived_consistency_errors(doc, kind, path)
     errors: list[str] = []
     if kind in ("collectives", "collectives_import"):
         owner = doc["job"] if kind == "collectives" else doc

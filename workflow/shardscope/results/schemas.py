@@ -17,38 +17,33 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from shardscope.collectives.factors import OPS, busbw_factor
+from shardscope.collectives.factors import OPS
+from shardscope.results.schemas_diagnosis import DoctorFindingsSchema, VerdictRowsSchema, VerdictsSchema
+from shardscope.results.schemas_predictions import CollectivePredictionsSchema, StrategyPredictionsSchema
+from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of this module's API)
+from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
+from shardscope.results.tablebase import valid as _valid
 from shardscope.topology.model import FABRICS
 from shardscope.training.strategies import STRATEGIES
 
-KINDS = ("collectives", "training", "collectives_import")
-SOURCES = ("measured", "nccl-tests", "reference")
+#: Result documents that describe one job or one imported log (each has a world size).
+JOB_KINDS = ("collectives", "training", "collectives_import")
+#: Documents derived on or for a machine: modeled predictions, verdicts of measured sweeps, doctor findings.
+DERIVED_KINDS = ("predictions", "verdicts", "doctor")
+KINDS = JOB_KINDS + DERIVED_KINDS
+#: measured by our workers; nccl-tests and reference logs imported; modeled by the cost model;
+#: diagnosed (verdicts of stored sweeps, doctor checks of a node).
+SOURCES = ("measured", "nccl-tests", "reference", "modeled", "diagnosed")
 OUTCOMES = ("ok", "oom", "over_budget", "failed")
 TRAINING_DTYPES = ("bfloat16", "float32")
 ACCELERATORS = ("nvidia", "amd", "none")
-#: Relative tolerance of derived-bandwidth checks; imported nccl-tests values are rounded when printed.
-BANDWIDTH_RTOL = 0.02
 #: Relative tolerance of tokens/s against micro_batch * seq_len * world_size / median step time.
 THROUGHPUT_RTOL = 1e-6
 
 
-def _valid(series: pd.Series) -> pd.Series:
-    """Where a column holds a positive finite number (what its own checks demand of a size or time)."""
-    values = pd.to_numeric(series, errors="coerce").astype("float64")
-    return pd.Series(np.isfinite(values) & (values > 0), index=series.index)
-
-
-class _Table(pa.DataFrameModel):
-    """Checks shared by every table: a number with a unit in its name is finite (no inf)."""
-
-    @pa.check(r".*(_s|_bytes|_gbps)$", regex=True, name="finite", error="must be a finite number")
-    def finite(cls, series: pd.Series) -> Series[bool]:
-        """NaN is caught by ``nullable=False``; this catches ``Infinity`` in JSON."""
-        return series.isna() | np.isfinite(pd.to_numeric(series, errors="coerce").astype("float64"))
-
-
 class RunsSchema(_Table):
-    """One row per job result or imported log: where, when and with what it was measured."""
+    """One row per loaded document: a job result or imported log (where, when and with what it was
+    measured), or a derived document (predictions: source modeled; verdicts, doctor: source diagnosed)."""
 
     run_id: Series[str] = pa.Field(unique=True, str_length={"min_value": 8})
     kind: Series[str] = pa.Field(isin=KINDS)
@@ -56,7 +51,7 @@ class RunsSchema(_Table):
     job_id: Series[str] = pa.Field(str_length={"min_value": 1})
     host: Series[str] = pa.Field(nullable=True)
     measured_at: Series[str] = pa.Field(nullable=True)
-    world_size: Series[int] = pa.Field(ge=1)
+    world_size: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)  # None only for derived kinds (not one job)
     placement: Series[str] = pa.Field(nullable=True)
     transport: Series[str] = pa.Field(nullable=True)
     fabric: Series[str] = pa.Field(nullable=True)
@@ -86,6 +81,11 @@ class RunsSchema(_Table):
         parsed = pd.to_datetime(series, errors="coerce", utc=True, format="ISO8601")
         return series.isna() | parsed.notna()
 
+    @pa.dataframe_check(error="a job result or imported log (kind collectives, training, collectives_import) needs a world_size")
+    def jobs_have_a_world_size(cls, df: pd.DataFrame) -> Series[bool]:
+        """Predictions, verdicts and doctor documents span several world sizes or none; jobs have exactly one."""
+        return df["world_size"].notna() | ~df["kind"].isin(JOB_KINDS)
+
 
 class CollectivesSchema(_Table):
     """One row per (run, message size): raw bytes and seconds, and the bandwidths derived from them."""
@@ -114,18 +114,12 @@ class CollectivesSchema(_Table):
     @pa.dataframe_check(error="algbw_gbps must equal size_bytes / time_s / 1e9")
     def algbw_matches_time(cls, df: pd.DataFrame) -> Series[bool]:
         """Algorithm bandwidth is bytes over seconds, in 1e9 B/s."""
-        expected = df["size_bytes"] / df["time_s"] / 1e9
-        close = np.isclose(df["algbw_gbps"], expected, rtol=BANDWIDTH_RTOL, atol=0.02)
-        return pd.Series(close, index=df.index) | ~(_valid(df["time_s"]) & _valid(df["size_bytes"]))
+        return algbw_matches(df)
 
     @pa.dataframe_check(error="busbw_gbps must equal algbw_gbps times the op's nccl-tests factor for world_size")
     def busbw_matches_factor(cls, df: pd.DataFrame) -> Series[bool]:
         """Bus bandwidth is algorithm bandwidth times the op's factor (all_reduce 2(n-1)/n, …)."""
-        known = df["op"].isin(OPS) & (df["world_size"] >= 1)
-        factor = [busbw_factor(op, int(n)) if ok else np.nan for op, n, ok in zip(df["op"], df["world_size"], known)]
-        expected = df["algbw_gbps"] * np.asarray(factor)
-        close = np.isclose(df["busbw_gbps"], expected, rtol=BANDWIDTH_RTOL, atol=0.02)
-        return pd.Series(close, index=df.index) | ~known
+        return busbw_matches(df)
 
     @pa.dataframe_check(error="check_ok must be true exactly when wrong is 0")
     def check_matches_wrong(cls, df: pd.DataFrame) -> Series[bool]:
@@ -324,6 +318,11 @@ TABLES: dict[str, type[pa.DataFrameModel]] = {
     "topologies": TopologiesSchema,
     "gpus": GpusSchema,
     "links": LinksSchema,
+    "collective_predictions": CollectivePredictionsSchema,
+    "strategy_predictions": StrategyPredictionsSchema,
+    "verdicts": VerdictsSchema,
+    "verdict_rows": VerdictRowsSchema,
+    "doctor_findings": DoctorFindingsSchema,
 }
 
 #: The key column that ties a table's rows to one loaded unit, and the parent table that owns it.

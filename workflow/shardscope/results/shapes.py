@@ -10,7 +10,7 @@ Row objects (collective rows, steps, ranks, GPUs, links) are generated from the 
 schemas: a non-nullable column is a required field of its JSON type, a nullable one an
 optional field that may be ``null``. Result rows reject unknown fields (a field nobody
 stores would be lost silently); topology rows accept them, since the whole topology
-document is stored verbatim.
+document is stored verbatim. The derived documents' shapes are in :mod:`.shapes_derived`.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ _LABELS = {"fabric": _STR, "label": _STR}
 @cache
 def document_shapes() -> dict[str, dict[str, Any]]:
     """JSON Schema of each document kind that ``shardscope collect`` accepts."""
+    from shardscope.results.shapes_derived import doctor_shape, predictions_shape, verdicts_shape
+
     collective_row = row_shape("collectives", skip=("run_id",), ignored=("count", "iters", "warmup", "source", "source_file"))
     return {
         "collectives": {
@@ -119,6 +121,9 @@ def document_shapes() -> dict[str, dict[str, Any]]:
                 "source": {"type": "object"},
             },
         },
+        "predictions": predictions_shape(row_shape),
+        "verdicts": verdicts_shape(),
+        "doctor": doctor_shape(),
     }
 
 
@@ -133,7 +138,8 @@ def shape_errors(doc: Any, kind: str, path: str) -> list[str]:
 def _message(error: jsonschema.ValidationError) -> str:
     """jsonschema's message without the schema dump; what was found and what was expected."""
     if error.validator == "const":
-        return f"{error.instance!r} is not a supported version; expected {error.validator_value!r}"
+        what = "a supported version" if list(error.absolute_path)[-1:] == ["schema"] else "allowed here"
+        return f"{error.instance!r} is not {what}; expected {error.validator_value!r}"
     if error.validator == "minItems":
         return "is empty; expected at least one row"
     return error.message

@@ -28,7 +28,8 @@ import pandera.errors
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, read_json
 from shardscope.results.ddl import ddl, schema_problems, upgrade  # noqa: F401  (ddl: part of this module's API)
-from shardscope.results.documents import consistency_errors, content_digest, document_kind, tables_from_document
+from shardscope.results.documents import consistency_errors, document_kind, same_run_digest, tables_from_document
+from shardscope.results.documents_derived import link_judged_runs
 from shardscope.results.schemas import OWNER_KEYS, TABLES, columns, owner_key, unique_keys
 from shardscope.results.shapes import shape_errors
 
@@ -91,7 +92,7 @@ def validate_frame(table: str, rows: list[dict[str, Any]] | pd.DataFrame, where:
 
 
 def _link_topologies(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]]) -> None:
-    """Tie each measured run to the topology of its host loaded in the same collect.
+    """Tie each measured run (and each doctor run) to the topology of its host loaded in the same collect.
 
     A run whose host matches one topology's host gets that one; otherwise the one topology
     without a host (parsed from a saved file) if there is exactly one; a run without a host
@@ -100,7 +101,7 @@ def _link_topologies(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]]) 
     topologies = {(t["topology_hash"], t["host"]) for _, tables in parsed for t in tables.get("topologies", [])}
     for _, tables in parsed:
         for run in tables.get("runs", []):
-            if run["source"] != "measured" or run["topology_hash"]:
+            if (run["source"] != "measured" and run["kind"] != "doctor") or run["topology_hash"]:
                 continue
             if run["host"] is None:
                 matches = {h for h, _ in topologies}
@@ -129,13 +130,14 @@ def validate_inputs(paths: list[str]) -> tuple[dict[str, pd.DataFrame], list[str
         errors.extend(consistency_errors(doc, kind, path))
         tables = tables_from_document(doc, path)
         for run in tables.get("runs", []):
-            digest, first = content_digest(doc), seen_runs.get(run["run_id"])
+            digest, first = same_run_digest(doc), seen_runs.get(run["run_id"])
             if first and first[1] != digest:
                 errors.append(f"{path}: describes the same run as {first[0]} (same kind, job id, host and time, "
                               f"run id {run['run_id']}) with different contents; keep one of them")
             seen_runs.setdefault(run["run_id"], (path, digest))
         parsed.append((path, tables))
     _link_topologies(parsed)
+    link_judged_runs(parsed)
     frames: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
     for path, tables in parsed:
         for table, rows in tables.items():

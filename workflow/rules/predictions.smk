@@ -1,0 +1,27 @@
+"""Predictions: the cost model's modeled numbers for every planned job, stored beside the measurements.
+
+Rule predictions writes one `predictions` document (schema shardscope.predictions/1, every
+number `method: modeled`) for the topology the plan was made from: the planned collectives
+(ops, world sizes, transports, message sizes) and the configured strategies at the training
+world sizes with the planned model. On a machine without GPUs the collectives are the model's
+labelled gloo placeholders and no strategy is predicted (the document says why). Collect loads it.
+"""
+
+localrules:
+    predictions,
+
+
+rule predictions:
+    input:
+        topology=lambda wildcards: checkpoints.topology.get().output.json,
+        plan=f"{RESULTS}/plan/plan.json",
+    output:
+        json=f"{RESULTS}/predictions/predictions.json",
+    log:
+        f"{RESULTS}/logs/predictions.log",
+    params:
+        shardscope=SHARDSCOPE,
+    conda:
+        ENVS
+    shell:
+        "{params.shardscope} predict plan --topology {input.topology} --plan {input.plan} --out {output.json} > {log} 2>&1"

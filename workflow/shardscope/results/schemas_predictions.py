@@ -1,0 +1,117 @@
+"""pandera schemas of the cost model's predictions (``kind: predictions`` documents), all ``method: modeled``.
+
+The rows come from :mod:`shardscope.costmodel.documents`: collectives predicted with the
+nccl-tests definitions of algbw and busbw (so they overlay measured rows), and one step per
+strategy with its modeled time and memory. ``topology_hash`` is the key of the
+``topologies`` table: predictions join the machine they were made for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+from pandera.typing import Series
+
+from shardscope.collectives.factors import OPS
+from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
+from shardscope.topology.model import FABRICS
+from shardscope.training.strategies import STRATEGIES
+
+#: Modeled values are computed, not printed and re-read: their relations hold to rounding error.
+MODELED_RTOL = 1e-6
+#: What the model's weakest cut is made of (``cpu``: gloo placeholders, no physical link).
+BOTTLENECKS = ("nvlink", "pcie", "net", "cpu")
+#: NCCL's algorithms (``calibrated:`` when fitted to measured rows) and gloo for CPU processes.
+ALGORITHM_PATTERN = r"^(calibrated:)?(ring|tree|nvls|gloo)$"
+PROTOCOLS = ("LL", "LL128", "Simple", "tcp")
+TRANSPORTS = ("default", "pcie")
+_HASH = {"min_value": 64, "max_value": 64}
+
+
+class CollectivePredictionsSchema(_Table):
+    """Per (prediction run, op, world size, message size, transport): the modeled time and nccl-tests bandwidths."""
+
+    run_id: Series[str]
+    op: Series[str] = pa.Field(isin=OPS)
+    world_size: Series[int] = pa.Field(ge=2)
+    nodes: Series[int] = pa.Field(ge=1)
+    size_bytes: Series[int] = pa.Field(gt=0)
+    time_s: Series[float] = pa.Field(gt=0)
+    algbw_gbps: Series[float] = pa.Field(ge=0)
+    busbw_gbps: Series[float] = pa.Field(ge=0)
+    algorithm: Series[str] = pa.Field(str_matches=ALGORITHM_PATTERN)
+    protocol: Series[str] = pa.Field(isin=PROTOCOLS)
+    bottleneck: Series[str] = pa.Field(isin=BOTTLENECKS)
+    placement: Series[str] = pa.Field(str_length={"min_value": 1})  # GPU indices "0,1,2,3", or "cpu"
+    transport: Series[str] = pa.Field(isin=TRANSPORTS)
+    fabric: Series[str] = pa.Field(isin=FABRICS)
+    topology_hash: Series[str] = pa.Field(str_length=_HASH)
+    method: Series[str] = pa.Field(isin=["modeled"])
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["run_id", "op", "world_size", "size_bytes", "transport"]
+
+    @pa.dataframe_check(error="algbw_gbps must equal size_bytes / time_s / 1e9")
+    def algbw_matches_time(cls, df: pd.DataFrame) -> Series[bool]:
+        """Modeled algorithm bandwidth is bytes over the modeled seconds, as for measured rows."""
+        return algbw_matches(df, MODELED_RTOL)
+
+    @pa.dataframe_check(error="busbw_gbps must equal algbw_gbps times the op's nccl-tests factor for world_size")
+    def busbw_matches_factor(cls, df: pd.DataFrame) -> Series[bool]:
+        """Modeled bus bandwidth uses the same factors as measured rows, so the two overlay."""
+        return busbw_matches(df, MODELED_RTOL)
+
+    @pa.dataframe_check(error="world_size must be a whole number of ranks per node (a multiple of nodes)")
+    def ranks_fill_whole_nodes(cls, df: pd.DataFrame) -> Series[bool]:
+        """A multi-node job uses the same GPUs on every node."""
+        ok = (df["nodes"] >= 1) & (df["world_size"] >= 1)
+        return ~ok | (df["world_size"] % df["nodes"].where(ok, 1) == 0)
+
+
+class StrategyPredictionsSchema(_Table):
+    """Per (prediction run, strategy, GPUs): the modeled step time, its parts, and memory against the GPU's."""
+
+    run_id: Series[str]
+    strategy: Series[str] = pa.Field(isin=STRATEGIES)
+    model: Series[str] = pa.Field(str_length={"min_value": 1})
+    param_count: Series[int] = pa.Field(gt=0)
+    gpus: Series[int] = pa.Field(ge=1)
+    placement: Series[str] = pa.Field(str_length={"min_value": 1})
+    step_time_s: Series[float] = pa.Field(gt=0)
+    compute_time_s: Series[float] = pa.Field(gt=0)
+    comm_time_s: Series[float] = pa.Field(ge=0)
+    exposed_comm_time_s: Series[float] = pa.Field(ge=0)
+    memory_total_bytes: Series[int] = pa.Field(gt=0)
+    memory_available_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)
+    fits: Series[pd.BooleanDtype] = pa.Field(nullable=True)
+    tokens_per_step: Series[int] = pa.Field(ge=1)
+    fabric: Series[str] = pa.Field(isin=FABRICS)
+    topology_hash: Series[str] = pa.Field(str_length=_HASH)
+    method: Series[str] = pa.Field(isin=["modeled"])
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["run_id", "strategy", "gpus"]
+
+    @pa.dataframe_check(error="step_time_s must equal compute_time_s + exposed_comm_time_s")
+    def step_is_compute_plus_exposed(cls, df: pd.DataFrame) -> Series[bool]:
+        """The step model's definition: communication hidden behind compute costs nothing."""
+        expected = df["compute_time_s"].astype("float64") + df["exposed_comm_time_s"].astype("float64")
+        return pd.Series(np.isclose(df["step_time_s"].astype("float64"), expected, rtol=MODELED_RTOL, atol=0), index=df.index)
+
+    @pa.dataframe_check(error="exposed_comm_time_s must not exceed comm_time_s")
+    def exposed_within_comm(cls, df: pd.DataFrame) -> Series[bool]:
+        """Only part of the communication can be exposed, never more than all of it."""
+        return df["exposed_comm_time_s"] <= df["comm_time_s"] * (1 + MODELED_RTOL) + 1e-12
+
+    @pa.dataframe_check(error="fits must be memory_total_bytes <= memory_available_bytes, and null when the memory is unknown")
+    def fits_matches_memory(cls, df: pd.DataFrame) -> Series[bool]:
+        """Whether a strategy fits is the comparison of its modeled bytes with the usable GPU memory."""
+        known = df["memory_available_bytes"].notna()
+        fits = df["fits"].astype("boolean")
+        agree = (fits == (df["memory_total_bytes"] <= df["memory_available_bytes"])).fillna(False).astype(bool)
+        return (known & agree) | (~known & fits.isna())
