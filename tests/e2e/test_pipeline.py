@@ -117,6 +117,50 @@ def test_figures_and_report_exist_and_regenerate_from_the_database_alone(pipelin
     assert (tmp_path / "again" / "busbw_vs_size.csv").read_text() == (results / "figures" / "busbw_vs_size.csv").read_text()
 
 
+def test_predictions_verdicts_and_doctor_findings_are_stored(pipeline):
+    results, _ = pipeline
+    db = results / "shardscope.duckdb"
+    for table in ("collective_predictions", "verdicts", "verdict_rows", "doctor_findings"):
+        assert query(db, f"SELECT count(*) FROM {table}")[0][0] > 0, table
+    # Every collective job is judged, and the verdict names the run it judged.
+    judged = query(db, "SELECT v.judged_run_id, r.kind FROM verdicts v LEFT JOIN runs r ON r.run_id = v.judged_run_id")
+    assert len(judged) == len(OPS) and {kind for _, kind in judged} == {"collectives"}
+
+
+def test_verdicts_on_this_cpu_machine_are_unknown_with_a_reason(pipeline):
+    results, _ = pipeline
+    rows = query(results / "shardscope.duckdb", "SELECT verdict, reason, expected_busbw_gbps FROM verdicts")
+    assert rows and all(verdict == "unknown" and expected is None for verdict, _, expected in rows)
+    assert all(reason and reason.startswith("CPU processes over gloo") for _, reason, _ in rows)
+    # The cost model's gloo numbers are stored as placeholders (fabric cpu) and never drawn as a modeled curve.
+    assert {f for (f,) in query(results / "shardscope.duckdb", "SELECT DISTINCT fabric FROM collective_predictions")} == {"cpu"}
+    plotted = (results / "figures" / "busbw_vs_size.csv").read_text()
+    assert ",modeled," not in plotted and "unknown: CPU processes over gloo" in plotted
+    assert "no physical link model exists for gloo on CPU" in (results / "figures" / "busbw_vs_size.answer.rst").read_text()
+
+
+def test_report_has_the_computed_memory_numbers_and_the_reference_low_verdict(pipeline):
+    results, _ = pipeline
+    html = (results / "paper" / "report.html").read_text()
+    assert "<strong>87 GB</strong>" in html and "<strong>116 GB</strong>" in html
+    assert "Reference diagnosed low:" in html and "nccl-tests/issues/293" in html
+    ref = query(results / "reference" / "reference.duckdb",
+                "SELECT r.label, v.verdict FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id")
+    assert ("2 nodes x 1 A100 PCIe, HDR 200G (nccl-tests#293)", "low") in ref
+
+
+def test_figures_and_report_regenerate_from_the_database_within_20_seconds(pipeline, tmp_path):
+    results, _ = pipeline
+    db, ref = str(results / "shardscope.duckdb"), str(results / "reference" / "reference.duckdb")
+    start = time.perf_counter()
+    for command in (["figures", "--db", db, "--reference-db", ref, "--out", str(tmp_path / "figs")],
+                    ["paper", "--db", db, "--reference-db", ref, "--figures", str(tmp_path / "figs"),
+                     "--out", str(tmp_path / "report.html")]):
+        out = subprocess.run([sys.executable, "-m", "shardscope", *command], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    assert time.perf_counter() - start < 20
+
+
 def test_second_run_has_nothing_to_do_and_is_fast(pipeline):
     _, configfile = pipeline
     start = time.perf_counter()

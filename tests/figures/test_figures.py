@@ -35,6 +35,8 @@ def test_bandwidth_figure_plots_the_database_values(module_db, drawn):
     got = plotted[["op", "size_bytes", "busbw_gbps"]].sort_values(["op", "size_bytes"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, truth, check_dtype=False)
     assert set(plotted["source"]) == {"measured"} and plotted["nominal_link_gbps"].isna().all()
+    assert set(plotted["method"]) == {"measured"}  # no predictions in this database: nothing modeled drawn
+    assert set(plotted["verdict_text"]) == {"not judged"}  # and no verdicts
 
 
 def test_bandwidth_answer_quotes_the_plotted_peak(drawn):
@@ -56,11 +58,28 @@ def test_memory_figure_plots_measured_bytes_and_the_zero_model(module_db, drawn)
         assert measured.loc[strategy, "optim_bytes"] == optim
         assert measured.loc[strategy, "rest_bytes"] == peak - held  # the rest = peak minus what the state holds
     assert measured["capacity_bytes"].isna().all()  # CPU runs: no capacity line
-    modeled = plotted[plotted["method"] == "modeled"].set_index("strategy")
+    paper = plotted[plotted["memory_model"] == "ZeRO paper"].set_index("strategy")
     n = 787072
     # fp32 Adam on 2 ranks: DDP 4+4+8 bytes per parameter; ZeRO-3 shards all three.
-    assert (modeled.loc["ddp", ["param_bytes", "grad_bytes", "optim_bytes"]].tolist() == [4 * n, 4 * n, 8 * n])
-    assert (modeled.loc["zero3", ["param_bytes", "grad_bytes", "optim_bytes"]].tolist() == [2 * n, 2 * n, 4 * n])
+    assert (paper.loc["ddp", ["param_bytes", "grad_bytes", "optim_bytes"]].tolist() == [4 * n, 4 * n, 8 * n])
+    assert (paper.loc["zero3", ["param_bytes", "grad_bytes", "optim_bytes"]].tolist() == [2 * n, 2 * n, 4 * n])
+    assert set(plotted.loc[plotted["method"] == "modeled", "memory_model"]) == {"ZeRO paper", "implementation"}
+    assert plotted.loc[plotted["method"] == "measured", "memory_model"].isna().all()
+
+
+def test_memory_figure_draws_the_implementation_model_and_says_why_zero_exceeds_the_paper(drawn):
+    """DeepSpeed keeps a fp32 master partition even in fp32: ZeRO's optimizer state is 12/N, not the paper's 8/N."""
+    plotted = pd.read_csv(drawn / "memory_by_strategy.csv")
+    impl = plotted[plotted["memory_model"] == "implementation"].set_index("strategy")
+    paper = plotted[plotted["memory_model"] == "ZeRO paper"].set_index("strategy")
+    n = 787072
+    assert impl.loc["zero3", ["param_bytes", "grad_bytes", "optim_bytes"]].tolist() == [2 * n, 2 * n, 6 * n]
+    assert impl.loc["zero1", "optim_bytes"] == 6 * n and paper.loc["zero1", "optim_bytes"] == 4 * n
+    assert impl.loc["ddp", "held_bytes"] == paper.loc["ddp", "held_bytes"] == 16 * n  # no master copy under DDP in fp32
+    answer = (drawn / "memory_by_strategy.answer.rst").read_text()
+    # the sample runs hold 6 bytes per parameter of ZeRO-1/2/3 optimizer state on 2 ranks (factories.HELD_PER_PARAM)
+    assert "ZeRO-1, ZeRO-2, ZeRO-3 hold more optimizer state than the ZeRO paper model" in answer
+    assert "fp32 master partition" in answer
 
 
 def test_memory_figure_reads_gpu_capacity_from_the_device_name(tmp_path):

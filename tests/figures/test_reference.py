@@ -17,14 +17,50 @@ from shardscope.figures.reference import REFERENCE_DIR, build_reference_db, load
 RUNS = load_manifest()
 
 
-def test_every_bundled_log_is_listed_with_a_source_and_documented():
+#: A source is a file at a fixed commit, or an issue thread.
+SOURCE_URL = re.compile(r"https://github\.com/[^/]+/[^/]+/(blob/[0-9a-f]{40}/|issues/\d+$)")
+
+
+def test_every_bundled_log_and_topology_is_listed_with_a_source_and_documented():
     sources = (REFERENCE_DIR / "SOURCES.md").read_text()
-    listed = {run.file for run in RUNS}
+    listed = {run.file for run in RUNS} | {run.topology for run in RUNS if run.topology and not run.topology.startswith("preset:")}
     assert listed == {p.name for p in REFERENCE_DIR.glob("*.txt")}
     for run in RUNS:
         assert run.file in sources and run.source_url in sources
-        assert re.match(r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/", run.source_url), run.source_url
+        assert SOURCE_URL.match(run.source_url), run.source_url
         assert run.link is None or run.link in NOMINAL_LINKS
+        assert run.topology_note, run.file  # why this topology (or none) is assumed
+        if run.topology:
+            assert run.topology in sources
+
+
+def test_the_known_low_reference_is_a_verbatim_copy_of_the_diagnose_fixture():
+    """nccl-tests#293: the same bytes as tests/data/diagnose (whose SOURCES.md documents the copy)."""
+    from diagnose.fixtures import RUN_293_GDR, TOPO_293
+
+    run = next(r for r in RUNS if "#293" in r.label)
+    assert (REFERENCE_DIR / run.file).read_bytes() == RUN_293_GDR.read_bytes()
+    assert (REFERENCE_DIR / run.topology).read_bytes() == TOPO_293.read_bytes()
+    assert run.source_url == "https://github.com/NVIDIA/nccl-tests/issues/293" and "NIC0 SYS" in run.documented_cause
+
+
+def test_reference_runs_are_judged_against_their_topology_and_linked(reference_db):
+    with duckdb.connect(str(reference_db), read_only=True) as con:
+        rows = con.execute("""
+            SELECT r.label, r.job_id, v.verdict, v.percent_of_expected, v.reason, v.hints_json, v.topology_hash, vr.env_json
+            FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id JOIN runs vr ON vr.run_id = v.run_id""").fetchall()
+    assert sorted(job for _, job, *_ in rows) == sorted(f"nccl-tests:reference/{run.file}" for run in RUNS)
+    by_label = {}
+    for label, _, verdict, pct, reason, hints, topo_hash, env in rows:
+        by_label.setdefault(label, []).append((verdict, pct, reason, json.loads(hints), topo_hash, json.loads(env)))
+    (low,) = by_label["2 nodes x 1 A100 PCIe, HDR 200G (nccl-tests#293)"]
+    assert low[0] == "low" and low[1] == pytest.approx(26.8, abs=0.5)  # as tests/diagnose judges the same log
+    assert any("NIC only through the CPU (SYS)" in h for h in low[3])
+    assert low[5]["topology"] == "nccl-tests-293-topo.txt" and low[4] is not None
+    (h100,) = by_label["2 nodes x 8 H100 SXM"]
+    assert h100[0] == "ok" and h100[5]["topology"] == "preset:hgx-h100"  # the preset assumed is recorded
+    for verdict, _, reason, _, topo_hash, env in by_label["2 x RTX 2080 Ti, PCIe 3.0"]:
+        assert (verdict, topo_hash, env["topology"]) == ("unknown", None, None) and reason.startswith("no topology given")
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.file)
@@ -49,7 +85,8 @@ def test_reference_documents_are_labelled_and_drop_only_empty_rows():
 
 def test_reference_database_holds_every_row_with_source_label_and_fabric(reference_db):
     with duckdb.connect(str(reference_db), read_only=True) as con:
-        runs = con.execute("SELECT source, label, fabric, job_id, world_size FROM runs ORDER BY job_id").fetchall()
+        runs = con.execute("SELECT source, label, fabric, job_id, world_size FROM runs WHERE kind <> 'verdicts' "
+                           "ORDER BY job_id").fetchall()
         rows = con.execute("SELECT count(*) FROM collectives").fetchone()[0]
     assert {r[0] for r in runs} == {"reference"}
     assert sorted((r[1], r[2], r[3]) for r in runs) == sorted(
@@ -57,13 +94,18 @@ def test_reference_database_holds_every_row_with_source_label_and_fabric(referen
     assert rows == sum(len(reference_document(run)["rows"]) for run in RUNS)
 
 
-def test_rebuilding_the_reference_database_gives_the_same_runs(reference_db, tmp_path):
+def test_rebuilding_the_reference_database_gives_the_same_runs_and_verdicts(reference_db, tmp_path):
+    """Reference run ids are content digests; verdict runs name the judged file's path, so they are
+    compared by what they say, not by id."""
     build_reference_db(tmp_path / "again.duckdb", tmp_path)
-    ids = []
+    ids, verdicts = [], []
     for db in (reference_db, tmp_path / "again.duckdb"):
         with duckdb.connect(str(db), read_only=True) as con:
-            ids.append(con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall())
-    assert ids[0] == ids[1]
+            ids.append(con.execute("SELECT run_id FROM runs WHERE source = 'reference' ORDER BY run_id").fetchall())
+            verdicts.append(con.execute("SELECT judged_run_id, verdict, plateau_busbw_gbps, reason FROM verdicts "
+                                        "ORDER BY judged_run_id").fetchall())
+    assert ids[0] == ids[1] and len(ids[0]) == len(RUNS)
+    assert verdicts[0] == verdicts[1] and len(verdicts[0]) == len(RUNS)
     assert not list(tmp_path.glob(".*building*"))
 
 
@@ -78,7 +120,9 @@ def test_figures_draw_reference_runs_beside_ours_with_the_nominal_link(reference
     assert ref["series"].str.endswith("(reference)").all()
     pcie = ref[ref["fabric"] == "pcie"]
     assert (pcie["nominal_link_gbps"] == NOMINAL_LINKS["pcie3_x16"].per_direction_gbps).all()
-    assert ref.loc[ref["fabric"] != "pcie", "nominal_link_gbps"].isna().all()
+    hdr = ref[ref["fabric"] == "IB HDR, 2 nodes"]
+    assert len(hdr) and (hdr["nominal_link_gbps"] == NOMINAL_LINKS["ib_hdr_4x"].per_direction_gbps).all()
+    assert ref.loc[ref["fabric"] == "nvswitch, 2 nodes", "nominal_link_gbps"].isna().all()
     assert plotted.loc[plotted["source"] == "measured", "nominal_link_gbps"].isna().all()
 
 
@@ -95,8 +139,10 @@ def test_reference_command_and_figures_flag(module_db, tmp_path, capsys):
     from shardscope.cli import main
 
     assert main(["reference", "--db", str(tmp_path / "ref" / "r.duckdb"), "--manifest", str(tmp_path / "m.json")]) == 0
-    assert json.loads((tmp_path / "m.json").read_text())["new_runs"] == len(RUNS)
-    assert sorted(p.name for p in (tmp_path / "ref").glob("*.json")) == sorted(f"{Path(r.file).stem}.json" for r in RUNS)
+    summary = json.loads((tmp_path / "m.json").read_text())
+    assert (summary["reference_runs"], summary["verdicts"], summary["new_runs"]) == (len(RUNS), len(RUNS), 2 * len(RUNS))
+    assert sorted(p.name for p in (tmp_path / "ref").glob("*.json")) == sorted(
+        name for r in RUNS for name in (f"{Path(r.file).stem}.json", f"{Path(r.file).stem}.verdicts.json"))
     assert main(["figures", "--db", str(module_db), "--out", str(tmp_path / "f"),
                  "--reference-db", str(tmp_path / "ref" / "r.duckdb")]) == 0
     assert "reference" in set(pd.read_csv(tmp_path / "f" / "busbw_vs_size.csv")["source"])

@@ -33,7 +33,24 @@ def test_report_is_one_self_contained_html_file_with_database_numbers(module_db,
         fastest = con.execute("SELECT strategy, median_step_time_s FROM strategy_summary ORDER BY median_step_time_s LIMIT 1").fetchone()
     assert f"<strong>{fastest[0]}</strong> ({fastest[1]:.4f} s per" in html
     assert "1.60" in html  # zero3's step time relative to DDP, from the strategy_summary view
-    assert "116 GB" in html  # Mistral-7B under DDP on one GPU, modeled
+
+
+def test_mistral_memory_paragraph_is_computed_not_typed(module_db, drawn, tmp_path):
+    """The seed article's numbers: 14 + 14 + 58 = 87 GB without the fp32 master copy, 116 GB with it."""
+    from shardscope.training.memory_model import memory_table
+
+    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html"),
+                               bundled_reference=False).read_text())
+    plain = memory_table("mistral-7b", "ddp", 1, master_weights=False)[0]
+    master = memory_table("mistral-7b", "ddp", 1)[0]
+    assert round(plain["total_bytes"] / 1e9) == 87 and round(master["total_bytes"] / 1e9) == 116
+    assert (f"{plain['param_bytes'] / 1e9:.0f} GB of parameters + {plain['grad_bytes'] / 1e9:.0f} GB of gradients"
+            f" + {plain['optim_bytes'] / 1e9:.0f} GB of Adam states = 87 GB") in text
+    assert "14 GB of parameters + 14 GB of gradients + 58 GB of Adam states" in text
+    assert "116 GB with the fp32 master copy" in text
+    assert "Against an 80 GB GPU (A100, H100): does not fit without the master copy, does not fit with it" in text
+    source = TEMPLATE.read_text()
+    assert not re.search(r"\b(87|116|58)\b", source)  # typed nowhere in the template: computed at build time
 
 
 def test_every_figure_caption_carries_its_question_and_computed_answer(module_db, drawn, tmp_path):
@@ -51,8 +68,29 @@ def test_report_lists_reference_runs_with_their_sources(module_db, reference_db,
     text = _text(out.read_text())
     for run in load_manifest():
         assert run.source_url in text and run.label in text
-    assert "338.827" in text  # the H100 reference peak, from the database
-    assert "Reference (not measured here): 3 public" in text
+    assert f"Reference (not measured here): {len(load_manifest())} public" in text
+    with duckdb.connect(str(reference_db), read_only=True) as con:
+        plateaus = con.execute("SELECT plateau_busbw_gbps, latency_floor_us FROM verdicts").fetchall()
+    for plateau, floor in plateaus:  # the interconnect table quotes each sweep's plateau and latency floor
+        assert f"{plateau:.2f}" in text and f"{floor:.1f}" in text
+    assert "Avg bus bandwidth\", which mostly counts" in text
+
+
+def test_report_shows_the_reference_diagnosed_low_with_its_documented_cause(module_db, reference_db,
+                                                                            drawn_with_reference, tmp_path):
+    out = render_report(str(module_db), str(drawn_with_reference), str(TEMPLATE), str(tmp_path / "r.html"),
+                        reference_db=str(reference_db))
+    text = _text(out.read_text()).replace("&lt;", "<").replace("&gt;", ">")
+    run = next(r for r in load_manifest() if "#293" in r.label)
+    with duckdb.connect(str(reference_db), read_only=True) as con:
+        reason, hints = con.execute("""SELECT v.reason, v.hints_json FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id
+                                       WHERE r.label = ? AND v.verdict = 'low'""", [run.label]).fetchone()
+    line = text[text.index("Reference diagnosed low:"):]
+    assert line.startswith(f"Reference diagnosed low: {run.label} (reference), all_reduce: {reason}.")
+    assert json.loads(hints)[0] in line and "NIC only through the CPU (SYS)" in line
+    assert f"Documented cause ({run.source_url}): {run.documented_cause}." in line
+    assert "preset:hgx-h100 (assumed:" in text  # the preset a reference verdict assumed is said
+    assert text.count("Reference diagnosed") == 1  # the H100 run is ok, the 2080 Ti runs unknown
 
 
 def test_report_recommends_from_measurements_and_the_decision_map(module_db, drawn, tmp_path):
@@ -84,3 +122,35 @@ def test_markdown_table_formats_and_blanks():
     text = markdown_table(pd.DataFrame({"a": ["x", "y"], "b": [1.23456, None]}), {"b": "{:.2f}"})
     assert text.splitlines() == ["| a | b |", "|---|---|", "| x | 1.23 |", "| y | – |"]
     assert markdown_table(pd.DataFrame({"a": ["<b>|"]})).splitlines()[2] == "| &lt;b&gt;&#124; |"
+
+
+def test_cpu_database_says_how_to_enable_emulated_fabrics_and_has_no_modeled_steps(module_db, drawn, tmp_path):
+    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html"),
+                               bundled_reference=False).read_text())
+    assert "No training run on an emulated fabric is in the database. Set emulated.enabled: true" in text
+    assert "No strategy predictions match a measured training run here" in text
+    assert "Measured here (the latest run of each sweep)" in text and "not judged" in text  # no verdicts loaded
+
+
+def test_gpu_database_report_has_emulated_slowdowns_modeled_steps_and_doctor_warnings(gpu_db, drawn_gpu, tmp_path):
+    text = _text(render_report(str(gpu_db["db"]), str(drawn_gpu), str(TEMPLATE), str(tmp_path / "r.html"),
+                               bundled_reference=False).read_text())
+    # Strategy vs fabric: each strategy's measured slowdown from its fastest to its slowest preset.
+    section = text[text.index("Strategy vs fabric, measured on emulated links"):text.index("Which strategy to pick")]
+    steps = {(preset, strategy): t for preset, strategy, t in gpu_db["emulated"]}
+    assert (f"DDP (tiny, 2 ranks): {steps['fast', 'ddp']:.4f} s per step on fast (fastest) to"
+            f" {steps['pcie_like', 'ddp']:.4f} s on pcie_like (slowest), {steps['pcie_like', 'ddp'] / steps['fast', 'ddp']:.2f}x.") in section
+    assert (f"ZeRO-3 (tiny, 2 ranks): {steps['fast', 'zero3']:.4f} s per step on fast (fastest) to"
+            f" {steps['pcie_like', 'zero3']:.4f} s on pcie_like (slowest),"
+            f" {steps['pcie_like', 'zero3'] / steps['fast', 'zero3']:.2f}x; did not finish on nvl_groups (oom)") in section
+    # Modeled beside measured: the cost model's step time for the same strategy, model and GPU count.
+    with duckdb.connect(str(gpu_db["db"]), read_only=True) as con:
+        modeled = dict(con.execute("SELECT strategy, step_time_s FROM strategy_predictions WHERE model = 'gpt2-small' "
+                                   "AND gpus = 8").fetchall())
+    assert "Modeled beside measured." in text
+    for strategy, name, measured in (("ddp", "DDP", 0.05), ("zero3", "ZeRO-3", 0.08)):
+        assert re.search(rf"gpuhost nvswitch gpt2-small 8 all {re.escape(name)} ok {modeled[strategy]:.4f} "
+                         rf"[0-9.]+ {measured:.4f} {measured / modeled[strategy]:.2f}", text), strategy
+    # Doctor: the warn/fail findings of the latest run, with what to do.
+    doctor = text[text.index("Node checks"):text.index("Recommendations")]
+    assert "gpuhost pcie_acs warn" in doctor and "gpuhost nccl_env warn" in doctor and "NCCL_P2P_DISABLE=1" in doctor

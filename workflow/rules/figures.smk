@@ -1,4 +1,4 @@
-"""Figures: the reference runs, then every figure from the database.
+"""Figures: the reference runs (with their verdicts), then every figure from the database.
 
 Rule figures runs after collect in a full pipeline. Rule figures_from_db (target it by
 name, `snakemake figures_from_db`) redraws the same files from an existing database alone and
@@ -19,7 +19,11 @@ FIGURE_LABELS = {
     "decision_map": "Decision map (modeled)",
 }
 REFERENCE_SOURCE = os.path.join(workflow.basedir, "workflow", "shardscope", "figures", "reference")
-REFERENCE_RUNS = [run["file"] for run in json.loads(Path(REFERENCE_SOURCE, "runs.json").read_text())["runs"]]
+REFERENCE_MANIFEST = json.loads(Path(REFERENCE_SOURCE, "runs.json").read_text())["runs"]
+REFERENCE_RUNS = [run["file"] for run in REFERENCE_MANIFEST]
+#: Saved topologies the reference verdicts are judged against (presets need no file).
+REFERENCE_TOPOLOGIES = sorted({run["topology"] for run in REFERENCE_MANIFEST
+                               if run.get("topology") and not run["topology"].startswith("preset:")})
 REFERENCE_DB = f"{RESULTS}/reference/reference.duckdb"
 FIGURES_DIR = f"{RESULTS}/figures"
 #: Every file `shardscope figures` writes; the PNGs go into Snakemake's report with a caption
@@ -41,9 +45,11 @@ rule reference_runs:
     input:
         manifest=f"{REFERENCE_SOURCE}/runs.json",
         logs=[f"{REFERENCE_SOURCE}/{name}" for name in REFERENCE_RUNS],
+        topologies=[f"{REFERENCE_SOURCE}/{name}" for name in REFERENCE_TOPOLOGIES],
     output:
         db=REFERENCE_DB,
         docs=[f"{RESULTS}/reference/{Path(name).stem}.json" for name in REFERENCE_RUNS],
+        verdicts=[f"{RESULTS}/reference/{Path(name).stem}.verdicts.json" for name in REFERENCE_RUNS],
         manifest=f"{RESULTS}/reference/collect.json",
     log:
         f"{RESULTS}/logs/reference_runs.log",

@@ -19,7 +19,8 @@ def _cmd_reference(args: argparse.Namespace) -> int:
 
     docs = args.docs or str(Path(args.db).parent)
     summary = build_reference_db(args.db, docs, folder=args.source or REFERENCE_DIR, manifest=args.manifest)
-    print(f"{args.db}: {summary['new_runs']} reference runs (public nccl-tests results, not measured here); documents in {docs}")
+    print(f"{args.db}: {summary['reference_runs']} reference runs (public nccl-tests results, not measured here) and their"
+          f" verdicts; documents in {docs}")
     return 0
 
 

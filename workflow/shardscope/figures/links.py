@@ -30,6 +30,9 @@ NOMINAL_LINKS: dict[str, NominalLink] = {
     "pcie5_x16": NominalLink(
         "PCIe 5.0 x16", 63.0,
         "PCI-SIG PCI Express Base Specification 5.0: 32 GT/s per lane, 128b/130b encoding, 16 lanes"),
+    "ib_hdr_4x": NominalLink(
+        "InfiniBand HDR (200 Gb/s)", 25.0,
+        "NVIDIA ConnectX-6 VPI datasheet: HDR InfiniBand, 200 Gb/s per port, i.e. 25 GB/s per direction"),
     "nvlink3_a100": NominalLink(
         "NVLink 3 (A100 SXM)", 300.0,
         "NVIDIA A100 datasheet: 600 GB/s NVLink bandwidth per GPU, both directions together"),

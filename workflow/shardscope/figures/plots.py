@@ -57,7 +57,8 @@ FIGURES = (
            "How does peak all-reduce bus bandwidth change with the number of GPUs on each fabric?",
            queries.allreduce_peak_vs_gpus, draw_allreduce_peak, captions.answer_peak),
     Figure("memory_by_strategy", "Memory per rank by strategy",
-           "How many bytes does each strategy hold per rank, does the ZeRO model predict it, and what else fills the peak?",
+           "How many bytes does each strategy hold per rank, do the ZeRO-paper and implementation models predict it,"
+           " and what else fills the peak?",
            queries.memory_measured_and_modeled, draw_memory_by_strategy, captions.answer_memory),
     Figure("speed_vs_ddp", "Throughput relative to DDP",
            "How much faster or slower than DDP is each strategy on each fabric measured?",

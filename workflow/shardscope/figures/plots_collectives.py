@@ -7,16 +7,22 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
+from shardscope.figures.captions import CPU_NOTE
+from shardscope.figures.queries import cpu_series_without_model
 from shardscope.figures.style import empty, format_gbps, log2_bytes_axis
 
 
 _MARKERS = ("o", "^", "v", "D", "P")
-_MEASURED_STYLES = ("-", "-.", ":")
+_MEASURED_STYLES = ("-", ":")  # never dashed: dashes mark reference runs
+
+
+#: The colorblind palette reordered so that neighbouring series never get its two oranges.
+_PALETTE_ORDER = (0, 1, 2, 4, 9, 5, 3, 7, 8, 6)
 
 
 def _series_colors(series: list[str]) -> dict[str, tuple[float, float, float]]:
-    palette = sns.color_palette("colorblind", max(len(series), 1))
-    return dict(zip(series, palette))
+    palette = sns.color_palette("colorblind", 10)
+    return {name: palette[_PALETTE_ORDER[i % len(_PALETTE_ORDER)]] for i, name in enumerate(series)}
 
 
 def _ordered_series(df: pd.DataFrame) -> list[str]:
@@ -26,40 +32,81 @@ def _ordered_series(df: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(keys["series"]))
 
 
+#: Line style of each kind of curve in figure 1.
+_STYLE = {"measured": ("-", "o"), "reference": ("-.", "s"), "modeled": ("--", None)}
+
+
+def _legend_label(line: pd.DataFrame, name: str) -> str:
+    """A measured series' legend entry: its name and its verdict on a second line."""
+    text = line["verdict_text"].dropna()
+    return f"{name}\n    {text.iloc[0]}" if len(text) else name
+
+
+def _draw_nominal(ax: plt.Axes, line: pd.DataFrame, color: tuple[float, float, float], nth: int) -> bool:
+    """The series' nominal link as a dotted line, labelled above it (``nth`` even) or below it (odd), so
+    two close lines in one panel keep readable labels; True when one was drawn."""
+    nominal = line["nominal_link_gbps"].dropna()
+    if not len(nominal):
+        return False
+    value = float(nominal.iloc[0])
+    ax.axhline(value, color=color, ls=":", lw=1.2)
+    below = nth % 2 == 1
+    ax.annotate(f"nominal {line['nominal_link'].iloc[0]}: {format_gbps(value)}", (0.02, value),
+                xycoords=("axes fraction", "data"), xytext=(0, -3 if below else 3), textcoords="offset points",
+                va="top" if below else "bottom", fontsize="x-small", color=color,
+                bbox={"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 0.5})
+    return True
+
+
 def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
-    """Bus bandwidth against message size, one panel per op; ours solid, reference runs dashed, nominal links dotted."""
+    """Bus bandwidth against message size, one panel per op: ours solid, reference runs dash-dot, the cost
+    model's busbw for our series dashed (same colour), nominal links dotted; legend entries carry each verdict."""
     if df.empty:
         return empty("No collective results in the database yet.")
+    measured = df[df["method"] == "measured"]
+    modeled = df[df["method"] == "modeled"]
     ops = sorted(df["op"].unique())
-    series = _ordered_series(df)
-    colors = _series_colors(series)
+    colors = _series_colors(_ordered_series(measured))
     fig, axes = plt.subplots(1, len(ops), figsize=(4.8 * len(ops) + 0.6, 4.4), sharex=True, sharey=True, squeeze=False)
-    handles: dict[str, Line2D] = {}
+    handles: dict[str, tuple[str, Line2D]] = {}  # series -> (legend label, line)
     for ax, op in zip(axes[0], ops):
-        sub = df[df["op"] == op]
-        for name, line in sub.groupby("series", sort=False):
+        nominals = 0
+        for name, line in measured[measured["op"] == op].groupby("series", sort=False):
             line = line.sort_values("size_bytes")
-            reference = (line["source"] == "reference").all()
-            (handle,) = ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors[name], lw=1.6,
-                                ls="--" if reference else "-", marker="s" if reference else "o", ms=3.5, label=name)
-            handles.setdefault(name, handle)
-            nominal = line["nominal_link_gbps"].dropna()
-            if len(nominal):
-                value = float(nominal.iloc[0])
-                ax.axhline(value, color=colors[name], ls=":", lw=1.2)
-                ax.annotate(f"nominal {line['nominal_link'].iloc[0]}: {format_gbps(value)}", (0.02, value),
-                            xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
-                            fontsize="x-small", color=colors[name])
+            ls, marker = _STYLE["reference" if (line["source"] == "reference").all() else "measured"]
+            label = _legend_label(line, name)
+            (handle,) = ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors[name], lw=1.6, ls=ls,
+                                marker=marker, ms=3.5, label=label)
+            handles.setdefault(name, (label, handle))
+            nominals += _draw_nominal(ax, line, colors[name], nominals)
+        for name, line in modeled[modeled["op"] == op].groupby("series", sort=False):
+            line = line.sort_values("size_bytes")
+            ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors.get(name, "grey"), lw=1.4, ls=_STYLE["modeled"][0])
         log2_bytes_axis(ax, float(df["size_bytes"].min()), float(df["size_bytes"].max()))
         ax.set_yscale("log")
         ax.set(title=op, xlabel="message size (log scale)")
         ax.grid(True, which="major", alpha=0.4)
     axes[0][0].set_ylabel("bus bandwidth (GB/s, log scale)")
-    fig.suptitle("Bus bandwidth vs message size (nccl-tests definition; reference runs dashed, nominal links dotted)", y=1.0)
-    fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, -0.02),
-               ncol=1 if len(handles) > 6 else 2, fontsize="small", frameon=False)
+    legend = [handles[name] for name in colors if name in handles]  # ours first, then reference runs
+    if not modeled.empty:
+        legend.append(("modeled (cost model) for the series of the same colour",
+                       Line2D([], [], color="grey", ls=_STYLE["modeled"][0], lw=1.4)))
+    fig.suptitle("Bus bandwidth vs message size (nccl-tests definition)\n"
+                 "measured solid, reference runs dash-dot, modeled dashed, nominal links dotted", y=1.02)
+    note = CPU_NOTE if cpu_series_without_model(df) else None
+    fig.legend([h for _, h in legend], [label for label, _ in legend], loc="upper center", bbox_to_anchor=(0.5, -0.02),
+               ncol=1 if len(legend) > 6 else 2, fontsize="small", frameon=False, title=note, title_fontsize="x-small")
     fig.tight_layout()
     return fig
+
+
+def _peak_label(fabric: str, series: str, sub: pd.DataFrame) -> str:
+    """A series' legend entry in figure 2: fabric, series, and the verdict of each of its points."""
+    if len(sub) == 1:
+        verdicts = str(sub["verdict_text"].iloc[0])
+    else:
+        verdicts = "; ".join(f"{n} ranks: {t}" for n, t in zip(sub["world_size"], sub["verdict_text"]))
+    return f"{fabric}: {series}\n    {verdicts}"
 
 
 def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
@@ -67,7 +114,7 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     if df.empty:
         return empty("No all-reduce results in the database yet.")
     fabrics = sorted(df["fabric"].unique())
-    colors = dict(zip(fabrics, sns.color_palette("colorblind", len(fabrics))))
+    colors = _series_colors(fabrics)
     fig, ax = plt.subplots(figsize=(8, 4.8))
     seen: dict[str, int] = {}
     for (fabric, series), sub in df.groupby(["fabric", "series"], sort=True):
@@ -76,9 +123,9 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
         nth = seen[fabric] = seen.get(fabric, -1) + 1  # several series of one fabric: same colour, own marker
         ax.plot(sub["world_size"], sub["peak_busbw_gbps"], color=colors[fabric],
                 ls="--" if reference else _MEASURED_STYLES[nth % len(_MEASURED_STYLES)],
-                marker="s" if reference else _MARKERS[nth % len(_MARKERS)], ms=7, label=f"{fabric}: {series}")
+                marker="s" if reference else _MARKERS[nth % len(_MARKERS)], ms=7, label=_peak_label(fabric, series, sub))
         for x, y in zip(sub["world_size"], sub["peak_busbw_gbps"]):
-            ax.annotate(format_gbps(y), (x, y), xytext=(6, 4), textcoords="offset points", fontsize="x-small")
+            ax.annotate(format_gbps(y), (x, y), xytext=(8, 0), textcoords="offset points", va="center", fontsize="x-small")
     sizes = sorted(df["world_size"].unique())
     ticks = sorted({*sizes, *[2**k for k in range(1, 12) if min(sizes) <= 2**k <= max(sizes)]})
     ax.set_xscale("log", base=2)
@@ -91,6 +138,6 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     ax.set(xlabel="number of GPUs / ranks (log scale)", ylabel="peak all-reduce bus bandwidth (GB/s, log scale)",
            title="Peak all-reduce bus bandwidth vs GPU count, per fabric")
     ax.grid(True, which="major", alpha=0.4)
-    ax.legend(title="fabric: series (dashed = reference)", fontsize="small", title_fontsize="small",
+    ax.legend(title="fabric: series (dashed = reference), verdict", fontsize="small", title_fontsize="small",
               loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     return fig

@@ -26,16 +26,22 @@ def _ordered(strategies: pd.Series) -> list[str]:
     return [s for s in STRATEGY_ORDER if s in present] + sorted(present - set(STRATEGY_ORDER))
 
 
+#: The three bars per strategy in the top panel: (offset, method, model, hatch).
+_BARS = ((-0.28, "measured", None, None), (0.0, "modeled", "ZeRO paper", "///"), (0.28, "modeled", "implementation", "..."))
+
+
 def _held_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
-    """Stacked parameters/gradients/optimizer state, measured (solid) beside modeled (hatched)."""
+    """Stacked parameters/gradients/optimizer state: measured (solid), the ZeRO paper's model (///) and the
+    implementation model (...), side by side per strategy."""
     unit, scale = memory_unit(float(sub["held_bytes"].max()))
     x = np.arange(len(strategies))
-    for offset, method, hatch in ((-0.2, "measured", None), (0.2, "modeled", "///")):
-        part = sub[sub["method"] == method].set_index("strategy").reindex(strategies)
+    for offset, method, model, hatch in _BARS:
+        rows = sub[(sub["method"] == method) & ((sub["memory_model"] == model) if model else sub["memory_model"].isna())]
+        part = rows.set_index("strategy").reindex(strategies)
         bottom = np.zeros(len(strategies))
         for (col, _), color in zip(MEMORY_PARTS, _PART_COLORS):
             values = part[col].fillna(0).to_numpy(dtype=float) / scale
-            ax.bar(x + offset, values, 0.38, bottom=bottom, color=color, hatch=hatch, edgecolor="white", lw=0.5)
+            ax.bar(x + offset, values, 0.26, bottom=bottom, color=color, hatch=hatch, edgecolor="white", lw=0.5)
             bottom += values
     ax.set_xticks(x, [strategy_name(s) for s in strategies])
     ax.grid(axis="x", visible=False)
@@ -76,7 +82,7 @@ def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
     if df.empty:
         return empty("No finished training runs in the database yet.")
     groups = list(df.groupby(["host", "model", "world_size"], sort=True))
-    width = max(7.5, 0.9 * max(len(set(g["strategy"])) for _, g in groups) + 2)
+    width = max(7.5, 1.2 * max(len(set(g["strategy"])) for _, g in groups) + 2)
     fig, axes = plt.subplots(2, len(groups), figsize=(width * len(groups), 8), squeeze=False)
     for column, ((host, model, ws), sub) in enumerate(groups):
         strategies = _ordered(sub["strategy"])
@@ -84,12 +90,14 @@ def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
         _peak_panel(axes[1][column], sub, strategies)
         dtype = sub["dtype"].dropna()
         axes[0][column].set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {host}\n"
-                                  "parameters, gradients, optimizer state: measured | modeled", fontsize="medium")
+                                  "parameters, gradients, optimizer state: measured | ZeRO paper | implementation", fontsize="medium")
         axes[1][column].set_title("measured peak = training state + the rest", fontsize="medium")
     handles = [Patch(facecolor=c, label=label) for (_, label), c in zip(MEMORY_PARTS, _PART_COLORS)]
     handles += [Patch(facecolor=_REST_COLOR, label="the rest of the peak (activations, buffers, runtime)"),
                 Patch(facecolor="white", edgecolor="black", label="measured (solid)"),
-                Patch(facecolor="white", edgecolor="black", hatch="///", label="ZeRO-paper model (hatched, modeled)")]
+                Patch(facecolor="white", edgecolor="black", hatch="///", label="ZeRO-paper model (modeled)"),
+                Patch(facecolor="white", edgecolor="black", hatch="...",
+                      label="implementation model (modeled: DeepSpeed's fp32 master partition counted)")]
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize="small", frameon=False)
     fig.suptitle("Memory per rank by strategy")
     fig.tight_layout()

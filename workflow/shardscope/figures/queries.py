@@ -1,8 +1,9 @@
 """The SQL behind every figure and report table: what is plotted is exactly what these return.
 
-Collective queries read the ``all_runs``/``all_collectives`` views of
-:func:`shardscope.figures.sources.open_results` (the user's runs plus reference runs);
-training queries read the results database's own tables and views.
+Collective queries read the ``all_runs``/``all_collectives``/``all_verdicts``/
+``all_collective_predictions`` views of :func:`shardscope.figures.sources.open_results` (the
+user's runs plus reference runs, each with its verdict, and the cost model's busbw); training
+queries read the results database's own tables and views.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import pandas as pd
 
 from shardscope.figures.links import nominal_link
 from shardscope.figures.reference import load_manifest
+from shardscope.figures.verdict_text import verdict_text
 from shardscope.training.memory_model import predict_memory
+from shardscope.training.modeled import implementation_memory
 
 #: A run's fabric: what the run recorded, else "cpu" for CPU runs, else "unknown".
 FABRIC_SQL = "coalesce(r.fabric, CASE WHEN r.device_type = 'cpu' THEN 'cpu' END, 'unknown')"
@@ -23,31 +26,86 @@ _WHO_SQL = """CASE WHEN r.source = 'reference' THEN coalesce(r.label, r.job_id) 
                    ELSE coalesce(r.host, r.label, r.source_file)
                         || CASE WHEN r.source = 'nccl-tests' THEN ' (nccl-tests log)' ELSE '' END END"""
 _WHERE_SQL = "coalesce(r.placement, '-') || ' · ' || coalesce(r.transport, '-')"
+#: A figure-1 series (collectives ``c`` joined to runs ``r``): who, and for ours ranks, placement, transport.
+SERIES_SQL = (f"{_WHO_SQL} || CASE WHEN r.source = 'reference' THEN '' "
+              f"ELSE ' · ' || c.world_size || ' ranks · ' || {_WHERE_SQL} END")
 _DEVICE_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
 
 
+#: The verdict of each judged run (``verdicts.judged_run_id``). A run judged by more than one
+#: verdicts document (say, against two topologies) gets a known verdict before an unknown one, then
+#: the lowest verdicts run id: verdict documents carry no time, so this keeps the choice the same
+#: on every regeneration.
+VERDICT_OF_SQL = """
+    SELECT judged_run_id AS run_id, verdict, plateau_busbw_gbps AS verdict_plateau_busbw_gbps,
+           percent_of_expected AS verdict_percent_of_expected, reason AS verdict_reason,
+           plateau_ci95_low_gbps AS verdict_ci95_low_gbps, plateau_ci95_high_gbps AS verdict_ci95_high_gbps,
+           size_to_90pct_bytes AS verdict_size_to_90pct_bytes, latency_floor_us AS verdict_latency_floor_us,
+           expected_busbw_gbps AS verdict_expected_busbw_gbps, bottleneck AS verdict_bottleneck,
+           hints_json AS verdict_hints_json
+    FROM all_verdicts WHERE judged_run_id IS NOT NULL
+    QUALIFY row_number() OVER (PARTITION BY judged_run_id ORDER BY verdict = 'unknown', run_id, source_file) = 1"""
+#: The latest modeled busbw per topology, op, world size and transport, without the cost model's
+#: gloo placeholders (fabric ``cpu``: no physical link is modeled for CPU processes).
+PREDICTIONS_SQL = """
+    SELECT p.*, pr.measured_at AS predicted_at
+    FROM all_collective_predictions p JOIN all_runs pr USING (run_id)
+    WHERE p.fabric <> 'cpu'
+    QUALIFY dense_rank() OVER (PARTITION BY p.topology_hash, p.op, p.world_size, p.transport
+                               ORDER BY pr.measured_at DESC NULLS LAST, p.run_id DESC) = 1"""
+_VERDICT_COLUMNS = ("verdict", "verdict_plateau_busbw_gbps", "verdict_percent_of_expected", "verdict_reason")
+
+
+def with_verdict_text(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``verdict_text`` column written from its verdict columns (NULL verdict: not judged)."""
+    text = [verdict_text(v, p, pct, r) for v, p, pct, r in zip(*(df[c] for c in _VERDICT_COLUMNS))]
+    return df.assign(verdict_text=pd.Series(text, index=df.index, dtype="object"))
+
+
 def busbw_vs_size(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Bus bandwidth per message size, per op, for the latest run of each series: ours and reference runs.
+    """Bus bandwidth per message size, per op, for the latest run of each series: ours, reference runs, and modeled.
 
     A series is one machine, world size, placement and transport (runs accumulate across
     invocations; older runs stay in the database). One placement mode per run: out-of-place
     where the run has it (as nccl-tests users quote it), else in-place (our all_reduce workers
-    time it in place). ``nominal_link_gbps`` is the link's nominal per-direction bandwidth
+    time it in place). Measured rows (``method`` measured) carry their run's verdict; modeled
+    rows (``method`` modeled, ``source`` modeled) are the cost model's busbw for the same
+    topology, op, world size and transport as a measured series, where one was predicted and is
+    not a gloo placeholder. ``nominal_link_gbps`` is the link's nominal per-direction bandwidth
     where a reference run names its link.
     """
     df = con.execute(f"""
         WITH rows AS (
             SELECT c.op, c.size_bytes, c.busbw_gbps, c.algbw_gbps, c.time_s, c.world_size, c.in_place,
-                   r.source, {FABRIC_SQL} AS fabric, r.label, r.run_id, r.measured_at,
-                   {_WHO_SQL} || CASE WHEN r.source = 'reference' THEN '' ELSE ' · ' || c.world_size || ' ranks · '
-                                     || {_WHERE_SQL} END AS series
+                   r.source, {FABRIC_SQL} AS fabric, r.label, r.run_id, r.measured_at, r.topology_hash,
+                   coalesce(r.transport, 'default') AS transport,
+                   {SERIES_SQL} AS series
             FROM all_collectives c JOIN all_runs r USING (run_id)
             QUALIFY c.in_place = bool_and(c.in_place) OVER (PARTITION BY c.run_id)),
         latest AS (
             SELECT DISTINCT op, series, run_id, measured_at FROM rows
-            QUALIFY row_number() OVER (PARTITION BY op, series ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1)
-        SELECT rows.* EXCLUDE (measured_at) FROM rows JOIN latest USING (op, series, run_id)
-        ORDER BY op, source, series, size_bytes""").df()
+            QUALIFY row_number() OVER (PARTITION BY op, series ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1),
+        measured AS (
+            SELECT rows.* EXCLUDE (measured_at), 'measured' AS method FROM rows JOIN latest USING (op, series, run_id)),
+        verdict_of AS ({VERDICT_OF_SQL}),
+        predicted AS ({PREDICTIONS_SQL}),
+        measured_series AS (
+            SELECT DISTINCT op, series, fabric, label, world_size, transport, topology_hash
+            FROM measured WHERE source <> 'reference' AND topology_hash IS NOT NULL),
+        modeled AS (
+            SELECT p.op, p.size_bytes, p.busbw_gbps, p.algbw_gbps, p.time_s, p.world_size, NULL::BOOLEAN AS in_place,
+                   'modeled' AS source, s.fabric, s.label, p.run_id, s.topology_hash, p.transport, s.series,
+                   'modeled' AS method, p.algorithm AS modeled_algorithm, p.bottleneck AS modeled_bottleneck
+            FROM measured_series s JOIN predicted p ON p.topology_hash = s.topology_hash AND p.op = s.op
+                 AND p.world_size = s.world_size AND p.transport = s.transport)
+        SELECT m.* EXCLUDE (topology_hash), v.verdict, v.verdict_plateau_busbw_gbps, v.verdict_percent_of_expected,
+               v.verdict_reason, NULL::VARCHAR AS modeled_algorithm, NULL::VARCHAR AS modeled_bottleneck
+        FROM measured m LEFT JOIN verdict_of v USING (run_id)
+        UNION ALL BY NAME
+        SELECT * EXCLUDE (topology_hash) FROM modeled
+        ORDER BY op, method, source, series, size_bytes""").df()
+    df = with_verdict_text(df)
+    df.loc[df["method"] == "modeled", "verdict_text"] = None
     links = {run.label: run.link for run in load_manifest()}
     link = [nominal_link(links.get(label)) if source == "reference" and isinstance(label, str) else None
             for label, source in zip(df["label"], df["source"])]
@@ -55,9 +113,16 @@ def busbw_vs_size(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                      nominal_link_gbps=[x.per_direction_gbps if x else None for x in link])
 
 
+def cpu_series_without_model(df: pd.DataFrame) -> list[str]:
+    """Measured series of ``busbw_vs_size`` that ran as CPU processes (fabric cpu): no link model exists for them."""
+    ours = df[(df["method"] == "measured") & (df["source"] != "reference") & (df["fabric"] == "cpu")]
+    return sorted(ours["series"].unique())
+
+
 def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Peak all-reduce bus bandwidth per number of ranks, per fabric and series (the latest run of each, as figure 1)."""
-    return con.execute(f"""
+    """Peak all-reduce bus bandwidth per number of ranks, per fabric and series (the latest run of each, as figure 1),
+    with the run's verdict (``verdicts``, by ``judged_run_id``)."""
+    df = con.execute(f"""
         WITH per_run AS (
             SELECT r.run_id, r.measured_at, r.source, {FABRIC_SQL} AS fabric,
                    {_WHO_SQL} || CASE WHEN r.source = 'reference' THEN '' ELSE ' · ' || {_WHERE_SQL} END AS series,
@@ -65,10 +130,16 @@ def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             FROM (SELECT * FROM all_collectives
                   QUALIFY in_place = bool_and(in_place) OVER (PARTITION BY run_id)) c JOIN all_runs r USING (run_id)
             WHERE c.op = 'all_reduce'
-            GROUP BY ALL)
-        SELECT source, fabric, series, world_size, peak_busbw_gbps, peak_at_size_bytes FROM per_run
-        QUALIFY row_number() OVER (PARTITION BY series, world_size ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1
-        ORDER BY source, fabric, series, world_size""").df()
+            GROUP BY ALL),
+        latest AS (
+            SELECT * FROM per_run
+            QUALIFY row_number() OVER (PARTITION BY series, world_size ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1),
+        verdict_of AS ({VERDICT_OF_SQL})
+        SELECT l.source, l.fabric, l.series, l.world_size, l.peak_busbw_gbps, l.peak_at_size_bytes,
+               v.verdict, v.verdict_plateau_busbw_gbps, v.verdict_percent_of_expected, v.verdict_reason
+        FROM latest l LEFT JOIN verdict_of v USING (run_id)
+        ORDER BY l.source, l.fabric, l.series, l.world_size""").df()
+    return with_verdict_text(df)
 
 
 def measured_memory(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -101,13 +172,31 @@ def device_capacity_bytes(device_type: str | None, devices: str | None, probed_b
     return float(match[1]) * 1e9 if match else None
 
 
-def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Measured bytes held beside the ZeRO-paper prediction for the same model, world size and dtype.
+#: The two memory models drawn beside the measured bytes (both ``method`` modeled).
+MEMORY_MODELS = ("ZeRO paper", "implementation")
 
-    ``rest_bytes`` is the measured peak minus what the training state holds (activations,
-    buffers, the runtime itself), never below 0 (a peak method that misses part of the state
-    cannot make the rest negative); ``capacity_bytes`` the GPU's memory where the topology or
-    the GPU's name gives it.
+
+def _modeled_memory(model: str, n_params: int, strategy: str, world_size: int, dtype: str) -> dict[str, int] | None:
+    """Per-rank bytes of one memory model, or None where it has no numbers for the strategy and dtype."""
+    try:
+        if model == "ZeRO paper":
+            return predict_memory(n_params, strategy, world_size, dtype)
+        return implementation_memory(n_params, strategy, world_size, dtype)
+    except ValueError:
+        return None
+
+
+def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Measured bytes held beside two models for the same model, world size and dtype.
+
+    ``memory_model`` names the model of a modeled row: ``ZeRO paper`` (the paper's bytes per parameter,
+    :func:`~shardscope.training.memory_model.predict_memory`) or ``implementation`` (what this
+    code's strategies keep, :func:`~shardscope.training.modeled.implementation_memory`: DeepSpeed
+    keeps an fp32 master partition even in fp32, so its optimizer state is 12/N bytes per
+    parameter, not 8/N). ``rest_bytes`` is the measured peak minus what the training state
+    holds (activations, buffers, the runtime itself), never below 0 (a peak method that misses
+    part of the state cannot make the rest negative); ``capacity_bytes`` the GPU's memory where
+    the topology or the GPU's name gives it.
     """
     measured = measured_memory(con)
     rows = []
@@ -115,14 +204,20 @@ def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         capacity = device_capacity_bytes(rec.pop("device_type"), rec.pop("devices"), rec.pop("gpu_memory_bytes"))
         peak = rec["peak_memory_bytes"]
         rest = max(peak - rec["held_bytes"], 0) if pd.notna(peak) else None
-        rows.append({**rec, "method": "measured", "rest_bytes": rest, "capacity_bytes": capacity})
-        if pd.notna(rec["param_count"]):
-            model = predict_memory(int(rec["param_count"]), rec["strategy"], int(rec["world_size"]), rec["dtype"] or "float32")
-            rows.append({**rec, "method": "modeled", "param_bytes": model["param_bytes"], "grad_bytes": model["grad_bytes"],
-                         "optim_bytes": model["optim_bytes"], "held_bytes": model["total_bytes"], "peak_memory_bytes": None,
-                         "peak_memory_method": None, "rest_bytes": None, "capacity_bytes": capacity})
+        rows.append({**rec, "method": "measured", "memory_model": None, "rest_bytes": rest, "capacity_bytes": capacity})
+        if pd.isna(rec["param_count"]):
+            continue
+        for name in MEMORY_MODELS:
+            model = _modeled_memory(name, int(rec["param_count"]), rec["strategy"], int(rec["world_size"]),
+                                    rec["dtype"] or "float32")
+            if model is None:
+                continue
+            rows.append({**rec, "method": "modeled", "memory_model": name, "param_bytes": model["param_bytes"],
+                         "grad_bytes": model["grad_bytes"], "optim_bytes": model["optim_bytes"],
+                         "held_bytes": model["total_bytes"], "peak_memory_bytes": None, "peak_memory_method": None,
+                         "rest_bytes": None, "capacity_bytes": capacity})
     columns = [c for c in measured.columns if c not in ("device_type", "devices", "gpu_memory_bytes")]
-    return pd.DataFrame(rows, columns=[*columns, "method", "rest_bytes", "capacity_bytes"])
+    return pd.DataFrame(rows, columns=[*columns, "method", "memory_model", "rest_bytes", "capacity_bytes"])
 
 
 def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -146,26 +241,6 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         FROM t LEFT JOIN ddp ON t.host IS NOT DISTINCT FROM ddp.host AND t.model = ddp.model
              AND t.world_size = ddp.world_size AND t.placement = ddp.placement
         ORDER BY t.host, t.model, t.world_size, t.placement, t.strategy""").df()
-
-
-def collective_peaks(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Peak bus bandwidth of the latest run of every job (ours and reference), for the report's table.
-
-    The same runs and placement mode as figure 1 (out-of-place where the run has it), so the
-    table and the figure quote the same peak.
-    """
-    return con.execute(f"""
-        WITH per_run AS (
-            SELECT r.run_id, r.measured_at, r.source, {_WHO_SQL} AS who, {FABRIC_SQL} AS fabric,
-                   coalesce(r.placement, '-') AS placement, coalesce(r.transport, '-') AS transport, c.op, c.world_size,
-                   max(c.busbw_gbps) AS peak_busbw_gbps, arg_max(c.size_bytes, c.busbw_gbps) AS peak_at_size_bytes
-            FROM (SELECT * FROM all_collectives
-                  QUALIFY in_place = bool_and(in_place) OVER (PARTITION BY run_id)) c JOIN all_runs r USING (run_id)
-            GROUP BY ALL)
-        SELECT source, who, fabric, op, world_size, placement, transport, peak_busbw_gbps, peak_at_size_bytes FROM per_run
-        QUALIFY row_number() OVER (PARTITION BY source, who, op, world_size, placement, transport
-                                   ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1
-        ORDER BY source, who, op, world_size""").df()
 
 
 def reference_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

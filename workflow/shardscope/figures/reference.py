@@ -5,6 +5,13 @@ a user's own logs, shaped like ``shardscope collectives import --out`` documents
 ``source: reference``, a ``label`` and a ``fabric``, and loaded with the real ``collect`` into
 a reference database of the same schema. Figures 1 and 2 draw them beside the user's runs,
 always marked "reference"; ``reference/SOURCES.md`` names each file's origin.
+
+Each run is also judged like the user's sweeps (``shardscope verdict``: plateau, size to 90%,
+latency floor, expected busbw, verdict) against the topology ``runs.json`` names for it: a
+verbatim ``nvidia-smi topo -m`` of the same machine, or a cost-model preset the hardware maps
+to (an assumption, said in ``topology_note``); without one the verdict is ``unknown``. The
+verdict documents are loaded in the same ``collect`` as the runs, so ``verdicts.judged_run_id``
+links each verdict to its run.
 """
 
 from __future__ import annotations
@@ -24,11 +31,15 @@ from shardscope.fileio import atomic_write_json
 REFERENCE_DIR = Path(__file__).with_name("reference")
 MANIFEST_NAME = "runs.json"
 _FIELDS = ("file", "label", "fabric", "link", "hardware", "source_url")
+#: Optional fields of a run in ``runs.json`` and their default.
+_OPTIONAL = {"topology": None, "topology_note": None, "documented_cause": None}
 
 
 @dataclass(frozen=True)
 class ReferenceRun:
-    """One bundled log: its file, how figures label it, its fabric class, link and source."""
+    """One bundled log: its file, how figures label it, its fabric class, link and source; the topology
+    its verdict is computed against (``preset:NAME`` or a file beside the log, None: not known), why
+    that topology, and the cause its source documents for its bandwidth, if any."""
 
     file: str
     label: str
@@ -36,6 +47,9 @@ class ReferenceRun:
     link: str | None
     hardware: str
     source_url: str
+    topology: str | None = None
+    topology_note: str | None = None
+    documented_cause: str | None = None
 
     @property
     def stem(self) -> str:
@@ -57,7 +71,8 @@ def load_manifest(folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[Refere
         missing = [f for f in _FIELDS if not isinstance(entry, dict) or f not in entry]
         if missing:
             raise UserError(f"{path}: runs[{index}] lacks {', '.join(missing)}; expected {', '.join(_FIELDS)}")
-        runs.append(ReferenceRun(**{f: entry[f] for f in _FIELDS}))
+        optional = {f: entry.get(f, default) for f, default in _OPTIONAL.items()}
+        runs.append(ReferenceRun(**{f: entry[f] for f in _FIELDS}, **optional))
     return runs
 
 
@@ -80,7 +95,9 @@ def reference_document(run: ReferenceRun, folder: str | os.PathLike[str] = REFER
         "source_file": name,
         "label": run.label,
         "fabric": run.fabric,
-        "reference": {"hardware": run.hardware, "source_url": run.source_url, "link": run.link},
+        "reference": {"hardware": run.hardware, "source_url": run.source_url, "link": run.link,
+                      "topology": run.topology, "topology_note": run.topology_note,
+                      "documented_cause": run.documented_cause},
         "op": result.op,
         "world_size": result.world_size,
         "generation": result.generation,
@@ -102,10 +119,49 @@ def write_reference_documents(out_dir: str | os.PathLike[str],
     return written
 
 
+def verdicts_name(run: ReferenceRun) -> str:
+    """File name of a reference run's verdicts document (beside its import document)."""
+    return f"{run.stem}.verdicts.json"
+
+
+def _topology(run: ReferenceRun, folder: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """(topology.json document, name) of a run's ``topology``: a preset or a saved file beside the log."""
+    if not run.topology:
+        return None, None
+    from shardscope.costmodel.commands import load_topology
+
+    spec = run.topology if run.topology.startswith("preset:") else str(Path(folder) / run.topology)
+    topology, _ = load_topology(spec)
+    return topology, run.topology
+
+
+def reference_verdicts(run: ReferenceRun, document: str | os.PathLike[str],
+                       folder: str | os.PathLike[str] = REFERENCE_DIR) -> dict[str, Any]:
+    """The ``shardscope.verdicts/1`` document of one reference run's import ``document``, judged as
+    ``shardscope verdict DOCUMENT --topology T`` would, against the run's topology (None: unknown)."""
+    from shardscope.costmodel.documents import topology_hash
+    from shardscope.diagnose.evaluate import evaluate
+
+    topology, name = _topology(run, folder)
+    doc = evaluate([str(document)], topology, name)
+    if topology is not None:
+        doc["topology_hash"] = topology_hash(topology)
+    return doc
+
+
+def write_reference_verdicts(docs: list[Path], out_dir: str | os.PathLike[str],
+                             folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[Path]:
+    """Write each run's verdicts document beside its import document (``docs``, in manifest order)."""
+    out = Path(out_dir)
+    return [atomic_write_json(out / verdicts_name(run), reference_verdicts(run, doc, folder))
+            for run, doc in zip(load_manifest(folder), docs)]
+
+
 def build_reference_db(db: str | os.PathLike[str], docs_dir: str | os.PathLike[str],
                        folder: str | os.PathLike[str] = REFERENCE_DIR,
                        manifest: str | None = None) -> dict[str, Any]:
-    """Write the documents and load them, with the real ``collect``, into a fresh database ``db``.
+    """Write the documents and their verdicts and load them, with the real ``collect`` (one call, so
+    each verdict links its run), into a fresh database ``db``.
 
     The database is built beside the target and renamed over it only when complete, so a
     failure leaves the previous one (or none) in place.
@@ -115,15 +171,16 @@ def build_reference_db(db: str | os.PathLike[str], docs_dir: str | os.PathLike[s
     target = Path(db)
     target.parent.mkdir(parents=True, exist_ok=True)
     docs = write_reference_documents(docs_dir, folder)
+    verdicts = write_reference_verdicts(docs, docs_dir, folder)
     fresh = target.with_name(f".{target.name}.building")
     fresh.unlink(missing_ok=True)
     try:
-        summary = collect(fresh, [str(d) for d in docs])
+        summary = collect(fresh, [str(d) for d in [*docs, *verdicts]])
         os.replace(fresh, target)
     finally:
         fresh.unlink(missing_ok=True)
         fresh.with_name(fresh.name + ".lock").unlink(missing_ok=True)
-    summary["db"] = str(target)
+    summary.update(db=str(target), reference_runs=len(docs), verdicts=len(verdicts))
     if manifest:
         atomic_write_json(manifest, summary)
     return summary

@@ -1,9 +1,12 @@
 """One read-only connection over the results database and, optionally, the reference database.
 
-Collective queries read the temporary views ``all_runs`` and ``all_collectives``: the user's
-rows, plus the reference database's rows when one is given (attached read-only, so neither
-file is ever written here). A reference run that is already in the results database (same run
-id) is not counted twice.
+Collective queries read the temporary views ``all_runs``, ``all_collectives`` and
+``all_verdicts``: the user's rows, plus the reference database's rows when one is given
+(attached read-only, so neither file is ever written here). A reference run that is already in
+the results database (same run id) is not counted twice. ``all_collective_predictions``,
+``all_strategy_predictions`` and ``all_doctor_findings`` read the same tables of both
+databases. A table that an older database lacks reads as an empty view with the schema's
+columns, so every query runs on every layout.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from shardscope.errors import UserError
+from shardscope.results.ddl import column_types
 from shardscope.results.store import connect_readonly
 
 
@@ -86,12 +90,31 @@ def _runs_select(con: duckdb.DuckDBPyConnection, catalog: str) -> str:
             f"FROM ({base}) r{joins}")
 
 
+#: Tables read through ``all_<table>`` views that union the results and the reference database.
+_UNION_TABLES = ("verdicts", "collective_predictions", "strategy_predictions", "doctor_findings")
+
+
+def _table_select(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> str:
+    """``table`` of ``catalog``, or an empty relation with the schema's columns where it does not exist."""
+    if table in _tables(con, catalog):
+        return f"SELECT * FROM {_ident(catalog)}.main.{table}"
+    columns = ", ".join(f"NULL::{sql} AS {name}" for name, sql in column_types(table).items())
+    return f"SELECT {columns} WHERE false"
+
+
+def _create_union_views(con: duckdb.DuckDBPyConnection, catalogs: list[str]) -> None:
+    for table in _UNION_TABLES:
+        parts = " UNION ALL BY NAME ".join(f"({_table_select(con, c, table)})" for c in catalogs)
+        con.execute(f"CREATE TEMP VIEW all_{table} AS SELECT DISTINCT * FROM ({parts})")
+
+
 def _create_views(con: duckdb.DuckDBPyConnection, reference_db: str | os.PathLike[str] | None) -> None:
     name = con.execute("SELECT current_database()").fetchone()[0]
     main_runs, main_catalog = _runs_select(con, name), _ident(name)
     if reference_db is None:
         con.execute(f"CREATE TEMP VIEW all_runs AS {main_runs}")
         con.execute(f"CREATE TEMP VIEW all_collectives AS SELECT * FROM {main_catalog}.main.collectives")
+        _create_union_views(con, [name])
         return
     con.execute(f"ATTACH {_quoted(reference_db)} AS ref (READ_ONLY)")
     fresh = f"run_id NOT IN (SELECT run_id FROM {main_catalog}.main.runs)"
@@ -99,3 +122,4 @@ def _create_views(con: duckdb.DuckDBPyConnection, reference_db: str | os.PathLik
                 f"UNION ALL BY NAME SELECT * FROM ({_runs_select(con, 'ref')}) WHERE {fresh}")
     con.execute(f"CREATE TEMP VIEW all_collectives AS SELECT * FROM {main_catalog}.main.collectives "
                 f"UNION ALL BY NAME SELECT * FROM ref.main.collectives WHERE {fresh}")
+    _create_union_views(con, [name, "ref"])

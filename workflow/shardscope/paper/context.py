@@ -24,7 +24,9 @@ from shardscope.figures.decision import decision_map
 from shardscope.figures.plots import FIGURES
 from shardscope.figures.reference import load_manifest, reference_database
 from shardscope.figures.sources import open_results, require_database
-from shardscope.figures.style import format_bytes_binary, format_params, strategy_name
+from shardscope.figures.style import format_params, strategy_name
+from shardscope.paper import queries as report_queries
+from shardscope.paper import tables
 from shardscope.training.memory_model import memory_table
 
 
@@ -73,14 +75,25 @@ def _measured_summary(con: Any) -> dict[str, Any]:
         FROM all_runs WHERE source = 'measured'""").df().iloc[0].to_dict()
 
 
+def _judged_against(run: Any) -> str | None:
+    """The topology a reference run's verdict used and why (``preset:hgx-h100 (assumed: …)``), or why none."""
+    if run is None:
+        return None
+    if run.topology:
+        return f"{run.topology} ({run.topology_note})" if run.topology_note else run.topology
+    return run.topology_note or "none"
+
+
 def _reference_sources(references: pd.DataFrame) -> pd.DataFrame:
-    """Reference runs in the database joined with their bundled source (hardware and address)."""
+    """Reference runs in the database joined with their bundled source (hardware, address, and the topology
+    their verdict is computed against, with why)."""
     by_file = {f"nccl-tests:reference/{run.file}": run for run in load_manifest()}
     rows = []
     for rec in references.to_dict("records"):
         run = by_file.get(rec["job_id"])
         rows.append({"reference run": rec["label"], "fabric": rec["fabric"], "op": rec["op"], "ranks": rec["world_size"],
-                     "hardware": run.hardware if run else rec["devices"], "source": run.source_url if run else rec["job_id"]})
+                     "hardware": run.hardware if run else rec["devices"], "source": run.source_url if run else rec["job_id"],
+                     "verdict judged against": _judged_against(run)})
     return pd.DataFrame(rows)
 
 
@@ -131,23 +144,31 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         raise UserError(f"{Path(figures_dir) / 'figures.json'}: lacks {', '.join(missing)}; run `shardscope figures` again")
     with reference_database(reference_db, bundled_reference) as ref, open_results(db, ref) as con:
         speed = queries.strategy_speed(con)
-        peaks = queries.collective_peaks(con)
+        sweeps = report_queries.interconnect_sweeps(con)
         references = queries.reference_runs(con)
         runs = _measured_summary(con)
+        emulated = report_queries.emulated_training(con)
+        modeled_steps = report_queries.modeled_vs_measured_steps(con)
+        doctor = report_queries.doctor_warnings(con)
     decision = decision_map(speed)
     ok = speed[speed["outcome"] == "ok"]
-    ours = peaks[peaks["source"] != "reference"].drop(columns="source")
-    theirs = peaks[peaks["source"] == "reference"].drop(columns="source")
+    by_label = {run.label: run for run in load_manifest()}
+    ours, theirs = sweeps[sweeps["source"] != "reference"], sweeps[sweeps["source"] == "reference"]
+    slowdown = report_queries.emulated_slowdown(emulated)
     mistral = pd.DataFrame(memory_table("mistral-7b", "all", 8))
     gb = "{:.1f}"
-    peak_formats = {"peak_busbw_gbps": "{:.3f}"}
     return {
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "runs": runs,
         "reference_count": len(references),
         "fastest": ok.sort_values("median_step_time_s").iloc[0].to_dict() if not ok.empty else None,
         "smallest": ok.sort_values("held_bytes").iloc[0].to_dict() if not ok.empty else None,
-        "mistral_ddp_gb": memory_table("mistral-7b", "ddp", 1)[0]["total_bytes"] / 1e9,
+        "mistral": tables.mistral_memory(),
+        "low_references": tables.low_references(sweeps, by_label),
+        "unjudged_cpu": bool((ours["verdict"] == "unknown").any() and (ours["fabric"] == "cpu").any()),
+        "emulated": tables.emulated_sentences(slowdown),
+        "has_modeled_steps": not modeled_steps.empty,
+        "doctor": doctor.to_dict("records"),
         "recommendations": _recommendations(speed),
         "answers": {name: entry["answer"] for name, entry in index.items()},
         "figures": {name: figure_html(figures_dir, entry) for name, entry in index.items()},
@@ -158,18 +179,20 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
                 {"median_step_time_s": "{:.4f}", "tokens_per_s": "{:.0f}", "step_time_vs_ddp": "{:.2f}",
                  "tokens_per_s_vs_ddp": "{:.2f}", "held_bytes_vs_ddp": "{:.2f}", "held_bytes": "{:,}",
                  "peak_memory_bytes": "{:,}"}),
-            "collective_peaks": markdown_table(
-                ours.assign(peak_at=ours["peak_at_size_bytes"].map(format_bytes_binary)).drop(columns="peak_at_size_bytes"),
-                peak_formats),
-            "reference_peaks": markdown_table(
-                theirs.assign(peak_at=theirs["peak_at_size_bytes"].map(format_bytes_binary)).drop(columns="peak_at_size_bytes"),
-                peak_formats),
+            "interconnect": markdown_table(tables.interconnect_table(ours), tables.INTERCONNECT_FORMATS),
+            "reference_interconnect": markdown_table(tables.interconnect_table(theirs, by_label), tables.INTERCONNECT_FORMATS),
             "reference_sources": markdown_table(_reference_sources(references)),
             "mistral_memory": markdown_table(
                 mistral.assign(params_gb=mistral["param_bytes"] / 1e9, grads_gb=mistral["grad_bytes"] / 1e9,
                                optimizer_gb=mistral["optim_bytes"] / 1e9, total_gb=mistral["total_bytes"] / 1e9)
                 [["strategy", "gpus", "params_gb", "grads_gb", "optimizer_gb", "total_gb"]],
                 {"params_gb": gb, "grads_gb": gb, "optimizer_gb": gb, "total_gb": gb}),
+            "emulated": markdown_table(
+                emulated[["preset", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",
+                          "comm_time_share"]],
+                {"median_step_time_s": "{:.4f}", "tokens_per_s": "{:.0f}", "comm_time_share": "{:.2f}"}),
+            "modeled_vs_measured": markdown_table(tables.modeled_vs_measured_table(modeled_steps), tables.MODELED_FORMATS),
+            "doctor": markdown_table(doctor[["host", "check_name", "status", "read", "concluded", "action"]]),
             "decision": markdown_table(_decision_table(decision)),
         },
     }
