@@ -23,12 +23,14 @@ from shardscope.cluster.slurm import (
     parse_record,
 )
 from shardscope.cluster.topology import (
+    check_node_count,
     combine_topologies,
     detect_allocation,
     probe_command,
 )
 from shardscope.errors import UserError
 
+REPO = Path(__file__).resolve().parents[2]
 PY = "/venv/bin/python"
 ARGS = ["--op", "all_reduce", "-b", "1024", "--out", "r.json"]
 
@@ -220,3 +222,95 @@ def test_cli_topology_on_one_machine_is_topology_detect(tmp_path):
     doc = json.loads((tmp_path / "topology.json").read_text())
     assert "node_count" not in doc and doc["schema"] == "shardscope.topology/1"
     assert Path(tmp_path / "topology.json").exists()
+
+
+def test_cli_topology_across_nodes_needs_an_allocation_of_that_many_nodes(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    out = cli("topology", "--nodes", "2", "--out", str(tmp_path / "topology.json"), env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("shardscope: error: --nodes 2 needs a Slurm allocation")
+    assert not (tmp_path / "topology.json").exists()
+
+
+def test_topology_node_count_must_match_the_allocation():
+    alloc = Allocation("9", ("a", "b", "c"))
+    assert check_node_count(alloc, 3) is alloc and check_node_count(alloc, None) is alloc
+    assert check_node_count(alloc, 1) is None  # one node: this one, probed without srun
+    with pytest.raises(UserError, match=re.escape("--nodes must be at least 1, not 0")):
+        check_node_count(alloc, 0)
+    with pytest.raises(UserError, match=re.escape("--nodes 2 but Slurm job 9 has 3 node(s) (a,b,c); submit it with --nodes 2")):
+        check_node_count(alloc, 2)
+
+
+def test_train_across_nodes_outside_slurm_is_a_user_error_that_writes_nothing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    out, log = tmp_path / "r.json", tmp_path / "logs" / "r.log"
+    done = subprocess.run([sys.executable, "-m", "shardscope", "train", "--nodes", "2", "--strategy", "ddp", "--model", "tiny",
+                           "--nproc", "1", "--cpu", "--out", str(out), "--log", str(log)],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("shardscope: error: --nodes 2 needs a Slurm allocation")
+    assert not out.exists() and not log.exists()
+
+
+def test_train_launches_srun_and_torchrun_inside_an_allocation():
+    from shardscope.training.launch import launch_command
+
+    alloc = Allocation(job_id="31", nodes=("vm", "vm-v1"), cpus_per_task=2)
+    cmd = launch_command(1, 2, ["--strategy", "ddp", "--out", "r.json"], alloc, address=lambda node: f"{node}-ib")
+    assert cmd[:8] == ["srun", "--nodes", "2", "--ntasks-per-node", "1", "--cpus-per-task", "2", "--kill-on-bad-exit=1"]
+    assert cmd[cmd.index("--nnodes") + 1] == "2" and cmd[cmd.index("--nproc-per-node") + 1] == "1"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == f"vm-ib:{rendezvous_port('31')}"
+    assert cmd[-6:] == ["-m", "shardscope.training", "--strategy", "ddp", "--out", "r.json"]
+    assert launch_command(2, 1, ["--out", "r.json"]) == [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                         "--nproc-per-node", "2", "-m", "shardscope.training", "--out", "r.json"]
+
+
+# --- the combined topology.json is a valid topology document --------------------------------------
+
+def cpu_node(host: str) -> dict:
+    from shardscope.topology.detect import detect_cpu_only
+
+    doc = detect_cpu_only().topology.to_dict()
+    doc["source"] = dict(doc["source"], host=host)
+    return doc
+
+
+def test_a_combined_topology_validates_with_node_count_and_nodes():
+    from shardscope.topology.document import validate_topology
+
+    doc = combine_topologies([("vm", cpu_node("vm")), ("vm-v1", cpu_node("vm"))], job_id="12")
+    assert validate_topology(doc, "topology.json") is doc
+    assert doc["node_count"] == 2 and [n["node"] for n in doc["nodes"]] == ["vm", "vm-v1"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.update(node_count=3), "node_count is 3 but nodes lists 2"),
+    (lambda d: d.pop("node_count"), "(top level): 'node_count' is a dependency of 'nodes'"),
+    (lambda d: d["nodes"][1].update(node="vm"), "node vm appears twice in nodes"),
+    (lambda d: d["nodes"][1]["topology"].update(gpu_count=1), "nodes[1] (vm-v1): gpu_count is 1 but gpus lists 0"),
+    (lambda d: d["nodes"][0].pop("topology"), "'topology' is a required property"),
+])
+def test_a_combined_topology_that_contradicts_itself_is_named(change, message):
+    from shardscope.topology.document import validate_topology
+
+    doc = combine_topologies([("vm", cpu_node("vm")), ("vm-v1", cpu_node("vm"))], job_id="12")
+    change(doc)
+    with pytest.raises(UserError, match=re.escape(message)):
+        validate_topology(doc, "topology.json")
+
+
+# --- the pipeline refuses multi-node jobs without Slurm ------------------------------------------
+
+def test_without_the_slurm_profile_a_multinode_config_stops_before_any_job(tmp_path):
+    """The local executor refuses cluster.nodes > 1 in one sentence, before the topology job."""
+    results = tmp_path / "results"
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(f"results: {results}\ndb: {results}/shardscope.duckdb\ncluster: {{nodes: 2}}\n")
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(configfile)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if "cluster.nodes is 2" in line]
+    assert lines == ["config key cluster.nodes is 2, and multi-node jobs need the Slurm profile (snakemake --profile "
+                     "profiles/slurm), not the local executor; set cluster.nodes to 1 to run on this machine"], run.stderr[-3000:]
+    assert not results.exists()  # no job ran: not even the topology probe

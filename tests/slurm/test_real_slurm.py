@@ -8,10 +8,15 @@
    c10d, the ranks talk over gloo -- by hand with ``sbatch``, and through the plugin with the
    resources a multi-node rule needs (tests/slurm/multinode.smk), which also probes the
    topology of both nodes.
+3. The pipeline itself with ``cluster.nodes: 2`` (CPU: one rank per node, world size 2 over
+   two Slurm nodes): the topology is probed on both nodes, and rules collective_multinode and
+   train_multinode run the plan's multi-node jobs across them; the database holds them with
+   placement ``multi_node`` (tests/slurm/test_cluster_commands.py: without the slurm profile
+   the same config stops before any job).
 
 Needs root or passwordless sudo (to install and start Slurm). Skipped with the reason
-elsewhere; with ``CI`` set in the environment a missing prerequisite fails instead. About 4 to
-5 minutes on 2 cores.
+elsewhere; with ``CI`` set in the environment a missing prerequisite fails instead. About 6 to
+8 minutes on 2 cores (2 of them for part 3).
 """
 
 from __future__ import annotations
@@ -191,3 +196,83 @@ def test_a_multinode_rule_through_the_plugin_runs_across_two_nodes_and_probes_bo
                            text=True, check=True).stdout.split()
     assert topology["node_count"] == 2 and [n["node"] for n in topology["nodes"]] == nodes
     assert all((out / "nodes" / node / "topology.json").exists() for node in nodes)
+
+
+# --- 3. the pipeline with multi-node jobs (config cluster.nodes: 2) ------------------------------
+
+MULTINODE_CONFIG = {
+    "collectives": {"ops": OPS, "dtype": "float32", "transports": ["default"], "check": True},
+    "training": {"strategies": ["ddp"], "world_sizes": "max", "memory_budget_gib": None},
+    "cpu": {"ranks": 2, "sweep": {"min_bytes": 1024, "max_bytes": 16384, "factor": 4, "warmup": 1, "iters": 2},
+            "model": "tiny", "dtype": "float32", "micro_batch": 1, "seq_len": 16, "warmup": 1, "steps": 2},
+    "cluster": {"nodes": 2},  # CPU nodes: one rank per node by default, so world size 2 across the two
+}
+
+
+def multinode_configfile(tmp: Path) -> tuple[Path, Path]:
+    results = tmp / "results"
+    configfile = tmp / "config.yaml"
+    configfile.write_text(yaml.safe_dump({"results": str(results), "db": str(results / "shardscope.duckdb"), **MULTINODE_CONFIG}))
+    return configfile, results
+
+
+@pytest.fixture(scope="module")
+def multinode_pipeline(slurm, tmp_path_factory):
+    """The pipeline up to the database (target collect) with cluster.nodes 2, through the slurm profile."""
+    tmp = tmp_path_factory.mktemp("slurm-multinode")
+    configfile, results = multinode_configfile(tmp)
+    run = snakemake("--configfile", str(configfile), *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp / "slurm_logs"),
+                    "collect", timeout=480)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    jobs: dict[str, list[dict[str, str]]] = {}
+    for record in slurm_jobs(run.stdout + run.stderr).values():
+        jobs.setdefault(rule_of(record), []).append(record)
+    return results, jobs
+
+
+def test_multinode_jobs_ran_as_one_slurm_job_over_two_nodes_each(multinode_pipeline):
+    _, jobs = multinode_pipeline
+    assert {"topology", "collective", "train", "collective_multinode", "train_multinode"} <= set(jobs), sorted(jobs)
+    for rule in ("topology", "collective_multinode", "train_multinode"):
+        (record,) = jobs[rule]
+        assert record["JobState"] == "COMPLETED", record
+        assert record["NumNodes"] == "2" and record["NumTasks"] == "2", record
+    for rule in ("collective", "train"):  # the single-node jobs of the same plan stay on one node
+        assert all(r["NumNodes"] == "1" and r["JobState"] == "COMPLETED" for r in jobs[rule]), jobs[rule]
+
+
+def test_topology_was_probed_on_both_nodes(multinode_pipeline):
+    results, jobs = multinode_pipeline
+    topology = json.loads((results / "topology" / "topology.json").read_text())
+    nodes = subprocess.run(["scontrol", "show", "hostnames", jobs["topology"][0]["NodeList"]], capture_output=True,
+                           text=True, check=True).stdout.split()
+    assert topology["node_count"] == 2 and [n["node"] for n in topology["nodes"]] == nodes
+    assert all((results / "topology" / "nodes" / node / "topology.json").exists() for node in nodes)
+    plan = json.loads((results / "plan" / "plan.json").read_text())
+    assert (plan["multi_node"]["nodes"], plan["multi_node"]["nproc_per_node"], plan["multi_node"]["world_size"]) == (2, 1, 2)
+
+
+def test_multinode_logs_show_srun_and_a_c10d_rendezvous(multinode_pipeline):
+    results, _ = multinode_pipeline
+    for kind in ("collectives", "training"):
+        (log,) = (results / "logs" / kind).glob("*-mn.log")
+        text = log.read_text()
+        assert "srun --nodes 2 --ntasks-per-node 1" in text and "--rdzv-backend c10d" in text, text[-3000:]
+
+
+def test_database_has_the_multinode_collective_and_training_run(multinode_pipeline):
+    results, _ = multinode_pipeline
+    db = results / "shardscope.duckdb"
+    rows = query(db, "SELECT DISTINCT c.op, c.world_size, r.placement, r.job_id FROM collectives c JOIN runs r USING (run_id)"
+                     " WHERE r.placement = 'multi_node'")
+    assert [(op, ws, placement) for op, ws, placement, _ in rows] == [("all_reduce", 2, "multi_node")], rows
+    assert rows[0][3].endswith("-mn")
+    assert query(db, "SELECT count(*) FROM collectives c JOIN runs r USING (run_id) WHERE r.placement = 'multi_node'"
+                     " AND (c.check_ok IS NOT TRUE OR c.time_s <= 0)") == [(0,)]
+    runs = query(db, "SELECT strategy, world_size, outcome, tokens_per_s FROM training_runs WHERE placement = 'multi_node'")
+    assert len(runs) == 1, runs
+    strategy, world_size, outcome, tokens_per_s = runs[0]
+    assert (strategy, world_size, outcome) == ("ddp", 2, "ok") and tokens_per_s > 0
+    # and the single-node jobs of the same plan beside them
+    assert query(db, "SELECT DISTINCT placement FROM training_runs WHERE placement <> 'multi_node'") == [("local",)]
+

@@ -1,5 +1,9 @@
 """Collective benchmarks: one guarded torchrun job per planned (op, world size, placement, transport),
-and nccl-tests' all_reduce_perf as a peer on the same GPUs where it is installed."""
+and nccl-tests' all_reduce_perf as a peer on the same GPUs where it is installed.
+
+With cluster.nodes > 1, rule collective_multinode runs the plan's multi-node jobs (ids ending in
+-mn) in one Slurm job of that many nodes: `shardscope cluster launch` starts srun, one torchrun
+agent per node, c10d rendezvous on the first node."""
 
 import shutil
 
@@ -25,7 +29,7 @@ rule collective:
     log:
         f"{RESULTS}/logs/collectives/{{job}}.log",
     wildcard_constraints:
-        job=r"(?!nccl-tests-)[A-Za-z0-9_.-]+",
+        job=rf"(?!nccl-tests-){SINGLE_NODE_JOB}",
     threads: lambda wildcards: plan_job("collectives", wildcards.job)["world_size"]
     resources:
         measure=1,
@@ -45,6 +49,46 @@ rule collective:
     shell:
         "{params.guard} --job-id {wildcards.job} --log {log} --wall-s {params.wall_s} --"
         " env {params.env} {params.torchrun} --standalone --nproc-per-node {params.job[world_size]}"
+        " -m shardscope.collectives --op {params.job[op]} --job-id {wildcards.job}"
+        " --placement {params.job[placement]} --transport {params.job[transport]} --dtype {params.dtype}"
+        " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"
+        " -w {params.sweep[warmup]} -n {params.sweep[iters]} {params.check} --timeout-s {params.timeout_s}"
+        " --out {output}"
+
+
+rule collective_multinode:
+    input:
+        plan=f"{RESULTS}/plan/plan.json",
+    output:
+        f"{RESULTS}/collectives/{{job}}.json",
+    log:
+        f"{RESULTS}/logs/collectives/{{job}}.log",
+    wildcard_constraints:
+        job=MULTINODE_JOB,
+    threads: lambda wildcards: multinode_job("collectives", wildcards.job)["nproc_per_node"]
+    resources:
+        measure=1,
+        nodes=lambda wildcards: multinode_job("collectives", wildcards.job)["nodes"],
+        tasks=lambda wildcards: multinode_job("collectives", wildcards.job)["nodes"],
+        mpi="srun",
+        tasks_per_gpu=0,
+        gres=lambda wildcards: multinode_gres("collectives", wildcards.job),
+    params:
+        guard=GUARD,
+        wall_s=COLLECTIVE_WALL_S,
+        timeout_s=COLLECTIVE_TIMEOUT_S,
+        shardscope=SHARDSCOPE,
+        env=lambda wildcards: job_env("collectives", wildcards.job, multinode_job),
+        job=lambda wildcards: multinode_job("collectives", wildcards.job),
+        sweep=lambda wildcards: sizing()["sweep"],
+        dtype=config["collectives"]["dtype"],
+        check="--check" if config["collectives"].get("check", True) else "",
+    conda:
+        ENVS
+    shell:
+        "{params.guard} --job-id {wildcards.job} --log {log} --wall-s {params.wall_s} --"
+        " env {params.env} {params.shardscope} cluster launch --nodes {resources.nodes}"
+        " --nproc-per-node {params.job[nproc_per_node]}"
         " -m shardscope.collectives --op {params.job[op]} --job-id {wildcards.job}"
         " --placement {params.job[placement]} --transport {params.job[transport]} --dtype {params.dtype}"
         " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"

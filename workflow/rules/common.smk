@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
+from shardscope.cluster.executor import multinode_problem
 from shardscope.config import config_hash
+from shardscope.plan.multinode import MULTINODE_JOB, SINGLE_NODE_JOB  # wildcard constraints of the job rules
 
 
 def _python():
@@ -53,10 +57,40 @@ GIT_REV = _git_rev()
 os.environ.update(SHARDSCOPE_GIT_REV=GIT_REV, SHARDSCOPE_CONFIG_HASH=CONFIG_HASH)
 
 
+#: Nodes of the multi-node jobs (config `cluster.nodes`); 1 plans single-node jobs only.
+CLUSTER_NODES = int((config.get("cluster") or {}).get("nodes", 1))
+#: Multi-node jobs probe every node's topology, unless the config names a saved probe output.
+PROBE_NODES = CLUSTER_NODES > 1 and not config["topology"].get("file")
+
+
+# Multi-node jobs need a Slurm allocation of several nodes: stop before the first job under any
+# other executor. Snakemake runs this once the executor is known, never inside a Slurm job.
+onstart:
+    problem = multinode_problem(CLUSTER_NODES, getattr(workflow.executor_plugin, "name", None))
+    if problem:
+        raise WorkflowError(problem)
+
+
 def topology_args():
-    """`detect` on this machine, or `parse FILE` when the config names a saved probe output."""
+    """`detect` on this machine, `parse FILE` when the config names a saved probe output, or
+    `--nodes K` (of `cluster topology`) when multi-node jobs probe every node of their allocation."""
     saved = config["topology"].get("file")
+    if PROBE_NODES:
+        return f"--nodes {CLUSTER_NODES}"
     return f"parse {saved}" if saved else "detect"
+
+
+def topology_command():
+    """The shardscope subcommand of the topology rule: `topology` on one node, `cluster topology` across nodes."""
+    return "cluster topology" if PROBE_NODES else "topology"
+
+
+def topology_resources():
+    """Slurm resources of the topology rule: none on one node; across nodes one task per node,
+    the shell run in the batch step (mpi) so that its own `srun` reaches every node."""
+    if not PROBE_NODES:
+        return {}
+    return dict(nodes=CLUSTER_NODES, tasks=CLUSTER_NODES, mpi="srun", tasks_per_gpu=0)
 
 
 def plan_doc():
@@ -81,9 +115,24 @@ def on_gpu():
     return plan_doc()["device"] == "gpu"
 
 
-def job_env(kind, job_id):
-    """Environment prefix of a job's shell command: visible GPUs and transport knobs."""
-    job = plan_job(kind, job_id)
+def multinode_job(kind, job_id):
+    """The planned multi-node job `job_id` of `kind` ('collectives' or 'training')."""
+    for job in plan_doc().get("multi_node", {}).get(kind, []):
+        if job["job_id"] == job_id:
+            return job
+    raise ValueError(f"job {job_id!r} is not in the multi-node {kind} plan; set config cluster.nodes above 1 to plan it")
+
+
+def multinode_gres(kind, job_id):
+    """`gpu:N` (GPUs on each node) for a multi-node job on GPUs; empty (no --gres) on CPU nodes."""
+    return f"gpu:{multinode_job(kind, job_id)['nproc_per_node']}" if on_gpu() else ""
+
+
+def job_env(kind, job_id, find=None):
+    """Environment prefix of a job's shell command: visible GPUs and transport knobs.
+
+    `find` looks the job up (default plan_job; multinode_job for multi-node jobs)."""
+    job = (find or plan_job)(kind, job_id)
     env = dict(job["env"])
     if job.get("cuda_visible_devices"):
         env["CUDA_VISIBLE_DEVICES"] = job["cuda_visible_devices"]
@@ -94,14 +143,20 @@ def job_gpus(kind, job_id):
     return plan_job(kind, job_id)["world_size"] if on_gpu() else 0
 
 
+def _planned(kind):
+    """Every planned job of `kind`: single-node, then multi-node (when cluster.nodes > 1)."""
+    plan = plan_doc()
+    return plan[kind] + plan.get("multi_node", {}).get(kind, [])
+
+
 def collective_results(wildcards):
-    """Every planned collective job's result file."""
-    return [f"{RESULTS}/collectives/{job['job_id']}.json" for job in plan_doc()["collectives"]]
+    """Every planned collective job's result file, multi-node ones included."""
+    return [f"{RESULTS}/collectives/{job['job_id']}.json" for job in _planned("collectives")]
 
 
 def training_results(wildcards):
-    """Every planned training job's result file."""
-    return [f"{RESULTS}/training/{job['job_id']}.json" for job in plan_doc()["training"]]
+    """Every planned training job's result file, multi-node ones included."""
+    return [f"{RESULTS}/training/{job['job_id']}.json" for job in _planned("training")]
 
 
 def memory_budget_args():

@@ -3,14 +3,18 @@ checkpoint topology:
         json=f"{RESULTS}/topology/topology.json",
     log:
         f"{RESULTS}/logs/topology.log",
+    resources:
+        # with cluster.nodes > 1: an allocation of that many nodes, one probe task on each
+        **topology_resources(),
     params:
         shardscope=SHARDSCOPE,
         how=topology_args(),
     conda:
         ENVS
     shell:
-        # topology.json plus raw/ (the probe text) beside it; the log ends with a human summary.
-        "{params.shardscope} topology {params.how} --out {output.json} 2> {log}"
+        # topology.json plus raw/ (the probe text) beside it -- and, across nodes, nodes/<node>/
+        # with each node's own; the log ends with a human summary.
+        f"{{params.shardscope}} {topology_command()} {{params.how}} --out {{output.json}} 2> {{log}}"
         " && {params.shardscope} topology show {output.json} >> {log} 2>&1"
 
 

@@ -6,4 +6,6 @@
   node, ``srun`` + ``torchrun`` with a c10d rendezvous on the allocation's first node otherwise.
 - :mod:`shardscope.cluster.topology` probes every node of the allocation (one ``srun`` task
   per node) and combines the per-node topologies into one ``topology.json``.
+- :mod:`shardscope.cluster.executor` says whether a Snakemake run may start multi-node jobs
+  (only under the Slurm executor).
 """

@@ -3,7 +3,7 @@
 ::
 
     shardscope cluster launch [--nodes K] --nproc-per-node N [--port P] [--dry-run] -m MODULE ARGS...
-    shardscope cluster topology --out FILE
+    shardscope cluster topology [--nodes K] --out FILE
 
 Until ``cluster`` is one of :data:`shardscope.cli.STAGES`, the same commands run as
 ``python -m shardscope.cluster launch …`` / ``python -m shardscope.cluster topology …``.
@@ -40,9 +40,10 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 def _cmd_topology(args: argparse.Namespace) -> int:
     from shardscope.cluster.slurm import current_allocation
-    from shardscope.cluster.topology import detect_allocation, summary
+    from shardscope.cluster.topology import check_node_count, detect_allocation, summary
 
-    doc = detect_allocation(current_allocation(), args.out)
+    allocation = current_allocation() if args.nodes != 1 else None
+    doc = detect_allocation(check_node_count(allocation, args.nodes), args.out)
     print(summary(doc), file=sys.stderr)
     return 0
 
@@ -63,5 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("args", nargs=argparse.REMAINDER, help="the worker's arguments")
     p.set_defaults(func=_cmd_launch)
     p = cluster.add_parser("topology", help="probe every node of this Slurm job (or this machine) into one topology.json")
+    p.add_argument("--nodes", type=int, help="nodes the Slurm job must have (1: probe only this node, no Slurm needed; "
+                                             "default: every node of the job, or this machine outside Slurm)")
     p.add_argument("--out", required=True, help="combined topology.json; each node's own goes to nodes/<node>/ beside it")
     p.set_defaults(func=_cmd_topology)

@@ -105,6 +105,26 @@ def detect_allocation(allocation: Allocation | None, out: str | Path, python: st
     return combined
 
 
+def check_node_count(allocation: Allocation | None, nodes: int | None) -> Allocation | None:
+    """``allocation`` when it has ``nodes`` nodes (None: any count); a :class:`UserError` otherwise.
+
+    ``nodes`` 1 probes this node alone, so it needs no allocation; more need one of exactly that size.
+    """
+    if nodes is None:
+        return allocation
+    if nodes < 1:
+        raise UserError(f"--nodes must be at least 1, not {nodes}")
+    if nodes == 1:
+        return None
+    if allocation is None:
+        raise UserError(f"--nodes {nodes} needs a Slurm allocation: run it inside `sbatch`/`salloc --nodes {nodes}` "
+                        "or from a rule submitted with the slurm profile")
+    if len(allocation.nodes) != nodes:
+        raise UserError(f"--nodes {nodes} but Slurm job {allocation.job_id} has {len(allocation.nodes)} node(s) "
+                        f"({','.join(allocation.nodes)}); submit it with --nodes {nodes}")
+    return allocation
+
+
 def _execute(cmd: Sequence[str]) -> int:
     print("$ " + shlex.join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(list(cmd), check=False).returncode

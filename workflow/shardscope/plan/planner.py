@@ -29,6 +29,9 @@ Transports: ``default``, and ``pcie`` (NVLink disabled through NCCL variables) w
 are NVLink. Each job carries the GPUs it must see (``devices`` and the same list as a
 ``cuda_visible_devices`` string) and the environment it must set; on NVIDIA GPUs that
 includes ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA numbers GPUs as nvidia-smi and NVML do.
+
+With ``cluster.nodes`` above 1 the plan also has a ``multi_node`` section: jobs across that
+many Slurm nodes, placement ``multi_node`` (see :mod:`shardscope.plan.multinode`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardscope.errors import UserError
+from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
 
 __all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "world_sizes"]
@@ -116,7 +120,10 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
 
     Besides the jobs, ``placements`` lists each (world size, placement) with its GPUs and
     what it spans (islands, NUMA nodes, the code of its slowest link), for figures and report.
+    With ``cluster.nodes`` above 1, ``multi_node`` holds the jobs across nodes
+    (:func:`shardscope.plan.multinode.multinode_section`); the key is absent otherwise.
     """
+    shape = cluster_shape(topology, config)
     profile = device_profile(topology, config)
     on_gpu = _gpu_count(topology) > 0
     sizes = world_sizes(topology, config)
@@ -145,7 +152,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
                 "strategy": strategy, "model": model_name, "world_size": n, **_placement_fields(place),
                 "env": _job_env(topology, "default"),
             })
-    return {
+    plan = {
         "schema": "shardscope.plan/1",
         "device": "gpu" if on_gpu else "cpu",
         "fabric": topology.get("fabric"),
@@ -158,3 +165,6 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
         "collectives": collectives,
         "training": training,
     }
+    if shape is not None:
+        plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name)
+    return plan

@@ -59,7 +59,10 @@ def validate_topology(doc: Any, source_name: str) -> dict[str, Any]:
 
 
 def consistency_problem(doc: dict[str, Any]) -> str | None:
-    """The first contradiction inside a schema-valid document, or None."""
+    """The first contradiction inside a schema-valid document (or one of its per-node documents), or None."""
+    problem = _nodes_problem(doc)
+    if problem is not None:
+        return problem
     indices = [g["index"] for g in doc["gpus"]]
     if doc["gpu_count"] != len(indices):
         return f"gpu_count is {doc['gpu_count']} but gpus lists {len(indices)}"
@@ -78,6 +81,23 @@ def consistency_problem(doc: dict[str, Any]) -> str | None:
     fabric = classify_fabric(indices, links)
     if doc["fabric"] != fabric and not {doc["fabric"], fabric} <= _SAME_GRAPH:
         return f"fabric is {doc['fabric']!r} but the GPUs and links make it {fabric!r}"
+    return None
+
+
+def _nodes_problem(doc: dict[str, Any]) -> str | None:
+    """A topology probed across nodes (``shardscope cluster topology``): a count that matches, each node once and consistent."""
+    nodes = doc.get("nodes")
+    if nodes is None:
+        return None
+    if doc["node_count"] != len(nodes):
+        return f"node_count is {doc['node_count']} but nodes lists {len(nodes)}"
+    names = [n["node"] for n in nodes]
+    for i, entry in enumerate(nodes):
+        if entry["node"] in names[:i]:
+            return f"node {entry['node']} appears twice in nodes"
+        problem = consistency_problem(entry["topology"])
+        if problem is not None:
+            return f"nodes[{i}] ({entry['node']}): {problem}"
     return None
 
 

@@ -58,7 +58,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.comm_profile:
         worker_args.append("--comm-profile")
     described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
-    return launch(args.nproc, worker_args, described, args.out, args.log, cpu=args.cpu or not _cuda_available())
+    return launch(args.nproc, worker_args, described, args.out, args.log, cpu=args.cpu or not _cuda_available(),
+                  nodes=args.nodes)
 
 
 def _cuda_available() -> bool:
@@ -87,7 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="launch one training job under torchrun; failures become outcome rows")
     p.add_argument("--strategy", required=True)
     p.add_argument("--model", required=True, help="preset name or a JSON object of dimensions")
-    p.add_argument("--nproc", type=int, required=True)
+    p.add_argument("--nproc", type=int, required=True, help="ranks on each node (one per GPU)")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="nodes of this Slurm job to train on, one torchrun agent each (default 1: no Slurm needed)")
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--warmup", type=int, default=2)

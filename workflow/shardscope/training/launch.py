@@ -1,5 +1,9 @@
 """``shardscope train``: launch one training job under torchrun and make its outcome data.
 
+On one node the ranks start under ``torchrun --standalone``; with ``nodes`` above 1 (inside a
+Slurm allocation) ``srun`` starts one torchrun agent per node that meet through a c10d
+rendezvous (:func:`shardscope.cluster.launch.build_launch_command`).
+
 A job that fails (out of memory, a strategy that breaks) must not stop the pipeline: the
 launcher reads the error files the ranks left, writes a result with outcome ``oom`` or
 ``failed`` and the error text, and returns 0. Only a launcher that cannot write any result
@@ -12,11 +16,15 @@ import glob
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardscope.fileio import atomic_write_json, read_json
 from shardscope.training.worker import SCHEMA, error_path
+
+if TYPE_CHECKING:
+    from shardscope.cluster.slurm import Allocation
 
 
 def prebuild_deepspeed_cpu_ops(log: Any) -> None:
@@ -44,13 +52,35 @@ def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int,
     }
 
 
-def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, log_path: str, cpu: bool) -> int:
-    """Run the worker on ``nproc`` local ranks; always leave a result at ``out`` unless unwritable."""
+def launch_command(nproc: int, nodes: int, worker_args: list[str], allocation: Allocation | None = None,
+                   address: Callable[[str], str] | None = None) -> list[str]:
+    """torchrun of the training worker: standalone on this node, or srun + torchrun on ``nodes`` nodes of a Slurm job.
+
+    ``allocation`` defaults to the job this process runs in and ``address`` to the first node's
+    ``NodeAddr`` (both from ``scontrol``). Raises :class:`~shardscope.errors.UserError` for
+    ``nodes`` above 1 outside a Slurm allocation.
+    """
+    from shardscope.cluster.launch import LaunchSpec, build_launch_command
+    from shardscope.cluster.slurm import current_allocation, node_address
+
+    spec = LaunchSpec(nproc_per_node=nproc, nodes=nodes)
+    if nodes > 1 and allocation is None:
+        allocation = current_allocation()
+    return build_launch_command(spec, "shardscope.training", worker_args, allocation, address or node_address)
+
+
+def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, log_path: str, cpu: bool,
+           nodes: int = 1) -> int:
+    """Run the worker on ``nproc`` ranks on each of ``nodes`` nodes; always leave a result at ``out`` unless unwritable.
+
+    The command is built before anything is written, so a launch that cannot start (``nodes``
+    above 1 outside Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files.
+    """
+    cmd = launch_command(nproc, nodes, [*worker_args, "--out", out])
+    world_size = nproc * nodes
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:
         Path(stale).unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "shardscope.training", *worker_args, "--out", out]
     with open(log_path, "a", encoding="utf-8") as log:
         if cpu and job["strategy"].startswith("zero"):
             prebuild_deepspeed_cpu_ops(log)
@@ -59,8 +89,8 @@ def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, lo
         returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     if returncode == 0 and Path(out).exists():
         return 0
-    atomic_write_json(out, failure_document(job, out, nproc, returncode, log_path))
-    for path in range(nproc):
+    atomic_write_json(out, failure_document(job, out, world_size, returncode, log_path))
+    for path in range(world_size):
         Path(error_path(out, path)).unlink(missing_ok=True)
     print(f"training job {job.get('job_id')} ended with outcome {read_json(out)['outcome']}; log: {log_path}", file=sys.stderr)
     return 0
