@@ -6,6 +6,7 @@ factors, so the documents are valid unless a test breaks them on purpose.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,21 @@ def write_docs(folder: Path, docs: list[dict[str, Any]]) -> list[str]:
     return paths
 
 
+def write_json(path: Path, doc: Any) -> str:
+    """Write ``doc`` to ``path`` (folders made); return the path as collect takes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    return str(path)
+
+
+def query_db(db: Path, sql: str) -> list[tuple]:
+    """Rows of ``sql`` on the database ``db``, opened read-only."""
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, to prove a database was left byte-for-byte unchanged."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 import yaml
+from factories import query_db
 
 from shardscope.collectives.factors import busbw_factor
 
@@ -50,11 +50,6 @@ def pipeline(tmp_path_factory):
     return tmp / "results", configfile
 
 
-def query(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
-
-
 def test_topology_and_plan_come_from_this_machine(pipeline):
     import json
 
@@ -69,19 +64,19 @@ def test_topology_and_plan_come_from_this_machine(pipeline):
 def test_database_has_every_op_and_strategy(pipeline):
     results, _ = pipeline
     db = results / "shardscope.duckdb"
-    assert sorted(r[0] for r in query(db, "SELECT DISTINCT op FROM collectives")) == sorted(OPS)
-    rows = query(db, "SELECT strategy, outcome, median_step_time_s, tokens_per_s, world_size FROM training_runs")
+    assert sorted(r[0] for r in query_db(db, "SELECT DISTINCT op FROM collectives")) == sorted(OPS)
+    rows = query_db(db, "SELECT strategy, outcome, median_step_time_s, tokens_per_s, world_size FROM training_runs")
     assert sorted(r[0] for r in rows) == sorted(STRATEGIES)
     for strategy, outcome, step_s, tok_s, ws in rows:
         assert outcome == "ok", strategy
         assert step_s > 0 and tok_s > 0 and ws == 2
-    assert query(db, "SELECT count(*) FROM training_steps WHERE step_time_s <= 0")[0][0] == 0
-    assert query(db, "SELECT count(*), count(DISTINCT run_id) FROM training_steps")[0] == (3 * len(STRATEGIES), len(STRATEGIES))
+    assert query_db(db, "SELECT count(*) FROM training_steps WHERE step_time_s <= 0")[0][0] == 0
+    assert query_db(db, "SELECT count(*), count(DISTINCT run_id) FROM training_steps")[0] == (3 * len(STRATEGIES), len(STRATEGIES))
 
 
 def test_bus_bandwidth_is_consistent_with_algbw_and_world_size(pipeline):
     results, _ = pipeline
-    rows = query(results / "shardscope.duckdb", "SELECT op, world_size, size_bytes, time_s, algbw_gbps, busbw_gbps, check_ok FROM collectives")
+    rows = query_db(results / "shardscope.duckdb", "SELECT op, world_size, size_bytes, time_s, algbw_gbps, busbw_gbps, check_ok FROM collectives")
     assert len(rows) == len(OPS) * 3  # sizes 1 KiB, 16 KiB, 256 KiB
     for op, n, size, t, algbw, busbw, ok in rows:
         assert t > 0 and ok is True
@@ -91,7 +86,7 @@ def test_bus_bandwidth_is_consistent_with_algbw_and_world_size(pipeline):
 
 def test_sharded_strategies_hold_less_of_what_they_shard(pipeline):
     results, _ = pipeline
-    held = {s: (p, g, o) for s, p, g, o in query(results / "shardscope.duckdb", """
+    held = {s: (p, g, o) for s, p, g, o in query_db(results / "shardscope.duckdb", """
         SELECT t.strategy, max(m.param_bytes), max(m.grad_bytes), max(m.optim_bytes)
         FROM training_memory m JOIN training_runs t USING (run_id) GROUP BY 1""")}
     ddp_p, ddp_g, ddp_o = held["ddp"]
@@ -121,19 +116,19 @@ def test_predictions_verdicts_and_doctor_findings_are_stored(pipeline):
     results, _ = pipeline
     db = results / "shardscope.duckdb"
     for table in ("collective_predictions", "verdicts", "verdict_rows", "doctor_findings"):
-        assert query(db, f"SELECT count(*) FROM {table}")[0][0] > 0, table
+        assert query_db(db, f"SELECT count(*) FROM {table}")[0][0] > 0, table
     # Every collective job is judged, and the verdict names the run it judged.
-    judged = query(db, "SELECT v.judged_run_id, r.kind FROM verdicts v LEFT JOIN runs r ON r.run_id = v.judged_run_id")
+    judged = query_db(db, "SELECT v.judged_run_id, r.kind FROM verdicts v LEFT JOIN runs r ON r.run_id = v.judged_run_id")
     assert len(judged) == len(OPS) and {kind for _, kind in judged} == {"collectives"}
 
 
 def test_verdicts_on_this_cpu_machine_are_unknown_with_a_reason(pipeline):
     results, _ = pipeline
-    rows = query(results / "shardscope.duckdb", "SELECT verdict, reason, expected_busbw_gbps FROM verdicts")
+    rows = query_db(results / "shardscope.duckdb", "SELECT verdict, reason, expected_busbw_gbps FROM verdicts")
     assert rows and all(verdict == "unknown" and expected is None for verdict, _, expected in rows)
     assert all(reason and reason.startswith("CPU processes over gloo") for _, reason, _ in rows)
     # The cost model's gloo numbers are stored as placeholders (fabric cpu) and never drawn as a modeled curve.
-    assert {f for (f,) in query(results / "shardscope.duckdb", "SELECT DISTINCT fabric FROM collective_predictions")} == {"cpu"}
+    assert {f for (f,) in query_db(results / "shardscope.duckdb", "SELECT DISTINCT fabric FROM collective_predictions")} == {"cpu"}
     plotted = (results / "figures" / "busbw_vs_size.csv").read_text()
     assert ",modeled," not in plotted and "unknown: CPU processes over gloo" in plotted
     assert "no physical link model exists for gloo on CPU" in (results / "figures" / "busbw_vs_size.answer.rst").read_text()
@@ -144,7 +139,7 @@ def test_report_has_the_computed_memory_numbers_and_the_reference_low_verdict(pi
     html = (results / "paper" / "report.html").read_text()
     assert "<strong>87 GB</strong>" in html and "<strong>116 GB</strong>" in html
     assert "Reference diagnosed low:" in html and "nccl-tests/issues/293" in html
-    ref = query(results / "reference" / "reference.duckdb",
+    ref = query_db(results / "reference" / "reference.duckdb",
                 "SELECT r.label, v.verdict FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id")
     assert ("2 nodes x 1 A100 PCIe, HDR 200G (nccl-tests#293)", "low") in ref
 

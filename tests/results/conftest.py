@@ -28,13 +28,6 @@ H200 = REPO / "tests" / "data" / "topo" / "01-hgx-h200-nvswitch-nv18-12nics.txt"
 CREATED_AT = "2026-11-29T00:00:00+00:00"
 
 
-def write_json(path: Path, doc: Any) -> str:
-    """Write ``doc`` to ``path`` (folders made); return the path as collect takes it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1))
-    return str(path)
-
-
 @pytest.fixture(scope="session")
 def h200_topology() -> dict[str, Any]:
     """topology.json of the real 8x H200 NVSwitch probe output."""
@@ -90,7 +83,11 @@ def doctor_doc() -> dict[str, Any]:
     """A doctor document built from recorded readings, assembled as :func:`run_doctor` assembles it."""
     from shardscope.diagnose.doctor import SCHEMA
     from shardscope.diagnose.findings import skipped
-    from shardscope.diagnose.host import check_iommu, check_nccl_env, check_virtualization
+    from shardscope.diagnose.host import (
+        check_iommu,
+        check_nccl_env,
+        check_virtualization,
+    )
     from shardscope.diagnose.pci import check_acs
 
     def first(name: str) -> str:

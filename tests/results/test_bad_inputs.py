@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -12,15 +11,11 @@ from typing import Any
 
 import duckdb
 import pytest
-from factories import collective_doc, training_doc, write_docs
+from factories import collective_doc, file_digest, training_doc, write_docs
 
 from shardscope.cli import main
 from shardscope.errors import UserError
 from shardscope.results.store import collect
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -155,14 +150,14 @@ def _dump(folder: Path, docs: list[Any]) -> list[str]:
 
 
 def _assert_refused(db: Path, paths: list[str], expected: list[str]) -> str:
-    before = _digest(db)
+    before = file_digest(db)
     with pytest.raises(UserError) as info:
         collect(db, paths)
     message = str(info.value)
     for text in expected:
         assert text in message, message
     assert "nothing was loaded" in message.splitlines()[0]
-    assert _digest(db) == before
+    assert file_digest(db) == before
     assert sorted(p.name for p in db.parent.iterdir() if p.name.startswith(".")) == []  # no temporary copy left
     return message
 
@@ -235,10 +230,10 @@ def test_identical_copies_of_one_result_load_once(tmp_path):
 def test_a_database_path_that_is_not_a_database_is_refused_untouched(tmp_path):
     not_db = tmp_path / "results.json"
     not_db.write_text('{"a": 1}')
-    before = _digest(not_db)
+    before = file_digest(not_db)
     with pytest.raises(UserError, match=r"results.json: exists but is not a DuckDB database file"):
         collect(not_db, write_docs(tmp_path / "in", [training_doc()]))
-    assert _digest(not_db) == before
+    assert file_digest(not_db) == before
 
 
 def test_a_foreign_duckdb_database_is_refused_untouched(tmp_path):
@@ -246,25 +241,25 @@ def test_a_foreign_duckdb_database_is_refused_untouched(tmp_path):
     with duckdb.connect(str(foreign)) as con:
         con.execute("CREATE TABLE customers (id INTEGER, name VARCHAR)")
         con.execute("CREATE TABLE runs (run_id VARCHAR, colour VARCHAR)")
-    before = _digest(foreign)
+    before = file_digest(foreign)
     with pytest.raises(UserError) as info:
         collect(foreign, write_docs(tmp_path / "in", [training_doc()]))
     message = str(info.value)
     assert message.startswith(f"{foreign}: not a shardscope results database this version reads:")
     assert "table 'customers' is not a shardscope table" in message
     assert "table runs has column 'colour', which the shardscope schema does not have" in message
-    assert _digest(foreign) == before
+    assert file_digest(foreign) == before
 
 
 def test_the_command_line_prints_one_error_and_exits_2(good_db, tmp_path, capsys):
     bad = DOCUMENT_CASES[0][1]()
     (path,) = _dump(tmp_path, [bad])
-    before = _digest(good_db)
+    before = file_digest(good_db)
     assert main(["collect", "--db", str(good_db), path]) == 2
     err = capsys.readouterr().err
     assert err.startswith("shardscope: error: 1 problem(s) in the inputs; nothing was loaded:")
     assert f"{path}: field rows[1].size_bytes" in err and "Traceback" not in err
-    assert _digest(good_db) == before
+    assert file_digest(good_db) == before
 
 
 def test_a_file_with_many_problems_is_summarised(good_db, tmp_path):

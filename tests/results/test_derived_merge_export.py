@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import duckdb
-from factories import collective_doc, training_doc, write_docs
+from factories import collective_doc, query_db, training_doc, write_docs, write_json
 
 from shardscope.cli import main
 from shardscope.results.ddl import SCHEMA_VERSION, VIEWS
@@ -18,19 +16,8 @@ from shardscope.results.store import collect
 DERIVED_TABLES = ("collective_predictions", "strategy_predictions", "verdicts", "verdict_rows", "doctor_findings")
 
 
-def write_json(path: Path, doc: Any) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1))
-    return str(path)
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
-
-
 def _counts(db: Path) -> dict[str, int]:
-    return {t: _rows(db, f"SELECT count(*) FROM {t}")[0][0] for t in TABLES}
+    return {t: query_db(db, f"SELECT count(*) FROM {t}")[0][0] for t in TABLES}
 
 
 def _machine(tmp: Path, name: str, predictions: dict, verdicts: dict[str, str], doctor: dict, h200: dict) -> Path:
@@ -60,8 +47,8 @@ def test_derived_tables_merge_once_and_export(tmp_path, predictions_doc, verdict
     for table in ("collective_predictions", "strategy_predictions", "verdicts", "verdict_rows"):
         assert counts[table] == _counts(a)[table], table
     same = "SELECT * EXCLUDE (run_id) FROM verdicts ORDER BY source_file"
-    assert _rows(merged, same) == _rows(a, same)  # judged_run_id and topology_hash survive the merge
-    assert _rows(merged, "SELECT count(*) FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id") == [(2,)]
+    assert query_db(merged, same) == query_db(a, same)  # judged_run_id and topology_hash survive the merge
+    assert query_db(merged, "SELECT count(*) FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id") == [(2,)]
 
     out = tmp_path / "export"
     assert main(["db", "export", "--db", str(merged), "--out", str(out)]) == 0
@@ -86,8 +73,8 @@ def test_a_layout_2_database_is_upgraded_by_collect_and_by_merge(tmp_path, predi
     assert merge(merged, [str(old)])["new_runs"] == 2
     assert all(_counts(merged)[t] == 0 for t in DERIVED_TABLES)
     collect(old, [write_json(tmp_path / "p.json", predictions_doc)])
-    assert _rows(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION.endswith("/3")
-    assert _rows(old, "SELECT count(*) FROM collective_predictions") == [(len(predictions_doc["collectives"]),)]
+    assert query_db(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION.endswith("/3")
+    assert query_db(old, "SELECT count(*) FROM collective_predictions") == [(len(predictions_doc["collectives"]),)]
     assert merge(merged, [str(old)])["new_runs"] == 1
 
 

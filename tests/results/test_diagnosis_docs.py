@@ -2,34 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
-from factories import collective_doc, write_docs
+from factories import collective_doc, file_digest, query_db, write_docs, write_json
 
 from shardscope.cli import main
 from shardscope.errors import UserError
 from shardscope.results.store import collect
-
-
-def write_json(path: Path, doc: Any) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1))
-    return str(path)
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_verdicts_of_a_known_low_run_join_the_runs_they_judge_and_the_topology(tmp_path, verdict_inputs):
@@ -37,25 +19,25 @@ def test_verdicts_of_a_known_low_run_join_the_runs_they_judge_and_the_topology(t
     files = verdict_inputs
     summary = collect(db, [files["topology"], files["gdr"], files["nps4"], files["verdicts"]])
     assert (summary["new_runs"], summary["new_topologies"]) == (3, 1)
-    assert _rows(db, "SELECT kind, source, world_size FROM runs ORDER BY kind") == [
+    assert query_db(db, "SELECT kind, source, world_size FROM runs ORDER BY kind") == [
         ("collectives_import", "nccl-tests", 2), ("collectives_import", "nccl-tests", 2), ("verdicts", "diagnosed", None)]
     # one row per judged file, each tied to the very run collect made of that file
-    judged = _rows(db, "SELECT v.source_file, r.source_file, r.kind FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id ORDER BY 1")
+    judged = query_db(db, "SELECT v.source_file, r.source_file, r.kind FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id ORDER BY 1")
     assert judged == [(files["gdr"], files["gdr"], "collectives_import"), (files["nps4"], files["nps4"], "collectives_import")]
     # the two imports repeat one job: one sweep, numbers pooled over 2 files x (in place, out of place)
-    (row,) = set(_rows(db, "SELECT sweep_index, sweep_files, plateau_runs, op, world_size, nodes, hosts, verdict, bottleneck, "
+    (row,) = set(query_db(db, "SELECT sweep_index, sweep_files, plateau_runs, op, world_size, nodes, hosts, verdict, bottleneck, "
                            "round(expected_busbw_gbps, 3), t.fabric FROM verdicts JOIN topologies t USING (topology_hash)"))
     assert row == (0, 2, 4, "all_reduce", 2, 2, "test1, test2", "low", "net", 24.0, "pcie")
-    (pct, plateau, expected, low, high, reason, hints), = set(_rows(
+    (pct, plateau, expected, low, high, reason, hints), = set(query_db(
         db, "SELECT percent_of_expected, plateau_busbw_gbps, expected_busbw_gbps, plateau_ci95_low_gbps, "
             "plateau_ci95_high_gbps, reason, hints_json FROM verdicts"))
     assert pct == pytest.approx(100 * plateau / expected) and pct < 70 and low <= plateau <= high
     assert "below 70%" in reason and any("NIC only through the CPU" in h for h in json.loads(hints))
     # per size: 28 sizes, each pooled over 4 measurements, judged where the model has a number
-    per_size = _rows(db, "SELECT source_file, count(*), min(repeats), max(repeats), count(expected_busbw_gbps), "
+    per_size = query_db(db, "SELECT source_file, count(*), min(repeats), max(repeats), count(expected_busbw_gbps), "
                          "count(*) FILTER (verdict = 'low' AND region = 'bandwidth') FROM verdict_rows GROUP BY 1 ORDER BY 1")
     assert [r[1:5] for r in per_size] == [(28, 4, 4, 28)] * 2 and all(r[5] > 0 for r in per_size)
-    big = _rows(db, "SELECT measured_busbw_gbps, expected_busbw_gbps, percent_of_expected FROM verdict_rows "
+    big = query_db(db, "SELECT measured_busbw_gbps, expected_busbw_gbps, percent_of_expected FROM verdict_rows "
                     f"WHERE source_file = '{files['gdr']}' AND size_bytes = 1073741824")
     assert big and big[0][2] == pytest.approx(100 * big[0][0] / big[0][1])
 
@@ -63,10 +45,10 @@ def test_verdicts_of_a_known_low_run_join_the_runs_they_judge_and_the_topology(t
 def test_verdicts_loaded_without_the_judged_files_keep_the_file_names(tmp_path, verdict_inputs):
     db = tmp_path / "r.duckdb"
     collect(db, [verdict_inputs["verdicts"]])
-    assert _rows(db, "SELECT count(*), count(judged_run_id), count(DISTINCT source_file) FROM verdicts") == [(2, 0, 2)]
+    assert query_db(db, "SELECT count(*), count(judged_run_id), count(DISTINCT source_file) FROM verdicts") == [(2, 0, 2)]
     later = collect(db, [verdict_inputs["gdr"], verdict_inputs["nps4"], verdict_inputs["verdicts"]])
     assert (later["new_runs"], later["skipped_runs"]) == (2, 1)  # the verdicts are already stored: not linked later
-    joined = _rows(db, "SELECT count(*) FROM verdicts v JOIN runs r ON r.source_file = v.source_file")
+    joined = query_db(db, "SELECT count(*) FROM verdicts v JOIN runs r ON r.source_file = v.source_file")
     assert joined == [(2,)]  # ... but the file names still join
 
 
@@ -78,26 +60,26 @@ def test_a_cpu_run_has_no_expectation_but_its_sizes_are_summarised(tmp_path):
     assert main(["verdict", *inputs, "--topology", topology, "--out", verdicts]) == 0
     db = tmp_path / "r.duckdb"
     collect(db, [topology, *inputs, verdicts])
-    rows = _rows(db, "SELECT v.op, v.verdict, v.expected_busbw_gbps, v.percent_of_expected, v.plateau_busbw_gbps > 0, "
+    rows = query_db(db, "SELECT v.op, v.verdict, v.expected_busbw_gbps, v.percent_of_expected, v.plateau_busbw_gbps > 0, "
                      "v.size_to_90pct_bytes, round(v.latency_floor_us, 6), r.kind FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id ORDER BY 1")
     # the factory's sweep: 1 KiB .. 1 MiB at 10 us + 1 ns per byte; 90% of the plateau first at 256 KiB
     assert rows == [("all_gather", "unknown", None, None, True, 262144, round(10 + 1024e-3, 6), "collectives"),
                     ("all_reduce", "unknown", None, None, True, 262144, round(10 + 1024e-3, 6), "collectives")]
-    assert "gloo" in _rows(db, "SELECT DISTINCT reason FROM verdicts")[0][0]
-    assert _rows(db, "SELECT count(*), count(expected_busbw_gbps), count(region), min(verdict), max(verdict) FROM verdict_rows") == [
+    assert "gloo" in query_db(db, "SELECT DISTINCT reason FROM verdicts")[0][0]
+    assert query_db(db, "SELECT count(*), count(expected_busbw_gbps), count(region), min(verdict), max(verdict) FROM verdict_rows") == [
         (8, 0, 0, "unknown", "unknown")]
-    assert _rows(db, "SELECT count(*) FROM verdicts v JOIN topologies USING (topology_hash)") == [(2,)]
+    assert query_db(db, "SELECT count(*) FROM verdicts v JOIN topologies USING (topology_hash)") == [(2,)]
 
 
 def test_doctor_findings_from_recorded_readings(tmp_path, doctor_doc):
     db = tmp_path / "r.duckdb"
     path = write_json(tmp_path / "doctor.json", doctor_doc)
     assert collect(db, [path])["new_runs"] == 1
-    assert _rows(db, "SELECT kind, source, host, measured_at, world_size, fabric FROM runs") == [
+    assert query_db(db, "SELECT kind, source, host, measured_at, world_size, fabric FROM runs") == [
         ("doctor", "diagnosed", "this-dev-container", doctor_doc["checked_at"], None, "cpu")]
-    findings = dict(_rows(db, "SELECT check_name, status FROM doctor_findings"))
+    findings = dict(query_db(db, "SELECT check_name, status FROM doctor_findings"))
     assert findings == {"pcie_acs": "warn", "iommu": "ok", "pcie_link": "skipped", "nccl_env": "ok", "virtualization": "warn"}
-    (details, explains), = _rows(db, "SELECT details_json, explains FROM doctor_findings WHERE check_name = 'virtualization'")
+    (details, explains), = query_db(db, "SELECT details_json, explains FROM doctor_findings WHERE check_name = 'virtualization'")
     assert json.loads(details)["vm"] and "P2P" in explains
     assert collect(db, [path])["skipped_runs"] == 1  # the same document again adds nothing
 
@@ -108,8 +90,8 @@ def test_a_live_doctor_run_loads_and_ties_to_this_hosts_topology(tmp_path):
     assert main(["doctor", "--no-peer-check", "--topology", topology, "--out", doctor]) == 0
     db = tmp_path / "r.duckdb"
     collect(db, [topology, doctor])
-    assert _rows(db, "SELECT r.kind, t.host = r.host FROM runs r JOIN topologies t USING (topology_hash)") == [("doctor", True)]
-    assert _rows(db, "SELECT count(*) FROM doctor_findings WHERE check_name = 'peer_check' AND status = 'skipped'") == [(1,)]
+    assert query_db(db, "SELECT r.kind, t.host = r.host FROM runs r JOIN topologies t USING (topology_hash)") == [("doctor", True)]
+    assert query_db(db, "SELECT count(*) FROM doctor_findings WHERE check_name = 'peer_check' AND status = 'skipped'") == [(1,)]
 
 
 def _sweep(edit: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], None]:
@@ -140,13 +122,13 @@ BAD_VERDICTS = [
 def test_a_bad_verdicts_document_is_refused_and_the_database_untouched(tmp_path, verdict_inputs, verdicts_doc, edit, expected):
     db = tmp_path / "r.duckdb"
     collect(db, [verdict_inputs["topology"], verdict_inputs["verdicts"]])
-    before = _digest(db)
+    before = file_digest(db)
     edit(verdicts_doc)
     bad = write_json(tmp_path / "bad.json", verdicts_doc)
     with pytest.raises(UserError) as err:
         collect(db, [bad, verdict_inputs["gdr"]])
     assert expected in str(err.value) and bad in str(err.value)
-    assert _digest(db) == before
+    assert file_digest(db) == before
 
 
 BAD_DOCTOR = [
@@ -164,13 +146,13 @@ BAD_DOCTOR = [
 def test_a_bad_doctor_document_is_refused_and_the_database_untouched(tmp_path, doctor_doc, edit, expected):
     db = tmp_path / "r.duckdb"
     collect(db, write_docs(tmp_path / "in", [collective_doc()]))
-    before = _digest(db)
+    before = file_digest(db)
     edit(doctor_doc)
     bad = write_json(tmp_path / "bad.json", doctor_doc)
     with pytest.raises(UserError) as err:
         collect(db, [bad])
     assert expected in str(err.value) and bad in str(err.value)
-    assert _digest(db) == before
+    assert file_digest(db) == before
 
 
 def test_an_unknown_kind_names_every_kind_collect_reads(tmp_path):

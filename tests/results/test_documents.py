@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
-from factories import REPO, collective_doc, training_doc, write_docs
+from factories import REPO, collective_doc, query_db, training_doc, write_docs
 
 from shardscope.cli import main
 from shardscope.errors import UserError
 from shardscope.results.store import collect
 from shardscope.training.launch import failure_document
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def test_optional_worker_fields_are_stored(tmp_path):
@@ -33,12 +27,12 @@ def test_optional_worker_fields_are_stored(tmp_path):
         rank["comm_time_share"] = share
     db = tmp_path / "r.duckdb"
     collect(db, write_docs(tmp_path / "in", [coll, train]))
-    assert _rows(db, "SELECT size_bytes, check_ok, wrong FROM collectives ORDER BY 1") == [
+    assert query_db(db, "SELECT size_bytes, check_ok, wrong FROM collectives ORDER BY 1") == [
         (1024, None, None), (16384, True, 0), (262144, True, 0), (1048576, True, 0)]
-    assert _rows(db, "SELECT kind, comm_library, nccl_version, cuda_version FROM runs ORDER BY 1") == [
+    assert query_db(db, "SELECT kind, comm_library, nccl_version, cuda_version FROM runs ORDER BY 1") == [
         ("collectives", "nccl 2.21.5", "2.21.5", "12.4"), ("training", None, None, None)]
-    assert _rows(db, "SELECT comm_time_share FROM training_runs") == [(0.25,)]
-    assert _rows(db, "SELECT rank, comm_time_share FROM training_memory ORDER BY 1") == [(0, 0.2), (1, 0.3)]
+    assert query_db(db, "SELECT comm_time_share FROM training_runs") == [(0.25,)]
+    assert query_db(db, "SELECT rank, comm_time_share FROM training_memory ORDER BY 1") == [(0, 0.2), (1, 0.3)]
 
 
 def test_a_check_verdict_that_contradicts_the_wrong_count_is_refused(tmp_path):
@@ -69,9 +63,9 @@ def test_launcher_failure_records_load_and_different_failures_are_different_runs
     collect(db, [first])
     summary = collect(db, [first, second])
     assert (summary["new_runs"], summary["skipped_runs"]) == (1, 1)
-    rows = _rows(db, "SELECT t.outcome, t.error, r.host, r.world_size FROM training_runs t JOIN runs r USING (run_id) ORDER BY 2")
+    rows = query_db(db, "SELECT t.outcome, t.error, r.host, r.world_size FROM training_runs t JOIN runs r USING (run_id) ORDER BY 2")
     assert rows == [("failed", "RuntimeError: another boom", None, 2), ("failed", "RuntimeError: boom", None, 2)]
-    assert _rows(db, "SELECT count(*) FROM memory_predictions") == [(0,)]  # no dtype recorded: nothing to model
+    assert query_db(db, "SELECT count(*) FROM memory_predictions") == [(0,)]  # no dtype recorded: nothing to model
 
 
 def test_an_imported_log_keeps_its_placement_and_transport(tmp_path):
@@ -83,5 +77,5 @@ def test_an_imported_log_keeps_its_placement_and_transport(tmp_path):
     out.write_text(json.dumps(doc))
     db = tmp_path / "r.duckdb"
     collect(db, [str(out)])
-    assert _rows(db, "SELECT source, placement, transport, world_size, host FROM runs") == [("nccl-tests", "island", "pcie", 16, None)]
-    assert _rows(db, "SELECT count(*), count(time_max_s), count(check_ok) FROM collectives") == [(62, 0, 0)]
+    assert query_db(db, "SELECT source, placement, transport, world_size, host FROM runs") == [("nccl-tests", "island", "pcie", 16, None)]
+    assert query_db(db, "SELECT count(*), count(time_max_s), count(check_ok) FROM collectives") == [(62, 0, 0)]

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import duckdb
 import pytest
-from factories import REPO, collective_doc, training_doc, write_docs
-
+from factories import (
+    REPO,
+    collective_doc,
+    file_digest,
+    query_db,
+    training_doc,
+    write_docs,
+)
 from shardscope.cli import main
 from shardscope.errors import UserError
 from shardscope.results.ddl import SCHEMA_VERSION
@@ -19,15 +24,6 @@ from shardscope.results.store import collect
 from shardscope.topology.parse import parse_file
 
 NVL_PAIRS = REPO / "tests" / "data" / "topo" / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def _machine_a(tmp: Path) -> Path:
@@ -63,23 +59,23 @@ def test_load_reload_merge_export(tmp_path):
     assert (again["new_runs"], again["skipped_runs"], again["skipped_topologies"]) == (0, 9, 1)
 
     for table in TABLES:  # every row of every input is there exactly once
-        expected = sum(_rows(db, f"SELECT count(*) FROM {table}")[0][0] for db in (a, b))
-        assert _rows(merged, f"SELECT count(*) FROM {table}")[0][0] == expected, table
-    assert _rows(merged, "SELECT count(*) FROM runs") == [(9,)]
-    assert _rows(merged, "SELECT count(*) FROM collectives") == [(12,)]
-    provenance = _rows(merged, "SELECT host, origin_db, count(*), count(DISTINCT source_file) FROM runs GROUP BY ALL ORDER BY 1")
+        expected = sum(query_db(db, f"SELECT count(*) FROM {table}")[0][0] for db in (a, b))
+        assert query_db(merged, f"SELECT count(*) FROM {table}")[0][0] == expected, table
+    assert query_db(merged, "SELECT count(*) FROM runs") == [(9,)]
+    assert query_db(merged, "SELECT count(*) FROM collectives") == [(12,)]
+    provenance = query_db(merged, "SELECT host, origin_db, count(*), count(DISTINCT source_file) FROM runs GROUP BY ALL ORDER BY 1")
     assert provenance == [("hostA", str(a.resolve()), 6, 6), ("hostB", str(b.resolve()), 3, 3)]
-    assert _rows(a, "SELECT count(*) FROM runs WHERE origin_db IS NOT NULL") == [(0,)]  # direct loads have no origin
-    assert _rows(merged, "SELECT origin_db FROM topologies") == [(str(a.resolve()),)]
-    source_files = {r[0] for r in _rows(a, "SELECT source_file FROM runs")}
-    assert {r[0] for r in _rows(merged, "SELECT source_file FROM runs WHERE host = 'hostA'")} == source_files
+    assert query_db(a, "SELECT count(*) FROM runs WHERE origin_db IS NOT NULL") == [(0,)]  # direct loads have no origin
+    assert query_db(merged, "SELECT origin_db FROM topologies") == [(str(a.resolve()),)]
+    source_files = {r[0] for r in query_db(a, "SELECT source_file FROM runs")}
+    assert {r[0] for r in query_db(merged, "SELECT source_file FROM runs WHERE host = 'hostA'")} == source_files
     same = "SELECT run_id, size_bytes, time_s, busbw_gbps FROM collectives ORDER BY ALL"
-    assert _rows(merged, same.replace("ORDER", "WHERE run_id IN (SELECT run_id FROM runs WHERE host = 'hostA') ORDER")) == _rows(a, same)
+    assert query_db(merged, same.replace("ORDER", "WHERE run_id IN (SELECT run_id FROM runs WHERE host = 'hostA') ORDER")) == query_db(a, same)
 
     # a merged database merges on: the runs keep the database they first came from
     onward = tmp_path / "onward.duckdb"
     merge(onward, [str(merged)])
-    assert _rows(onward, "SELECT DISTINCT origin_db FROM runs ORDER BY 1") == [(str(a.resolve()),), (str(b.resolve()),)]
+    assert query_db(onward, "SELECT DISTINCT origin_db FROM runs ORDER BY 1") == [(str(a.resolve()),), (str(b.resolve()),)]
 
     out = tmp_path / "export"
     assert main(["db", "export", "--db", str(merged), "--out", str(out), "--format", "parquet"]) == 0
@@ -88,15 +84,15 @@ def test_load_reload_merge_export(tmp_path):
     with duckdb.connect() as con:
         for table in TABLES:
             parquet = str(out / f"{table}.parquet")
-            assert con.execute(f"SELECT count(*) FROM '{parquet}'").fetchone()[0] == _rows(merged, f"SELECT count(*) FROM {table}")[0][0]
+            assert con.execute(f"SELECT count(*) FROM '{parquet}'").fetchone()[0] == query_db(merged, f"SELECT count(*) FROM {table}")[0][0]
         assert con.execute(f"SELECT * FROM '{out / 'collectives.parquet'}' ORDER BY ALL").fetchall() == \
-            _rows(merged, "SELECT * FROM collectives ORDER BY ALL")
+            query_db(merged, "SELECT * FROM collectives ORDER BY ALL")
         peaks = con.execute(f"SELECT host, fabric, label, op, round(peak_busbw_gbps, 6) FROM '{out / 'collective_peaks.parquet'}' "
                             "WHERE op = 'all_reduce' ORDER BY host").fetchall()
         speed = dict(con.execute(f"SELECT strategy, step_time_vs_ddp FROM '{out / 'strategy_summary.parquet'}' "
                                  "WHERE host = 'hostB'").fetchall())
         described = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM '{out / 'training_steps.parquet'}'").fetchall()}
-    direct = {h: round(v, 6) for h, v in _rows(merged, "SELECT r.host, max(c.busbw_gbps) FROM collectives c JOIN runs r USING (run_id) "
+    direct = {h: round(v, 6) for h, v in query_db(merged, "SELECT r.host, max(c.busbw_gbps) FROM collectives c JOIN runs r USING (run_id) "
                                                       "WHERE c.op = 'all_reduce' GROUP BY 1")}
     assert peaks == [("hostA", "nvlink_islands", None, "all_reduce", direct["hostA"]), ("hostB", None, None, "all_reduce", direct["hostB"])]
     assert direct["hostB"] > direct["hostA"]  # hostB's link was four times faster per byte
@@ -137,14 +133,14 @@ def test_export_refuses_a_missing_or_foreign_database(tmp_path):
 
 
 def _merge_refused(out: Path, inputs: list[Path], expected: list[str]) -> None:
-    before = _digest(out)
+    before = file_digest(out)
     with pytest.raises(UserError) as info:
         merge(out, [str(p) for p in inputs])
     message = str(info.value)
     assert "nothing was merged" in message.splitlines()[0]
     for text in expected:
         assert text in message, message
-    assert _digest(out) == before
+    assert file_digest(out) == before
     assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}")]
 
 
@@ -203,9 +199,9 @@ def test_a_database_of_the_first_layout_is_upgraded_and_merged(tmp_path):
         con.execute("ALTER TABLE runs DROP COLUMN origin_db")
     merged = tmp_path / "merged.duckdb"
     merge(merged, [str(old)])
-    assert _rows(merged, "SELECT count(*), count(DISTINCT origin_db), count(topology_hash) FROM runs") == [(3, 1, 0)]
-    assert _rows(merged, "SELECT count(*) FROM memory_predictions") == [(0,)]  # the old file had none to copy
+    assert query_db(merged, "SELECT count(*), count(DISTINCT origin_db), count(topology_hash) FROM runs") == [(3, 1, 0)]
+    assert query_db(merged, "SELECT count(*) FROM memory_predictions") == [(0,)]  # the old file had none to copy
     collect(old, write_docs(tmp_path / "more", [training_doc("zero2", host="hostB")]))  # collect upgrades in place
-    assert _rows(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)]
-    assert _rows(old, "SELECT count(*), count(origin_db) FROM runs") == [(4, 0)]
-    assert _rows(old, "SELECT strategy FROM memory_predictions") == [("zero2",)]
+    assert query_db(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)]
+    assert query_db(old, "SELECT count(*), count(origin_db) FROM runs") == [(4, 0)]
+    assert query_db(old, "SELECT strategy FROM memory_predictions") == [("zero2",)]

@@ -5,36 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 import yaml
-from factories import REPO
+from factories import REPO, file_digest, query_db, write_json
 
 from shardscope.cli import main
 from shardscope.collectives.factors import busbw_factor
 from shardscope.errors import UserError
 from shardscope.results.store import collect
 
-
 CREATED_AT = "2026-11-29T00:00:00+00:00"  # the predictions_doc fixture's
-
-
-def write_json(path: Path, doc: Any) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1))
-    return str(path)
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_the_plan_of_a_real_h200_is_predicted_and_joins_its_topology(tmp_path, h200_topology, h200_plan, predictions_doc):
@@ -42,7 +24,7 @@ def test_the_plan_of_a_real_h200_is_predicted_and_joins_its_topology(tmp_path, h
     summary = collect(db, [write_json(tmp_path / "topology.json", h200_topology),
                            write_json(tmp_path / "predictions.json", predictions_doc)])
     assert (summary["new_runs"], summary["new_topologies"]) == (1, 1)
-    (run,) = _rows(db, "SELECT kind, source, world_size, measured_at, fabric, env_json FROM runs")
+    (run,) = query_db(db, "SELECT kind, source, world_size, measured_at, fabric, env_json FROM runs")
     assert run[:5] == ("predictions", "modeled", None, CREATED_AT, "nvswitch")
     env = json.loads(run[5])
     assert env["model_version"] == "costmodel/1" and any("Hopper assumed" in n for n in env["topology_notes"])
@@ -51,20 +33,20 @@ def test_the_plan_of_a_real_h200_is_predicted_and_joins_its_topology(tmp_path, h
     # every planned op x world size x transport x size, once, on the nvswitch topology it was made for
     planned = {(j["op"], j["world_size"], j["transport"]) for j in h200_plan["collectives"]}
     sizes = len(env["plan"]["sizes_bytes"])
-    got = _rows(db, "SELECT op, world_size, transport, count(*) FROM collective_predictions p "
+    got = query_db(db, "SELECT op, world_size, transport, count(*) FROM collective_predictions p "
                     "JOIN topologies t USING (topology_hash) WHERE t.fabric = 'nvswitch' GROUP BY ALL")
     assert {(op, n, tr) for op, n, tr, _ in got} == planned and {c for *_, c in got} == {sizes}
-    assert _rows(db, "SELECT DISTINCT method FROM collective_predictions UNION ALL SELECT DISTINCT method FROM strategy_predictions") \
+    assert query_db(db, "SELECT DISTINCT method FROM collective_predictions UNION ALL SELECT DISTINCT method FROM strategy_predictions") \
         == [("modeled",), ("modeled",)]
-    for op, n, size, t, algbw, busbw in _rows(db, "SELECT op, world_size, size_bytes, time_s, algbw_gbps, busbw_gbps FROM collective_predictions"):
+    for op, n, size, t, algbw, busbw in query_db(db, "SELECT op, world_size, size_bytes, time_s, algbw_gbps, busbw_gbps FROM collective_predictions"):
         assert algbw == pytest.approx(size / t / 1e9, rel=1e-9) and busbw == pytest.approx(algbw * busbw_factor(op, n), rel=1e-9)
     # NVLink vs PCIe forced: the 1 GiB all-reduce on 8 GPUs is several times faster over NVLink
-    (nv, pcie), = _rows(db, "SELECT max(busbw_gbps) FILTER (transport = 'default'), max(busbw_gbps) FILTER (transport = 'pcie') "
+    (nv, pcie), = query_db(db, "SELECT max(busbw_gbps) FILTER (transport = 'default'), max(busbw_gbps) FILTER (transport = 'pcie') "
                             "FROM collective_predictions WHERE op = 'all_reduce' AND world_size = 8")
     assert nv > 5 * pcie
-    assert _rows(db, "SELECT DISTINCT bottleneck FROM collective_predictions WHERE transport = 'pcie'") == [("pcie",)]
+    assert query_db(db, "SELECT DISTINCT bottleneck FROM collective_predictions WHERE transport = 'pcie'") == [("pcie",)]
 
-    strategies = _rows(db, "SELECT strategy, model, gpus, fits, step_time_s, compute_time_s + exposed_comm_time_s, "
+    strategies = query_db(db, "SELECT strategy, model, gpus, fits, step_time_s, compute_time_s + exposed_comm_time_s, "
                            "memory_total_bytes, memory_available_bytes FROM strategy_predictions ORDER BY strategy")
     assert sorted(s[0] for s in strategies) == sorted(j["strategy"] for j in h200_plan["training"])
     assert {s[1] for s in strategies} == {h200_plan["training"][0]["model"]} and {s[2] for s in strategies} == {8}
@@ -84,11 +66,11 @@ def test_reloading_or_repredicting_the_same_jobs_adds_nothing(tmp_path, h200_top
     later = plan_predictions(h200_topology, h200_plan, "01-hgx-h200", created_at="2026-12-01T00:00:00+00:00")
     again = collect(db, [write_json(tmp_path / "b" / "predictions.json", later)])
     assert (again["new_runs"], again["skipped_runs"]) == (0, 1)  # the same prediction made later is the same run
-    assert _rows(db, "SELECT count(*) FROM collective_predictions") == [(len(predictions_doc["collectives"]),)]
+    assert query_db(db, "SELECT count(*) FROM collective_predictions") == [(len(predictions_doc["collectives"]),)]
     changed = plan_predictions(h200_topology, {**h200_plan, "profile": {**h200_plan["profile"], "micro_batch": 1}},
                                "01-hgx-h200", created_at=CREATED_AT)
     assert collect(db, [write_json(tmp_path / "c" / "predictions.json", changed)])["new_runs"] == 1
-    assert _rows(db, "SELECT count(DISTINCT run_id), count(*) FROM strategy_predictions") == [(2, 2 * len(h200_plan["training"]))]
+    assert query_db(db, "SELECT count(DISTINCT run_id), count(*) FROM strategy_predictions") == [(2, 2 * len(h200_plan["training"]))]
 
 
 def test_without_gpus_collectives_are_labelled_placeholders_and_strategies_are_not_predicted(tmp_path):
@@ -103,14 +85,14 @@ def test_without_gpus_collectives_are_labelled_placeholders_and_strategies_are_n
     doc = plan_predictions(topology, plan, "this machine", created_at=CREATED_AT)
     db = tmp_path / "r.duckdb"
     collect(db, [write_json(tmp_path / "topology.json", topology), write_json(tmp_path / "predictions.json", doc)])
-    assert _rows(db, "SELECT DISTINCT algorithm, protocol, bottleneck, placement, fabric FROM collective_predictions") == [
+    assert query_db(db, "SELECT DISTINCT algorithm, protocol, bottleneck, placement, fabric FROM collective_predictions") == [
         ("gloo", "tcp", "cpu", "cpu", "cpu")]
-    assert _rows(db, "SELECT count(*) FROM strategy_predictions") == [(0,)]
-    (env,), = _rows(db, "SELECT env_json FROM runs")
+    assert query_db(db, "SELECT count(*) FROM strategy_predictions") == [(0,)]
+    (env,), = query_db(db, "SELECT env_json FROM runs")
     env = json.loads(env)
     assert "placeholders, not measurements" in env["topology_notes"][0]
     assert env["plan"]["strategies_note"].startswith("strategies not predicted")
-    assert _rows(db, "SELECT count(*) FROM runs r JOIN topologies t USING (topology_hash)") == [(1,)]
+    assert query_db(db, "SELECT count(*) FROM runs r JOIN topologies t USING (topology_hash)") == [(1,)]
 
 
 def _edit(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -160,13 +142,13 @@ BAD_PREDICTIONS = [
 def test_a_bad_predictions_document_is_refused_and_the_database_untouched(tmp_path, predictions_doc, edit, expected):
     db = tmp_path / "r.duckdb"
     collect(db, [write_json(tmp_path / "good.json", predictions_doc)])
-    before = _digest(db)
+    before = file_digest(db)
     edit(predictions_doc)
     bad = write_json(tmp_path / "bad.json", predictions_doc)
     with pytest.raises(UserError) as err:
         collect(db, [bad])
     assert expected in str(err.value) and bad in str(err.value)
-    assert _digest(db) == before
+    assert file_digest(db) == before
 
 
 def test_exposed_communication_above_the_total_is_refused(tmp_path, predictions_doc):
@@ -201,8 +183,8 @@ def test_the_advisor_and_the_collective_predictor_documents_load_too(tmp_path, c
     db = tmp_path / "r.duckdb"
     assert collect(db, [str(advice), str(sweep)])["new_runs"] == 2
     # the seed article's memory finding: Mistral-7B with Adam under DDP does not fit an 80 GB GPU; ZeRO-3 does
-    fits = dict(_rows(db, "SELECT strategy, fits FROM strategy_predictions"))
+    fits = dict(query_db(db, "SELECT strategy, fits FROM strategy_predictions"))
     assert fits["ddp"] is False and fits["zero3"] is True
     # 16 ranks on 8-GPU nodes: two nodes, and the network is the bottleneck
-    assert _rows(db, "SELECT DISTINCT c.world_size, nodes, bottleneck FROM collective_predictions c JOIN runs r USING (run_id) "
+    assert query_db(db, "SELECT DISTINCT c.world_size, nodes, bottleneck FROM collective_predictions c JOIN runs r USING (run_id) "
                      "WHERE r.job_id LIKE '%sweep.json'") == [(16, 2, "net")]

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 from pathlib import Path
 
 import duckdb
 import pytest
-from factories import collective_doc, training_doc, write_docs
+from factories import collective_doc, file_digest, training_doc, write_docs
 
 from shardscope.errors import UserError
 from shardscope.results.store import collect, ddl
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_collect_loads_every_table(tmp_path, sample_docs):
@@ -54,7 +49,7 @@ def test_new_runs_accumulate_next_to_old_ones(tmp_path):
 def test_every_error_is_reported_at_once_and_the_database_is_untouched(tmp_path, sample_docs):
     db = tmp_path / "r.duckdb"
     collect(db, write_docs(tmp_path / "good", sample_docs))
-    before = _digest(db)
+    before = file_digest(db)
     bad_bw = collective_doc("all_gather", host="hostC")
     bad_bw["rows"][1]["busbw_gbps"] *= 3  # inconsistent with algbw and the factor
     bad_time = training_doc("zero2", host="hostC")
@@ -71,7 +66,7 @@ def test_every_error_is_reported_at_once_and_the_database_is_untouched(tmp_path,
     assert "strategy" in message and paths[2] in message
     assert "junk.json: not valid JSON" in message
     assert message.startswith("4 problem(s)")
-    assert _digest(db) == before
+    assert file_digest(db) == before
 
 
 def test_a_failure_inside_the_load_leaves_the_database_as_it_was(tmp_path, sample_docs, monkeypatch):
@@ -79,7 +74,7 @@ def test_a_failure_inside_the_load_leaves_the_database_as_it_was(tmp_path, sampl
 
     db = tmp_path / "r.duckdb"
     collect(db, write_docs(tmp_path / "good", sample_docs[:2]))
-    before = _digest(db)
+    before = file_digest(db)
 
     def explode(con, frames):
         con.execute("DELETE FROM runs")
@@ -88,7 +83,7 @@ def test_a_failure_inside_the_load_leaves_the_database_as_it_was(tmp_path, sampl
     monkeypatch.setattr(store, "_load", explode)
     with pytest.raises(RuntimeError):
         collect(db, write_docs(tmp_path / "more", sample_docs[2:]))
-    assert _digest(db) == before
+    assert file_digest(db) == before
     assert sorted(p.name for p in db.parent.iterdir()) == sorted(["r.duckdb", "r.duckdb.lock", "good", "more"])
 
 

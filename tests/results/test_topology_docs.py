@@ -7,9 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
-from factories import REPO, collective_doc, training_doc, write_docs
+from factories import REPO, collective_doc, query_db, training_doc, write_docs
 
 from shardscope.cli import main
 from shardscope.errors import UserError
@@ -31,11 +30,6 @@ def _write(path: Path, doc: dict) -> str:
     return str(path)
 
 
-def _rows(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
-
-
 def test_a_parsed_topology_is_one_row_with_its_gpus_and_links(tmp_path, nvl_topology):
     db = tmp_path / "r.duckdb"
     path = _write(tmp_path / "topology.json", nvl_topology)
@@ -43,20 +37,20 @@ def test_a_parsed_topology_is_one_row_with_its_gpus_and_links(tmp_path, nvl_topo
     assert (summary["new_topologies"], summary["new_runs"]) == (1, 0)
     canonical = json.dumps(nvl_topology, sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).hexdigest()
-    (row,) = _rows(db, "SELECT topology_hash, host, fabric, accelerator, gpu_count, island_count, numa_node_count, "
+    (row,) = query_db(db, "SELECT topology_hash, host, fabric, accelerator, gpu_count, island_count, numa_node_count, "
                        "source_method, source_file, json_extract_string(source_json, '$.file'), origin_db FROM topologies")
     assert row == (digest, None, "nvlink_islands", "nvidia", 8, 4, 2, "nvidia-smi", path, str(NVL_PAIRS), None)
-    assert json.loads(_rows(db, "SELECT topology_json FROM topologies")[0][0]) == nvl_topology
-    gpus = _rows(db, "SELECT gpu_index, island, numa_node, cpu_affinity FROM gpus ORDER BY gpu_index")
+    assert json.loads(query_db(db, "SELECT topology_json FROM topologies")[0][0]) == nvl_topology
+    gpus = query_db(db, "SELECT gpu_index, island, numa_node, cpu_affinity FROM gpus ORDER BY gpu_index")
     assert [g[0] for g in gpus] == list(range(8))
     assert [g[1] for g in gpus] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert [g[2] for g in gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert gpus[0][3] == "0-63,128-191"
-    assert _rows(db, "SELECT count(*), count(DISTINCT (gpu_a, gpu_b)) FROM links") == [(28, 28)]
-    assert _rows(db, "SELECT gpu_a, gpu_b, code, nvlinks FROM links WHERE nvlinks > 0 ORDER BY ALL") == [
+    assert query_db(db, "SELECT count(*), count(DISTINCT (gpu_a, gpu_b)) FROM links") == [(28, 28)]
+    assert query_db(db, "SELECT gpu_a, gpu_b, code, nvlinks FROM links WHERE nvlinks > 0 ORDER BY ALL") == [
         (0, 1, "NV12", 12), (2, 3, "NV12", 12), (4, 5, "NV12", 12), (6, 7, "NV12", 12)]
-    assert dict(_rows(db, "SELECT code, count(*) FROM links GROUP BY code")) == {"NV12": 4, "NODE": 8, "SYS": 16}
-    assert _rows(db, "SELECT DISTINCT topology_hash FROM gpus UNION SELECT DISTINCT topology_hash FROM links") == [(digest,)]
+    assert dict(query_db(db, "SELECT code, count(*) FROM links GROUP BY code")) == {"NV12": 4, "NODE": 8, "SYS": 16}
+    assert query_db(db, "SELECT DISTINCT topology_hash FROM gpus UNION SELECT DISTINCT topology_hash FROM links") == [(digest,)]
 
 
 def test_the_same_topology_loaded_again_adds_nothing(tmp_path, nvl_topology):
@@ -67,8 +61,8 @@ def test_the_same_topology_loaded_again_adds_nothing(tmp_path, nvl_topology):
     changed = copy.deepcopy(nvl_topology)
     changed["source"]["host"] = "nodeB"
     collect(db, [_write(tmp_path / "c" / "topology.json", changed)])
-    assert _rows(db, "SELECT count(*), count(DISTINCT host) FROM topologies") == [(2, 1)]
-    assert _rows(db, "SELECT count(*) FROM gpus") == [(16,)] and _rows(db, "SELECT count(*) FROM links") == [(56,)]
+    assert query_db(db, "SELECT count(*), count(DISTINCT host) FROM topologies") == [(2, 1)]
+    assert query_db(db, "SELECT count(*) FROM gpus") == [(16,)] and query_db(db, "SELECT count(*) FROM links") == [(56,)]
 
 
 def test_runs_loaded_with_their_topology_carry_its_fabric(tmp_path, nvl_topology):
@@ -76,10 +70,10 @@ def test_runs_loaded_with_their_topology_carry_its_fabric(tmp_path, nvl_topology
     paths = [_write(tmp_path / "topology.json", nvl_topology),
              *write_docs(tmp_path / "in", [collective_doc("all_reduce"), training_doc("ddp"), training_doc("zero3")])]
     collect(db, paths)
-    digest = _rows(db, "SELECT topology_hash FROM topologies")[0][0]
-    assert _rows(db, "SELECT DISTINCT topology_hash FROM runs") == [(digest,)]
-    assert _rows(db, "SELECT DISTINCT fabric, label FROM collective_peaks") == [("nvlink_islands", None)]
-    assert _rows(db, "SELECT DISTINCT fabric FROM strategy_summary") == [("nvlink_islands",)]
+    digest = query_db(db, "SELECT topology_hash FROM topologies")[0][0]
+    assert query_db(db, "SELECT DISTINCT topology_hash FROM runs") == [(digest,)]
+    assert query_db(db, "SELECT DISTINCT fabric, label FROM collective_peaks") == [("nvlink_islands", None)]
+    assert query_db(db, "SELECT DISTINCT fabric FROM strategy_summary") == [("nvlink_islands",)]
 
 
 def test_a_detected_topology_links_only_runs_of_its_host(tmp_path):
@@ -90,8 +84,8 @@ def test_a_detected_topology_links_only_runs_of_its_host(tmp_path):
     doc["source"]["host"] = "hostA"
     _write(topo, doc)
     collect(db, [str(topo), *write_docs(tmp_path / "in", [training_doc("ddp", host="hostA"), training_doc("ddp", host="hostB")])])
-    assert _rows(db, "SELECT fabric, gpu_count, host FROM topologies") == [("cpu", 0, "hostA")]
-    assert _rows(db, "SELECT r.host, t.fabric FROM runs r LEFT JOIN topologies t USING (topology_hash) ORDER BY 1") == [
+    assert query_db(db, "SELECT fabric, gpu_count, host FROM topologies") == [("cpu", 0, "hostA")]
+    assert query_db(db, "SELECT r.host, t.fabric FROM runs r LEFT JOIN topologies t USING (topology_hash) ORDER BY 1") == [
         ("hostA", "cpu"), ("hostB", None)]
 
 
@@ -131,7 +125,7 @@ def test_memory_predictions_are_filled_for_every_training_run(tmp_path):
     failed = training_doc("zero3", outcome="oom", host="hostA")
     failed["job"]["dtype"] = "bfloat16"
     collect(db, write_docs(tmp_path / "in", [training_doc("ddp"), training_doc("fsdp"), failed]))
-    rows = _rows(db, "SELECT p.strategy, p.model, p.n_params, p.gpus, p.dtype, p.param_bytes, p.grad_bytes, p.optim_bytes, "
+    rows = query_db(db, "SELECT p.strategy, p.model, p.n_params, p.gpus, p.dtype, p.param_bytes, p.grad_bytes, p.optim_bytes, "
                      "p.total_bytes, p.method, t.outcome FROM memory_predictions p JOIN training_runs t USING (run_id) ORDER BY 1")
     assert [r[0] for r in rows] == ["ddp", "fsdp", "zero3"]
     for strategy, model, n, gpus, dtype, p, g, o, total, method, _ in rows:
@@ -140,4 +134,4 @@ def test_memory_predictions_are_filled_for_every_training_run(tmp_path):
         assert (p, g, o, total) == (want["param_bytes"], want["grad_bytes"], want["optim_bytes"], want["total_bytes"])
     assert rows[0][8] == 16 * 787072 and rows[1][8] == 8 * 787072  # fp32 Adam: 16 bytes/param, halved on 2 ranks
     assert rows[2][4] == "bfloat16" and rows[2][10] == "oom"  # a run that failed is still explained by the model
-    assert _rows(db, "SELECT strategy, modeled_bytes FROM strategy_summary ORDER BY 1")[0] == ("ddp", 16 * 787072)
+    assert query_db(db, "SELECT strategy, modeled_bytes FROM strategy_summary ORDER BY 1")[0] == ("ddp", 16 * 787072)

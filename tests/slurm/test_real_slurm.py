@@ -29,9 +29,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
 import yaml
+from factories import query_db
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_SH = REPO / ".ci" / "slurm.sh"
@@ -90,11 +90,6 @@ def rule_of(record: dict[str, str]) -> str:
     return re.match(r"rule_(.+?)(?:_wildcards_.*)?$", record["Comment"]).group(1)
 
 
-def query(db: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
-
-
 # --- 1. the pipeline through the slurm profile --------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -140,9 +135,9 @@ def test_jobs_on_the_node_run_the_same_venv_python(pipeline):
 def test_database_has_every_op_and_strategy(pipeline):
     results, _, _ = pipeline
     db = results / "shardscope.duckdb"
-    assert sorted(r[0] for r in query(db, "SELECT DISTINCT op FROM collectives")) == OPS
-    assert query(db, "SELECT DISTINCT world_size FROM collectives") == [(2,)]
-    rows = query(db, "SELECT strategy, outcome, world_size, tokens_per_s FROM training_runs")
+    assert sorted(r[0] for r in query_db(db, "SELECT DISTINCT op FROM collectives")) == OPS
+    assert query_db(db, "SELECT DISTINCT world_size FROM collectives") == [(2,)]
+    rows = query_db(db, "SELECT strategy, outcome, world_size, tokens_per_s FROM training_runs")
     assert sorted(r[0] for r in rows) == sorted(STRATEGIES)
     for strategy, outcome, world_size, tokens_per_s in rows:
         assert outcome == "ok" and world_size == 2 and tokens_per_s > 0, strategy
@@ -263,16 +258,16 @@ def test_multinode_logs_show_srun_and_a_c10d_rendezvous(multinode_pipeline):
 def test_database_has_the_multinode_collective_and_training_run(multinode_pipeline):
     results, _ = multinode_pipeline
     db = results / "shardscope.duckdb"
-    rows = query(db, "SELECT DISTINCT c.op, c.world_size, r.placement, r.job_id FROM collectives c JOIN runs r USING (run_id)"
+    rows = query_db(db, "SELECT DISTINCT c.op, c.world_size, r.placement, r.job_id FROM collectives c JOIN runs r USING (run_id)"
                      " WHERE r.placement = 'multi_node'")
     assert [(op, ws, placement) for op, ws, placement, _ in rows] == [("all_reduce", 2, "multi_node")], rows
     assert rows[0][3].endswith("-mn")
-    assert query(db, "SELECT count(*) FROM collectives c JOIN runs r USING (run_id) WHERE r.placement = 'multi_node'"
+    assert query_db(db, "SELECT count(*) FROM collectives c JOIN runs r USING (run_id) WHERE r.placement = 'multi_node'"
                      " AND (c.check_ok IS NOT TRUE OR c.time_s <= 0)") == [(0,)]
-    runs = query(db, "SELECT strategy, world_size, outcome, tokens_per_s FROM training_runs WHERE placement = 'multi_node'")
+    runs = query_db(db, "SELECT strategy, world_size, outcome, tokens_per_s FROM training_runs WHERE placement = 'multi_node'")
     assert len(runs) == 1, runs
     strategy, world_size, outcome, tokens_per_s = runs[0]
     assert (strategy, world_size, outcome) == ("ddp", 2, "ok") and tokens_per_s > 0
     # and the single-node jobs of the same plan beside them
-    assert query(db, "SELECT DISTINCT placement FROM training_runs WHERE placement <> 'multi_node'") == [("local",)]
+    assert query_db(db, "SELECT DISTINCT placement FROM training_runs WHERE placement <> 'multi_node'") == [("local",)]
 
