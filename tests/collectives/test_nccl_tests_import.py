@@ -176,6 +176,15 @@ def test_launcher_line_prefixes_are_removed() -> None:
     assert parse_nccl_tests(tagged, "tagged.log").rows == read_nccl_tests(GEN3).rows
 
 
+def test_srun_label_prefixes_padded_to_the_widest_task_id_are_removed() -> None:
+    """`srun --label` on 16 tasks writes " 0: " (padded) and " 0:" for an empty line, as in nccl-tests#290."""
+    labelled = "\n".join(f" 0: {line}" if line else " 0:" for line in GEN2.read_text().splitlines())
+
+    result = parse_nccl_tests(labelled, "labelled.log")
+
+    assert result.rows == read_nccl_tests(GEN2).rows and result.world_size == 16
+
+
 def test_truncated_file_keeps_complete_rows_and_drops_the_cut_line() -> None:
     text = GEN2.read_text()
     cut = text.index("  1073741824") + 60  # inside the 1 GiB line

@@ -70,8 +70,9 @@ ABSOLUTE_TOLERANCE_GBPS = 0.02
 
 PLACEMENT_MODES = ("out_of_place", "in_place")
 
-# Prefixes that launchers put before each line: `mpirun --tag-output`, `srun --label`.
-_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
+# Prefixes that launchers put before each line: `mpirun --tag-output` ("[1,0]<stdout>:"), and
+# `srun --label` ("0: ", padded to the widest task id, so " 0: " beside "10: "; an empty line is " 0:").
+_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:(?: |$))")
 _RANK_LINE = re.compile(
     r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus_id>[^\]]*)\]\s*(?P<name>.*?)\s*$"
