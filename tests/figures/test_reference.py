@@ -12,9 +12,18 @@ import pytest
 
 from shardscope.collectives.nccl_tests import read_nccl_tests
 from shardscope.figures.links import NOMINAL_LINKS
-from shardscope.figures.reference import REFERENCE_DIR, build_reference_db, load_manifest, reference_document
+from shardscope.figures.queries import MODELED_TEXT
+from shardscope.figures.reference import (
+    REFERENCE_DIR,
+    build_reference_db,
+    load_manifest,
+    load_modeled,
+    modeled_name,
+    reference_document,
+)
 
 RUNS = load_manifest()
+MODELED = load_modeled()
 
 
 #: A source is a file at a fixed commit, or an issue thread.
@@ -23,7 +32,8 @@ SOURCE_URL = re.compile(r"https://github\.com/[^/]+/[^/]+/(blob/[0-9a-f]{40}/|is
 
 def test_every_bundled_log_and_topology_is_listed_with_a_source_and_documented():
     sources = (REFERENCE_DIR / "SOURCES.md").read_text()
-    listed = {run.file for run in RUNS} | {run.topology for run in RUNS if run.topology and not run.topology.startswith("preset:")}
+    listed = {run.file for run in RUNS} | {t for t in [r.topology for r in RUNS] + [m.topology for m in MODELED]
+                                           if t and not t.startswith("preset:")}
     assert listed == {p.name for p in REFERENCE_DIR.glob("*.txt")}
     for run in RUNS:
         assert run.file in sources and run.source_url in sources
@@ -59,8 +69,19 @@ def test_reference_runs_are_judged_against_their_topology_and_linked(reference_d
     assert low[5]["topology"] == "nccl-tests-293-topo.txt" and low[4] is not None
     (h100,) = by_label["2 nodes x 8 H100 SXM"]
     assert h100[0] == "ok" and h100[5]["topology"] == "preset:hgx-h100"  # the preset assumed is recorded
-    for verdict, _, reason, _, topo_hash, env in by_label["2 x RTX 2080 Ti, PCIe 3.0"]:
-        assert (verdict, topo_hash, env["topology"]) == ("unknown", None, None) and reason.startswith("no topology given")
+    for verdict, pct, _, hints, topo_hash, env in by_label["2 x RTX 2080 Ti, PCIe 3.0"]:
+        # the post's own topo -m (one PCIe 3.0 switch, PIX): a third of what P2P over it should give, and the
+        # hint names the cause the post documents (P2P not supported, so NCCL falls back to host memory)
+        assert (verdict, env["topology"]) == ("low", "all_reduce_perf-2x-rtx2080ti-pcie3-topo.txt") and topo_hash
+        assert 25 < pct < 40 and any("fell back to SHM" in h for h in hints)
+    (h100_290,) = by_label["8 x H100 SXM, NVSwitch (nccl-tests#290, node005)"]
+    assert h100_290[0] == "ok" and h100_290[1] > 90  # the maintainer: 476 GB/s is in the expected range
+    (h100_290_2n,) = by_label["2 nodes x 8 H100 SXM, NDR 400G (nccl-tests#290, node005+node007)"]
+    assert h100_290_2n[0] == "low"  # the same nodes reach less than half across the network
+    for label in ("4 x H100 SXM, NVSwitch (Lambda)", "8 x V100 SXM2, NVLink hybrid cube mesh (DGX-1 class)",
+                  "8 x RTX 4090, PCIe 4.0, no P2P"):
+        (run,) = by_label[label]
+        assert run[0] == "ok" and run[5]["topology"].endswith("-topo.txt"), label  # judged on its own topo -m
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda r: r.file)
@@ -85,9 +106,11 @@ def test_reference_documents_are_labelled_and_drop_only_empty_rows():
 
 def test_reference_database_holds_every_row_with_source_label_and_fabric(reference_db):
     with duckdb.connect(str(reference_db), read_only=True) as con:
-        runs = con.execute("SELECT source, label, fabric, job_id, world_size FROM runs WHERE kind <> 'verdicts' "
+        runs = con.execute("SELECT source, label, fabric, job_id, world_size FROM runs WHERE kind = 'collectives_import' "
                            "ORDER BY job_id").fetchall()
         rows = con.execute("SELECT count(*) FROM collectives").fetchone()[0]
+        modeled = con.execute("SELECT source, label, fabric FROM runs WHERE kind = 'predictions'").fetchall()
+    assert sorted(modeled) == sorted(("modeled", m.label, m.fabric) for m in MODELED)
     assert {r[0] for r in runs} == {"reference"}
     assert sorted((r[1], r[2], r[3]) for r in runs) == sorted(
         (run.label, run.fabric, f"nccl-tests:reference/{run.file}") for run in RUNS)
@@ -118,8 +141,10 @@ def test_figures_draw_reference_runs_beside_ours_with_the_nominal_link(reference
     got = ref[["op", "size_bytes", "busbw_gbps"]].sort_values(["op", "size_bytes", "busbw_gbps"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, truth, check_dtype=False)  # out-of-place rows, exactly as loaded
     assert ref["series"].str.endswith("(reference)").all()
-    pcie = ref[ref["fabric"] == "pcie"]
-    assert (pcie["nominal_link_gbps"] == NOMINAL_LINKS["pcie3_x16"].per_direction_gbps).all()
+    pcie3 = ref[ref["label"] == "2 x RTX 2080 Ti, PCIe 3.0"]
+    assert len(pcie3) and (pcie3["nominal_link_gbps"] == NOMINAL_LINKS["pcie3_x16"].per_direction_gbps).all()
+    pcie4 = ref[ref["label"] == "8 x RTX 4090, PCIe 4.0, no P2P"]
+    assert len(pcie4) and (pcie4["nominal_link_gbps"] == NOMINAL_LINKS["pcie4_x16"].per_direction_gbps).all()
     hdr = ref[ref["fabric"] == "IB HDR, 2 nodes"]
     assert len(hdr) and (hdr["nominal_link_gbps"] == NOMINAL_LINKS["ib_hdr_4x"].per_direction_gbps).all()
     assert ref.loc[ref["fabric"] == "nvswitch, 2 nodes", "nominal_link_gbps"].isna().all()
@@ -128,6 +153,15 @@ def test_figures_draw_reference_runs_beside_ours_with_the_nominal_link(reference
 
 def test_allreduce_peaks_include_reference_machines(drawn_with_reference):
     peaks = pd.read_csv(drawn_with_reference / "allreduce_peak_vs_gpus.csv")
+    ref = peaks[peaks["source"] == "reference"]
+    # every fabric class of the finding, with the GPU counts the bundled machines were run at
+    assert sorted(ref.loc[ref["fabric"] == "nvswitch", "world_size"]) == [4, 8]
+    assert sorted(ref.loc[ref["fabric"] == "nvswitch, 2 nodes", "world_size"]) == [16, 16]
+    assert list(ref.loc[ref["fabric"] == "nvlink mesh", "world_size"]) == [8]
+    assert sorted(ref.loc[ref["fabric"] == "pcie", "world_size"]) == [2, 4, 8]
+    single_node = ref[ref["fabric"] == "nvswitch"].set_index("world_size")["peak_busbw_gbps"]
+    assert single_node[8] == pytest.approx(4294967296 / 15870e-6 / 1e9 * 2 * 7 / 8)  # out-of-place, nccl-tests#290
+    assert ref.loc[ref["fabric"] == "pcie", "peak_busbw_gbps"].max() < ref.loc[ref["fabric"] == "nvlink mesh", "peak_busbw_gbps"].min()
     h100 = peaks[peaks["fabric"] == "nvswitch, 2 nodes"].iloc[0]
     assert (h100["world_size"], h100["source"]) == (16, "reference")
     assert h100["peak_busbw_gbps"] == pytest.approx(8589934592 / 47535e-6 / 1e9 * 2 * 15 / 16)  # from size and time
@@ -140,12 +174,36 @@ def test_reference_command_and_figures_flag(module_db, tmp_path, capsys):
 
     assert main(["reference", "--db", str(tmp_path / "ref" / "r.duckdb"), "--manifest", str(tmp_path / "m.json")]) == 0
     summary = json.loads((tmp_path / "m.json").read_text())
-    assert (summary["reference_runs"], summary["verdicts"], summary["new_runs"]) == (len(RUNS), len(RUNS), 2 * len(RUNS))
+    assert (summary["reference_runs"], summary["verdicts"], summary["modeled_fabrics"], summary["new_runs"]) == (
+        len(RUNS), len(RUNS), len(MODELED), 2 * len(RUNS) + len(MODELED))
     assert sorted(p.name for p in (tmp_path / "ref").glob("*.json")) == sorted(
-        name for r in RUNS for name in (f"{Path(r.file).stem}.json", f"{Path(r.file).stem}.verdicts.json"))
+        [name for r in RUNS for name in (f"{Path(r.file).stem}.json", f"{Path(r.file).stem}.verdicts.json")]
+        + [modeled_name(m) for m in MODELED])
     assert main(["figures", "--db", str(module_db), "--out", str(tmp_path / "f"),
                  "--reference-db", str(tmp_path / "ref" / "r.duckdb")]) == 0
     assert "reference" in set(pd.read_csv(tmp_path / "f" / "busbw_vs_size.csv")["source"])
     assert main(["reference", "--db", str(tmp_path / "x.duckdb"), "--source", str(tmp_path / "nowhere")]) == 2
     assert "reference manifest not found" in capsys.readouterr().err
     assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_modeled_fabrics_are_drawn_as_modeled_from_their_predictions(reference_db, drawn_with_reference):
+    """Figure 2's modeled lines: the cost model's busbw on each modeled fabric, peak per GPU count as stored,
+    never a verdict, and the fabric class no bundled log covers (NVLink-bridged pairs) among them."""
+    peaks = pd.read_csv(drawn_with_reference / "allreduce_peak_vs_gpus.csv")
+    modeled = peaks[peaks["source"] == "modeled"]
+    with duckdb.connect(str(reference_db), read_only=True) as con:
+        truth = con.execute("""SELECT r.label, p.world_size, max(p.busbw_gbps) FROM collective_predictions p
+                               JOIN runs r USING (run_id) WHERE p.op = 'all_reduce' GROUP BY ALL""").fetchall()
+    got = {(s, n): b for s, n, b in zip(modeled["series"], modeled["world_size"], modeled["peak_busbw_gbps"])}
+    assert got == pytest.approx({(label, n): b for label, n, b in truth})
+    assert set(modeled["series"]) == {m.label for m in MODELED} and set(modeled["verdict_text"]) == {MODELED_TEXT}
+    assert modeled["verdict"].isna().all()
+    fabric = {m.fabric: m.label for m in MODELED}
+    assert "nvlink bridge pairs" in fabric and "nvlink bridge pairs" not in {r.fabric for r in RUNS}
+    by = modeled.set_index(["series", "world_size"])["peak_busbw_gbps"]
+    pairs, switch = fabric["nvlink bridge pairs"], fabric["nvswitch"]
+    assert by[(pairs, 2)] > 5 * by[(pairs, 8)]  # the model: bridged pairs lose most of it once a job leaves a pair
+    assert by[(switch, 8)] >= by[(switch, 2)]  # and NVSwitch does not
+    answer = (drawn_with_reference / "allreduce_peak_vs_gpus.answer.rst").read_text()
+    assert "Modeled by the cost model, not measured: nvlink bridge pairs" in answer

@@ -10,6 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from shardscope.figures.reference import load_modeled, modeled_name
+
 FIGURE_NAMES = ["busbw_vs_size", "allreduce_peak_vs_gpus", "memory_by_strategy", "speed_vs_ddp", "decision_map"]
 FIGURE_LABELS = {
     "busbw_vs_size": "Bus bandwidth vs message size",
@@ -21,9 +23,12 @@ FIGURE_LABELS = {
 REFERENCE_SOURCE = os.path.join(workflow.basedir, "workflow", "shardscope", "figures", "reference")
 REFERENCE_MANIFEST = json.loads(Path(REFERENCE_SOURCE, "runs.json").read_text())["runs"]
 REFERENCE_RUNS = [run["file"] for run in REFERENCE_MANIFEST]
-#: Saved topologies the reference verdicts are judged against (presets need no file).
-REFERENCE_TOPOLOGIES = sorted({run["topology"] for run in REFERENCE_MANIFEST
-                               if run.get("topology") and not run["topology"].startswith("preset:")})
+#: Modeled fabrics of figure 2 (the cost model on one topology per fabric class), one predictions document each.
+REFERENCE_MODELED = load_modeled(REFERENCE_SOURCE)
+#: Saved topologies the reference verdicts are judged against and the modeled fabrics run on (presets need no file).
+REFERENCE_TOPOLOGIES = sorted({t for t in [run.get("topology") for run in REFERENCE_MANIFEST]
+                               + [fabric.topology for fabric in REFERENCE_MODELED]
+                               if t and not t.startswith("preset:")})
 REFERENCE_DB = f"{RESULTS}/reference/reference.duckdb"
 FIGURES_DIR = f"{RESULTS}/figures"
 #: Every file `shardscope figures` writes; the PNGs go into Snakemake's report with a caption
@@ -50,6 +55,7 @@ rule reference_runs:
         db=REFERENCE_DB,
         docs=[f"{RESULTS}/reference/{Path(name).stem}.json" for name in REFERENCE_RUNS],
         verdicts=[f"{RESULTS}/reference/{Path(name).stem}.verdicts.json" for name in REFERENCE_RUNS],
+        modeled=[f"{RESULTS}/reference/{modeled_name(fabric)}" for fabric in REFERENCE_MODELED],
         manifest=f"{RESULTS}/reference/collect.json",
     log:
         f"{RESULTS}/logs/reference_runs.log",

@@ -41,7 +41,7 @@ _HW_LAT = {
     "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 28.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
 }
 #: ``llMaxBws`` for one node by GPU generation (tuning.cc): Volta 39, Ampere/Hopper 87.7 GB/s.
-_LL_MAX = {"volta": 39.0, "pascal": 39.0, "ampere": 87.7, "hopper": 87.7, "blackwell": 87.7}
+_LL_MAX = {"volta": 39.0, "turing": 39.0, "pascal": 39.0, "ampere": 87.7, "hopper": 87.7, "blackwell": 87.7}
 _LL128_ARCHS = ("volta", "ampere", "hopper", "blackwell")
 
 #: Stand-in for the ``cpu`` fabric (gloo over the loopback on one host): NOT from a source.

@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Effective NVLink bandwidth per link and direction, GB/s: NCCL ``SM60/70/80/86/90/100_NVLINK_BW``
-#: (src/graph/topo.h, NCCL 2.2x). Raw line rates: NVLink1 20, NVLink2/3/4 25, GA10x bridge 14.0625
-#: (``nvidia-smi nvlink -s`` on an RTX A6000, siboehm/bench gpu/nvlink/README.md), NVLink5 50.
+#: (src/graph/topo.h, NCCL 2.2x); Turing (sm_75) gets the SM70 value, as NCCL's ``ncclTopoGetNvbw``
+#: picks it for every compute capability from 7.0 below 8.0. Raw line rates: NVLink1 20, NVLink2/3/4
+#: 25 (Turing bridges too), GA10x bridge 14.0625 (``nvidia-smi nvlink -s`` on an RTX A6000,
+#: siboehm/bench gpu/nvlink/README.md), NVLink5 50.
 NVLINK_EFFECTIVE_GBPS: dict[str, float] = {
-    "pascal": 18.0, "volta": 20.0, "ampere": 20.0, "ga10x": 12.0, "hopper": 20.6, "blackwell": 40.1,
+    "pascal": 18.0, "volta": 20.0, "turing": 20.0, "ampere": 20.0, "ga10x": 12.0, "hopper": 20.6, "blackwell": 40.1,
 }
 NVLINK_RAW_GBPS: dict[str, float] = {
-    "pascal": 20.0, "volta": 25.0, "ampere": 25.0, "ga10x": 14.0625, "hopper": 25.0, "blackwell": 50.0,
+    "pascal": 20.0, "volta": 25.0, "turing": 25.0, "ampere": 25.0, "ga10x": 14.0625, "hopper": 25.0, "blackwell": 50.0,
 }
 
 #: AMD Infinity Fabric (XGMI) links of MI200/MI300: 64 GB/s raw per direction per link (AMD
@@ -73,7 +75,7 @@ class GpuSpec:
     family: str
     """A readable name: the GPU's own name, or what its NVLink signature suggests."""
     arch: str
-    """``pascal``, ``volta``, ``ampere``, ``ga10x``, ``hopper``, ``blackwell``, ``ada``, ``cdna`` or ``unknown``."""
+    """``pascal``, ``volta``, ``turing``, ``ampere``, ``ga10x``, ``hopper``, ``blackwell``, ``ada``, ``cdna`` or ``unknown``."""
     pcie_generation: int
     """PCIe generation of its host link (x16 assumed)."""
     memory_bytes: int | None
@@ -141,6 +143,7 @@ _TABLE: tuple[tuple[str, str, str, int, int | None, str | None, float], ...] = (
     (r"A100", "A100", "ampere", 4, 80 * _GB, "A100", 200.0),
     (r"V100", "V100", "volta", 3, 32 * _GB, "V100", 100.0),
     (r"P100", "P100", "pascal", 3, 16 * _GB, None, 100.0),
+    (r"RTX 2080 Ti", "RTX 2080 Ti", "turing", 3, 11 * _GB, None, 100.0),
     (r"RTX 6000 Ada|L40S|L40\b", "L40S-class (Ada)", "ada", 4, 48 * _GB, "L40S", 200.0),
     (r"RTX 4090", "RTX 4090", "ada", 4, 24 * _GB, None, 100.0),
     (r"RTX 5090", "RTX 5090", "blackwell", 5, 32 * _GB, None, 100.0),

@@ -59,10 +59,26 @@ def answer_busbw(df: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
+def _modeled_trends(modeled: pd.DataFrame) -> str:
+    """One clause per modeled fabric: its peak at its fewest and most GPUs."""
+    parts = []
+    for (fabric, series), sub in modeled.groupby(["fabric", "series"], sort=True):
+        sub = sub.sort_values("world_size")
+        first, last = sub.iloc[0], sub.iloc[-1]
+        parts.append(f"{fabric} ({series}) {format_gbps(first['peak_busbw_gbps'])} at {first['world_size']}"
+                     f" to {format_gbps(last['peak_busbw_gbps'])} at {last['world_size']} GPUs")
+    return " Modeled by the cost model, not measured: " + "; ".join(parts) + "." if parts else ""
+
+
 def answer_peak(df: pd.DataFrame) -> str:
-    """Per fabric and series: the peak at each end of its GPU counts, the change between them, and the verdict."""
+    """Per fabric and series: the peak at each end of its GPU counts, the change between them, and the verdict;
+    then the modeled fabrics' trends, said to be modeled."""
     if df.empty:
         return "No all-reduce results in the database yet."
+    modeled = df[df["source"] == "modeled"]
+    df = df[df["source"] != "modeled"]
+    if df.empty:
+        return "No measured all-reduce results in the database yet." + _modeled_trends(modeled)
     parts, trends = [], 0
     for (fabric, series), sub in df.groupby(["fabric", "series"], sort=True):
         sub = sub.sort_values("world_size")
@@ -76,8 +92,8 @@ def answer_peak(df: pd.DataFrame) -> str:
         else:
             parts.append(f"{fabric}, {series}: {format_gbps(first['peak_busbw_gbps'])} at {first['world_size']} ranks"
                          f" (verdict: {first['verdict_text']})")
-    note = "" if trends else " Each series has one GPU count here, so the trend with GPU count is not measured yet."
-    return "Peak all-reduce bus bandwidth: " + "; ".join(parts) + "." + note
+    note = "" if trends else " Each measured series has one GPU count here, so the trend with GPU count is not measured yet."
+    return "Peak all-reduce bus bandwidth: " + "; ".join(parts) + "." + note + _modeled_trends(modeled)
 
 
 #: Why DeepSpeed's measured optimizer state exceeds the ZeRO paper's (training/modeled.py, ``implementation``).

@@ -33,6 +33,9 @@ NOMINAL_LINKS: dict[str, NominalLink] = {
     "ib_hdr_4x": NominalLink(
         "InfiniBand HDR (200 Gb/s)", 25.0,
         "NVIDIA ConnectX-6 VPI datasheet: HDR InfiniBand, 200 Gb/s per port, i.e. 25 GB/s per direction"),
+    "nvlink2_v100": NominalLink(
+        "NVLink 2 (V100 SXM2)", 150.0,
+        "NVIDIA Tesla V100 datasheet: 300 GB/s NVLink bandwidth per GPU, both directions together"),
     "nvlink3_a100": NominalLink(
         "NVLink 3 (A100 SXM)", 300.0,
         "NVIDIA A100 datasheet: 600 GB/s NVLink bandwidth per GPU, both directions together"),

@@ -42,20 +42,20 @@ def _legend_label(line: pd.DataFrame, name: str) -> str:
     return f"{name}\n    {text.iloc[0]}" if len(text) else name
 
 
-def _draw_nominal(ax: plt.Axes, line: pd.DataFrame, color: tuple[float, float, float], nth: int) -> bool:
-    """The series' nominal link as a dotted line, labelled above it (``nth`` even) or below it (odd), so
-    two close lines in one panel keep readable labels; True when one was drawn."""
+def _draw_nominal(ax: plt.Axes, line: pd.DataFrame, color: tuple[float, float, float],
+                  drawn: dict[str, tuple[str, Line2D]]) -> None:
+    """The series' nominal link as a dotted line in its colour, once per link and panel: a second series on
+    the same link (two PCIe 4.0 machines) adds no second line. ``drawn`` collects link -> (legend label, line),
+    so the legend names each link once instead of labels that collide where links are close (PCIe, IB)."""
     nominal = line["nominal_link_gbps"].dropna()
     if not len(nominal):
-        return False
+        return
+    name = str(line["nominal_link"].iloc[0])
+    if name in drawn and any(h.axes is ax for h in drawn[name][1:]):
+        return
     value = float(nominal.iloc[0])
-    ax.axhline(value, color=color, ls=":", lw=1.2)
-    below = nth % 2 == 1
-    ax.annotate(f"nominal {line['nominal_link'].iloc[0]}: {format_gbps(value)}", (0.02, value),
-                xycoords=("axes fraction", "data"), xytext=(0, -3 if below else 3), textcoords="offset points",
-                va="top" if below else "bottom", fontsize="x-small", color=color,
-                bbox={"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 0.5})
-    return True
+    handle = ax.axhline(value, color=drawn[name][1].get_color() if name in drawn else color, ls=":", lw=1.3)
+    drawn[name] = (*drawn.get(name, (f"nominal {name}: {format_gbps(value)}",)), handle)
 
 
 def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
@@ -67,10 +67,10 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
     modeled = df[df["method"] == "modeled"]
     ops = sorted(df["op"].unique())
     colors = _series_colors(_ordered_series(measured))
-    fig, axes = plt.subplots(1, len(ops), figsize=(4.8 * len(ops) + 0.6, 4.4), sharex=True, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(ops), figsize=(4.8 * len(ops) + 0.6, 5.2), sharex=True, sharey=True, squeeze=False)
     handles: dict[str, tuple[str, Line2D]] = {}  # series -> (legend label, line)
+    nominals: dict[str, tuple[str, Line2D]] = {}  # link -> (legend label, its line in each panel)
     for ax, op in zip(axes[0], ops):
-        nominals = 0
         for name, line in measured[measured["op"] == op].groupby("series", sort=False):
             line = line.sort_values("size_bytes")
             ls, marker = _STYLE["reference" if (line["source"] == "reference").all() else "measured"]
@@ -78,7 +78,7 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
             (handle,) = ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors[name], lw=1.6, ls=ls,
                                 marker=marker, ms=3.5, label=label)
             handles.setdefault(name, (label, handle))
-            nominals += _draw_nominal(ax, line, colors[name], nominals)
+            _draw_nominal(ax, line, colors[name], nominals)
         for name, line in modeled[modeled["op"] == op].groupby("series", sort=False):
             line = line.sort_values("size_bytes")
             ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors.get(name, "grey"), lw=1.4, ls=_STYLE["modeled"][0])
@@ -91,18 +91,20 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
     if not modeled.empty:
         legend.append(("modeled (cost model) for the series of the same colour",
                        Line2D([], [], color="grey", ls=_STYLE["modeled"][0], lw=1.4)))
+    legend += [(label, lines[0]) for label, *lines in sorted(nominals.values(), key=lambda v: v[1].get_ydata()[0])]
     fig.suptitle("Bus bandwidth vs message size (nccl-tests definition)\n"
                  "measured solid, reference runs dash-dot, modeled dashed, nominal links dotted", y=1.02)
     note = CPU_NOTE if cpu_series_without_model(df) else None
     fig.legend([h for _, h in legend], [label for label, _ in legend], loc="upper center", bbox_to_anchor=(0.5, -0.02),
-               ncol=1 if len(legend) > 6 else 2, fontsize="small", frameon=False, title=note, title_fontsize="x-small")
+               ncol=2 if len(ops) > 1 and len(legend) > 3 else 1, fontsize="small", frameon=False, title=note, title_fontsize="x-small")
     fig.tight_layout()
     return fig
 
 
 def _peak_label(fabric: str, series: str, sub: pd.DataFrame) -> str:
-    """A series' legend entry in figure 2: fabric, series, and the verdict of each of its points."""
-    if len(sub) == 1:
+    """A series' legend entry in figure 2: fabric, series, and the verdict of each of its points
+    (a modeled series says so once)."""
+    if len(sub) == 1 or (sub["source"] == "modeled").all():
         verdicts = str(sub["verdict_text"].iloc[0])
     else:
         verdicts = "; ".join(f"{n} ranks: {t}" for n, t in zip(sub["world_size"], sub["verdict_text"]))
@@ -110,20 +112,27 @@ def _peak_label(fabric: str, series: str, sub: pd.DataFrame) -> str:
 
 
 def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
-    """Peak all-reduce bus bandwidth against the number of ranks; colour by fabric, squares for reference runs."""
+    """Peak all-reduce bus bandwidth against the number of ranks; colour by fabric: measured solid with markers,
+    reference runs squares (dash-dot), the cost model's modeled fabrics thin dashed lines without values."""
     if df.empty:
         return empty("No all-reduce results in the database yet.")
     fabrics = sorted(df["fabric"].unique())
     colors = _series_colors(fabrics)
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, ax = plt.subplots(figsize=(8, 5.2))
     seen: dict[str, int] = {}
-    for (fabric, series), sub in df.groupby(["fabric", "series"], sort=True):
+    ordered = df.assign(_modeled=df["source"] == "modeled").sort_values(["_modeled", "fabric", "series"])
+    for (_, fabric, series), sub in ordered.groupby(["_modeled", "fabric", "series"], sort=False):
         sub = sub.sort_values("world_size")
+        label = _peak_label(fabric, series, sub)
+        if (sub["source"] == "modeled").all():
+            ax.plot(sub["world_size"], sub["peak_busbw_gbps"], color=colors[fabric], ls=_STYLE["modeled"][0], lw=1.3,
+                    marker="x", ms=5, alpha=0.9, label=label)
+            continue
         reference = (sub["source"] == "reference").all()
         nth = seen[fabric] = seen.get(fabric, -1) + 1  # several series of one fabric: same colour, own marker
         ax.plot(sub["world_size"], sub["peak_busbw_gbps"], color=colors[fabric],
-                ls="--" if reference else _MEASURED_STYLES[nth % len(_MEASURED_STYLES)],
-                marker="s" if reference else _MARKERS[nth % len(_MARKERS)], ms=7, label=_peak_label(fabric, series, sub))
+                ls=_STYLE["reference"][0] if reference else _MEASURED_STYLES[nth % len(_MEASURED_STYLES)],
+                marker="s" if reference else _MARKERS[nth % len(_MARKERS)], ms=7, label=label)
         for x, y in zip(sub["world_size"], sub["peak_busbw_gbps"]):
             ax.annotate(format_gbps(y), (x, y), xytext=(8, 0), textcoords="offset points", va="center", fontsize="x-small")
     sizes = sorted(df["world_size"].unique())
@@ -138,6 +147,6 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     ax.set(xlabel="number of GPUs / ranks (log scale)", ylabel="peak all-reduce bus bandwidth (GB/s, log scale)",
            title="Peak all-reduce bus bandwidth vs GPU count, per fabric")
     ax.grid(True, which="major", alpha=0.4)
-    ax.legend(title="fabric: series (dashed = reference), verdict", fontsize="small", title_fontsize="small",
-              loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    ax.legend(title="fabric: series, verdict (squares = reference runs, dashed x = modeled)", fontsize="small",
+              title_fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return fig

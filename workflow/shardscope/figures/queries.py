@@ -119,9 +119,14 @@ def cpu_series_without_model(df: pd.DataFrame) -> list[str]:
     return sorted(ours["series"].unique())
 
 
+#: What a modeled series of figure 2 says instead of a verdict.
+MODELED_TEXT = "modeled by the cost model, not measured"
+
+
 def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Peak all-reduce bus bandwidth per number of ranks, per fabric and series (the latest run of each, as figure 1),
-    with the run's verdict (``verdicts``, by ``judged_run_id``)."""
+    with the run's verdict (``verdicts``, by ``judged_run_id``); and, source ``modeled``, the cost model's peak on
+    each labelled modeled fabric (the reference database's ``modeled`` predictions, one node, default transport)."""
     df = con.execute(f"""
         WITH per_run AS (
             SELECT r.run_id, r.measured_at, r.source, {FABRIC_SQL} AS fabric,
@@ -134,12 +139,23 @@ def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         latest AS (
             SELECT * FROM per_run
             QUALIFY row_number() OVER (PARTITION BY series, world_size ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1),
-        verdict_of AS ({VERDICT_OF_SQL})
+        verdict_of AS ({VERDICT_OF_SQL}),
+        modeled AS (
+            SELECT 'modeled' AS source, r.fabric, r.label AS series, p.world_size, max(p.busbw_gbps) AS peak_busbw_gbps,
+                   arg_max(p.size_bytes, p.busbw_gbps) AS peak_at_size_bytes
+            FROM all_collective_predictions p JOIN all_runs r USING (run_id)
+            WHERE r.kind = 'predictions' AND r.label IS NOT NULL AND p.op = 'all_reduce'
+                  AND p.transport = 'default' AND p.nodes = 1
+            GROUP BY ALL)
         SELECT l.source, l.fabric, l.series, l.world_size, l.peak_busbw_gbps, l.peak_at_size_bytes,
                v.verdict, v.verdict_plateau_busbw_gbps, v.verdict_percent_of_expected, v.verdict_reason
         FROM latest l LEFT JOIN verdict_of v USING (run_id)
-        ORDER BY l.source, l.fabric, l.series, l.world_size""").df()
-    return with_verdict_text(df)
+        UNION ALL BY NAME
+        SELECT * FROM modeled
+        ORDER BY source, fabric, series, world_size""").df()
+    df = with_verdict_text(df)
+    df.loc[df["source"] == "modeled", "verdict_text"] = MODELED_TEXT
+    return df
 
 
 def measured_memory(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

@@ -12,6 +12,12 @@ verbatim ``nvidia-smi topo -m`` of the same machine, or a cost-model preset the 
 to (an assumption, said in ``topology_note``); without one the verdict is ``unknown``. The
 verdict documents are loaded in the same ``collect`` as the runs, so ``verdicts.judged_run_id``
 links each verdict to its run.
+
+``runs.json`` also lists ``modeled`` fabrics: one topology per fabric class of the finding (a
+bundled ``nvidia-smi topo -m`` or a preset), for which the cost model's all-reduce bus bandwidth
+at 2, 4, 8 … GPUs is loaded as a labelled ``predictions`` document (source ``modeled``). Figure 2
+draws them as modeled lines beside the measured points, so a fabric class no public log covers
+(NVLink-bridged pairs) is still shown, and always as modeled, never as measured.
 """
 
 from __future__ import annotations
@@ -57,15 +63,54 @@ class ReferenceRun:
         return Path(self.file).stem
 
 
-def load_manifest(folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[ReferenceRun]:
-    """The reference runs listed in ``folder/runs.json``; UserError if it is missing or malformed."""
+@dataclass(frozen=True)
+class ModeledFabric:
+    """A fabric class drawn as modeled in figure 2: the topology the cost model runs on (``preset:NAME``
+    or a file beside the logs), its legend label, the fabric class it is coloured with, why this
+    topology stands for the class, and the GPU model when the topology does not name it."""
+
+    topology: str
+    label: str
+    fabric: str
+    note: str
+    gpu: str | None = None
+
+
+#: Message sizes of the modeled all-reduce: the large end, where the peak is (1 MiB .. 8 GiB).
+MODELED_SIZES = tuple(2**k for k in range(20, 34))
+
+
+def _manifest_entries(folder: str | os.PathLike[str], key: str) -> tuple[Path, list[Any]]:
+    """(path, entries) of ``key`` in ``folder/runs.json`` (``runs`` is required, other lists may be absent)."""
     path = Path(folder) / MANIFEST_NAME
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))["runs"]
+        document = json.loads(path.read_text(encoding="utf-8"))
+        entries = document[key] if key == "runs" else document.get(key, [])
     except FileNotFoundError:
         raise UserError(f"{path}: reference manifest not found") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{path}: expected a JSON object with a 'runs' list ({exc})") from None
+    if not isinstance(entries, list):
+        raise UserError(f"{path}: '{key}' must be a list, got {type(entries).__name__}")
+    return path, entries
+
+
+def load_modeled(folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[ModeledFabric]:
+    """The modeled fabrics listed in ``folder/runs.json`` (``modeled``; none when absent)."""
+    path, entries = _manifest_entries(folder, "modeled")
+    fields = ("topology", "label", "fabric", "note")
+    out = []
+    for index, entry in enumerate(entries):
+        missing = [f for f in fields if not isinstance(entry, dict) or not entry.get(f)]
+        if missing:
+            raise UserError(f"{path}: modeled[{index}] lacks {', '.join(missing)}; expected {', '.join(fields)}")
+        out.append(ModeledFabric(**{f: entry[f] for f in fields}, gpu=entry.get("gpu")))
+    return out
+
+
+def load_manifest(folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[ReferenceRun]:
+    """The reference runs listed in ``folder/runs.json``; UserError if it is missing or malformed."""
+    path, entries = _manifest_entries(folder, "runs")
     runs = []
     for index, entry in enumerate(entries):
         missing = [f for f in _FIELDS if not isinstance(entry, dict) or f not in entry]
@@ -124,7 +169,7 @@ def verdicts_name(run: ReferenceRun) -> str:
     return f"{run.stem}.verdicts.json"
 
 
-def _topology(run: ReferenceRun, folder: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
+def _topology(run: ReferenceRun | ModeledFabric, folder: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
     """(topology.json document, name) of a run's ``topology``: a preset or a saved file beside the log."""
     if not run.topology:
         return None, None
@@ -133,6 +178,32 @@ def _topology(run: ReferenceRun, folder: str | os.PathLike[str]) -> tuple[dict[s
     spec = run.topology if run.topology.startswith("preset:") else str(Path(folder) / run.topology)
     topology, _ = load_topology(spec)
     return topology, run.topology
+
+
+def modeled_name(fabric: ModeledFabric) -> str:
+    """File name of a modeled fabric's predictions document."""
+    stem = fabric.topology.replace("preset:", "preset-").removesuffix(".txt")
+    return f"modeled-{stem}.predictions.json"
+
+
+def modeled_document(fabric: ModeledFabric, folder: str | os.PathLike[str] = REFERENCE_DIR) -> dict[str, Any]:
+    """The ``shardscope.predictions/1`` document of the cost model's all-reduce on one modeled fabric, at
+    the topology's default GPU counts (2, 4, 8 … up to one node) and :data:`MODELED_SIZES`, as
+    ``shardscope predict collectives --ops all_reduce`` computes it; labelled for figure 2."""
+    from shardscope.costmodel.documents import predictions_document, rows_for_sweep, topology_hash
+    from shardscope.costmodel.machine import build_machine
+    from shardscope.costmodel.sweep import default_world_sizes, predict_sweep
+
+    topology, name = _topology(fabric, folder)
+    machine = build_machine(topology, gpu_name=fabric.gpu, source=str(name))
+    preds = predict_sweep(machine, ["all_reduce"], default_world_sizes(machine), MODELED_SIZES)
+    doc = predictions_document(topology, machine, rows_for_sweep(preds, topology_hash(topology)))
+    return {**doc, "label": fabric.label, "fabric_label": fabric.fabric}
+
+
+def write_modeled_documents(out_dir: str | os.PathLike[str], folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[Path]:
+    """Write one predictions document per modeled fabric into ``out_dir``; returns their paths."""
+    return [atomic_write_json(Path(out_dir) / modeled_name(f), modeled_document(f, folder)) for f in load_modeled(folder)]
 
 
 def reference_verdicts(run: ReferenceRun, document: str | os.PathLike[str],
@@ -160,8 +231,8 @@ def write_reference_verdicts(docs: list[Path], out_dir: str | os.PathLike[str],
 def build_reference_db(db: str | os.PathLike[str], docs_dir: str | os.PathLike[str],
                        folder: str | os.PathLike[str] = REFERENCE_DIR,
                        manifest: str | None = None) -> dict[str, Any]:
-    """Write the documents and their verdicts and load them, with the real ``collect`` (one call, so
-    each verdict links its run), into a fresh database ``db``.
+    """Write the documents, their verdicts and the modeled fabrics' predictions, and load them with the
+    real ``collect`` (one call, so each verdict links its run) into a fresh database ``db``.
 
     The database is built beside the target and renamed over it only when complete, so a
     failure leaves the previous one (or none) in place.
@@ -172,15 +243,16 @@ def build_reference_db(db: str | os.PathLike[str], docs_dir: str | os.PathLike[s
     target.parent.mkdir(parents=True, exist_ok=True)
     docs = write_reference_documents(docs_dir, folder)
     verdicts = write_reference_verdicts(docs, docs_dir, folder)
+    modeled = write_modeled_documents(docs_dir, folder)
     fresh = target.with_name(f".{target.name}.building")
     fresh.unlink(missing_ok=True)
     try:
-        summary = collect(fresh, [str(d) for d in [*docs, *verdicts]])
+        summary = collect(fresh, [str(d) for d in [*docs, *verdicts, *modeled]])
         os.replace(fresh, target)
     finally:
         fresh.unlink(missing_ok=True)
         fresh.with_name(fresh.name + ".lock").unlink(missing_ok=True)
-    summary.update(db=str(target), reference_runs=len(docs), verdicts=len(verdicts))
+    summary.update(db=str(target), reference_runs=len(docs), verdicts=len(verdicts), modeled_fabrics=len(modeled))
     if manifest:
         atomic_write_json(manifest, summary)
     return summary

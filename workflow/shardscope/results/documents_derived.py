@@ -49,13 +49,17 @@ def _run(doc: dict[str, Any], path: str, run_id: str, **fields: Any) -> dict[str
 
 
 def predictions_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Rows of a ``predictions`` document: one run (source modeled), its collectives and its strategies."""
+    """Rows of a ``predictions`` document: one run (source modeled), its collectives and its strategies.
+
+    A document may name itself (``label``) and the fabric class figures group it with
+    (``fabric_label``, else the topology's fabric): the reference database's modeled fabrics do.
+    """
     topo = doc["topology"]
     env = {"model_version": (doc.get("assumptions") or {}).get("model_version"), "assumptions": doc.get("assumptions"),
            "topology_source": topo.get("source"), "topology_notes": topo.get("notes", []), "gpu": topo.get("gpu"),
            "plan": doc.get("plan")}
-    run = _run(doc, path, run_id, measured_at=doc["created_at"], fabric=topo["fabric"], topology_hash=topo["hash"],
-               env_json=json.dumps(env, sort_keys=True, default=str))
+    run = _run(doc, path, run_id, measured_at=doc["created_at"], fabric=doc.get("fabric_label") or topo["fabric"],
+               label=doc.get("label"), topology_hash=topo["hash"], env_json=json.dumps(env, sort_keys=True, default=str))
     return {"runs": [run],
             "collective_predictions": [{"run_id": run_id, **row} for row in doc["collectives"]],
             "strategy_predictions": [{"run_id": run_id, **row} for row in doc["strategies"]]}

@@ -30,6 +30,8 @@ def predictions_shape(row_shape: Any) -> dict[str, Any]:
                 "gpu_count": _INT, "gpu": {"type": ["object", "null"]}, "notes": _STRINGS}},
             "assumptions": {"type": "object"},
             "plan": {"type": ["object", "null"]},
+            "label": {"type": "string", "minLength": 1},
+            "fabric_label": {"type": "string", "minLength": 1},
             "collectives": {"type": "array", "items": row_shape("collective_predictions", skip=("run_id",))},
             "strategies": {"type": "array", "items": row_shape("strategy_predictions", skip=("run_id",))},
         },
