@@ -6,11 +6,10 @@ never schedules an experiment: its only inputs are the database (ancient, so its
 forces a rebuild) and the reference database, rebuilt from the bundled logs if missing.
 """
 
-import json
 import os
 from pathlib import Path
 
-from shardscope.figures.reference import load_modeled, modeled_name
+from shardscope.figures.reference import load_manifest, load_modeled, modeled_name, topology_files
 
 FIGURE_NAMES = ["busbw_vs_size", "allreduce_peak_vs_gpus", "memory_by_strategy", "speed_vs_ddp", "decision_map"]
 FIGURE_LABELS = {
@@ -21,14 +20,11 @@ FIGURE_LABELS = {
     "decision_map": "Decision map (modeled)",
 }
 REFERENCE_SOURCE = os.path.join(workflow.basedir, "workflow", "shardscope", "figures", "reference")
-REFERENCE_MANIFEST = json.loads(Path(REFERENCE_SOURCE, "runs.json").read_text())["runs"]
-REFERENCE_RUNS = [run["file"] for run in REFERENCE_MANIFEST]
+REFERENCE_RUNS = [run.file for run in load_manifest(REFERENCE_SOURCE)]
 #: Modeled fabrics of figure 2 (the cost model on one topology per fabric class), one predictions document each.
 REFERENCE_MODELED = load_modeled(REFERENCE_SOURCE)
-#: Saved topologies the reference verdicts are judged against and the modeled fabrics run on (presets need no file).
-REFERENCE_TOPOLOGIES = sorted({t for t in [run.get("topology") for run in REFERENCE_MANIFEST]
-                               + [fabric.topology for fabric in REFERENCE_MODELED]
-                               if t and not t.startswith("preset:")})
+#: Saved topologies the reference verdicts are judged against and the modeled fabrics run on.
+REFERENCE_TOPOLOGIES = topology_files(REFERENCE_SOURCE)
 REFERENCE_DB = f"{RESULTS}/reference/reference.duckdb"
 FIGURES_DIR = f"{RESULTS}/figures"
 #: Every file `shardscope figures` writes; the PNGs go into Snakemake's report with a caption

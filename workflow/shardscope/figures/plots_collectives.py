@@ -43,19 +43,21 @@ def _legend_label(line: pd.DataFrame, name: str) -> str:
 
 
 def _draw_nominal(ax: plt.Axes, line: pd.DataFrame, color: tuple[float, float, float],
-                  drawn: dict[str, tuple[str, Line2D]]) -> None:
-    """The series' nominal link as a dotted line in its colour, once per link and panel: a second series on
-    the same link (two PCIe 4.0 machines) adds no second line. ``drawn`` collects link -> (legend label, line),
-    so the legend names each link once instead of labels that collide where links are close (PCIe, IB)."""
+                  legend: dict[str, tuple[str, Line2D]], in_panel: set[str]) -> None:
+    """The series' nominal link as a dotted line, once per link and panel (``in_panel``: the links this panel
+    has): a second series on the same link (two PCIe 4.0 machines) adds no second line. A link keeps the
+    colour of the first series drawn on it, and ``legend`` gets one entry per link (link -> label, line),
+    so no label on the axes collides with another where links are close (PCIe, IB)."""
     nominal = line["nominal_link_gbps"].dropna()
     if not len(nominal):
         return
     name = str(line["nominal_link"].iloc[0])
-    if name in drawn and any(h.axes is ax for h in drawn[name][1:]):
+    if name in in_panel:
         return
+    in_panel.add(name)
     value = float(nominal.iloc[0])
-    handle = ax.axhline(value, color=drawn[name][1].get_color() if name in drawn else color, ls=":", lw=1.3)
-    drawn[name] = (*drawn.get(name, (f"nominal {name}: {format_gbps(value)}",)), handle)
+    handle = ax.axhline(value, color=legend[name][1].get_color() if name in legend else color, ls=":", lw=1.3)
+    legend.setdefault(name, (f"nominal {name}: {format_gbps(value)}", handle))
 
 
 def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
@@ -69,8 +71,9 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
     colors = _series_colors(_ordered_series(measured))
     fig, axes = plt.subplots(1, len(ops), figsize=(4.8 * len(ops) + 0.6, 5.2), sharex=True, sharey=True, squeeze=False)
     handles: dict[str, tuple[str, Line2D]] = {}  # series -> (legend label, line)
-    nominals: dict[str, tuple[str, Line2D]] = {}  # link -> (legend label, its line in each panel)
+    nominals: dict[str, tuple[str, Line2D]] = {}  # link -> (legend label, its first line)
     for ax, op in zip(axes[0], ops):
+        in_panel: set[str] = set()
         for name, line in measured[measured["op"] == op].groupby("series", sort=False):
             line = line.sort_values("size_bytes")
             ls, marker = _STYLE["reference" if (line["source"] == "reference").all() else "measured"]
@@ -78,7 +81,7 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
             (handle,) = ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors[name], lw=1.6, ls=ls,
                                 marker=marker, ms=3.5, label=label)
             handles.setdefault(name, (label, handle))
-            _draw_nominal(ax, line, colors[name], nominals)
+            _draw_nominal(ax, line, colors[name], nominals, in_panel)
         for name, line in modeled[modeled["op"] == op].groupby("series", sort=False):
             line = line.sort_values("size_bytes")
             ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors.get(name, "grey"), lw=1.4, ls=_STYLE["modeled"][0])
@@ -91,7 +94,7 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
     if not modeled.empty:
         legend.append(("modeled (cost model) for the series of the same colour",
                        Line2D([], [], color="grey", ls=_STYLE["modeled"][0], lw=1.4)))
-    legend += [(label, lines[0]) for label, *lines in sorted(nominals.values(), key=lambda v: v[1].get_ydata()[0])]
+    legend += sorted(nominals.values(), key=lambda entry: entry[1].get_ydata()[0])
     fig.suptitle("Bus bandwidth vs message size (nccl-tests definition)\n"
                  "measured solid, reference runs dash-dot, modeled dashed, nominal links dotted", y=1.02)
     note = CPU_NOTE if cpu_series_without_model(df) else None

@@ -121,6 +121,13 @@ def load_manifest(folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[Refere
     return runs
 
 
+def topology_files(folder: str | os.PathLike[str] = REFERENCE_DIR) -> list[str]:
+    """The saved topologies (files beside the logs) that the reference verdicts are judged against and the
+    modeled fabrics run on; presets need no file."""
+    named = [run.topology for run in load_manifest(folder)] + [fabric.topology for fabric in load_modeled(folder)]
+    return sorted({t for t in named if t and not t.startswith("preset:")})
+
+
 def reference_document(run: ReferenceRun, folder: str | os.PathLike[str] = REFERENCE_DIR) -> dict[str, Any]:
     """The ``collectives_import`` document of one reference run, as ``collect`` loads it.
 
