@@ -43,7 +43,7 @@ CONFIG_HASH = config_hash(config)
 def _git_rev():
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=workflow.basedir, timeout=10)
+                             cwd=globals().get("WORKFLOW_SOURCE") or workflow.basedir, timeout=10)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -6,6 +6,7 @@ never schedules an experiment: its only inputs are the database (ancient, so its
 forces a rebuild) and the reference database, rebuilt from the bundled logs if missing.
 """
 
+import importlib.resources
 import os
 from pathlib import Path
 
@@ -19,7 +20,8 @@ FIGURE_LABELS = {
     "speed_vs_ddp": "Throughput relative to DDP",
     "decision_map": "Decision map (modeled)",
 }
-REFERENCE_SOURCE = os.path.join(workflow.basedir, "workflow", "shardscope", "figures", "reference")
+#: The bundled public runs, beside the package the rules run (the workflow's own source, or the installed package).
+REFERENCE_SOURCE = str(importlib.resources.files("shardscope.figures").joinpath("reference"))
 REFERENCE_RUNS = [run.file for run in load_manifest(REFERENCE_SOURCE)]
 #: Modeled fabrics of figure 2 (the cost model on one topology per fabric class), one predictions document each.
 REFERENCE_MODELED = load_modeled(REFERENCE_SOURCE)
@@ -35,8 +37,17 @@ FIGURE_FILES = {
     "answers": [f"{FIGURES_DIR}/{name}.answer.rst" for name in FIGURE_NAMES],
     "index": f"{FIGURES_DIR}/figures.json",
 }
+#: The report category each figure is filed under (with Topology and Report, the categories of `snakemake --report`).
+FIGURE_CATEGORIES = {
+    "busbw_vs_size": "Collectives",
+    "allreduce_peak_vs_gpus": "Collectives",
+    "memory_by_strategy": "Memory",
+    "speed_vs_ddp": "Training",
+    "decision_map": "Model",
+}
 FIGURE_REPORT_ARGS = [
-    dict(caption=f"../report/{name}.rst", category="Figures", labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]})
+    dict(caption=f"../report/{name}.rst", category=FIGURE_CATEGORIES[name],
+         labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]})
     for n, name in enumerate(FIGURE_NAMES, start=1)
 ]
 FIGURE_PNGS = [f"{FIGURES_DIR}/{name}.png" for name in FIGURE_NAMES]

@@ -2,7 +2,8 @@
 by name, `snakemake paper_from_db`) redraws the figures and renders the report from an existing
 database alone, without scheduling any experiment."""
 
-PAPER_TEMPLATE = "paper/report.md"
+#: The report template of this workflow's source (also when it runs as a module from another folder).
+PAPER_TEMPLATE = os.path.join(WORKFLOW_SOURCE, "paper", "report.md") if WORKFLOW_SOURCE else workflow.source_path("../../paper/report.md")
 PAPER_HTML = f"{RESULTS}/paper/report.html"
 PAPER_REPORT_ARGS = dict(caption="../report/paper.rst", category="Report", labels={"document": "shardscope report"})
 

@@ -1,6 +1,6 @@
 checkpoint topology:
     output:
-        json=f"{RESULTS}/topology/topology.json",
+        json=report(f"{RESULTS}/topology/topology.json", caption="../report/topology.rst", category="Topology"),
     log:
         f"{RESULTS}/logs/topology.log",
     resources:
