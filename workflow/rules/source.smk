@@ -19,4 +19,4 @@ if WORKFLOW_SOURCE:
     if _PACKAGE_ROOT not in sys.path:
         sys.path.insert(0, _PACKAGE_ROOT)
     _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _PACKAGE_ROOT]
-    os.environ["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *_paths])
+    os.environ.update(PYTHONPATH=os.pathsep.join([_PACKAGE_ROOT, *_paths]))
