@@ -55,7 +55,6 @@ include: "workflow/rules/paper.smk"
 
 
 rule all:
-    default_target: True
     input:
         rules.paper.output,
         rules.figures.output.pdf,

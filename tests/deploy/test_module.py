@@ -4,8 +4,8 @@ A copy of the repository stands for the user's clone; the README's "Deploy" bloc
 local path, then the module path made absolute) deploys it into a study folder of its own; the study
 runs the default pipeline with the e2e test's reduced config, narrowed to one op and two strategies
 (CI budget). One module-scoped run feeds the checks: results in the study folder, the package imported
-from the workflow's source, `--report` and `--lint` from the study folder. Bad deployments (no config,
-a config failing the schema) stop before any job with one sentence.
+from the workflow's source, `--report` and `--lint` from the study folder. Bad deployments (no config/,
+a module given no config, a config failing the schema) stop before any job with one sentence.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def readme_deploy_block() -> str:
 
 
 def snakedeploy_env() -> dict[str, str]:
-    """The test interpreter's bin folder first on PATH (snakedeploy), no PYTHONPATH (the workflow sets it)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """The test interpreter's bin folder first on PATH (snakedeploy), no PYTHONPATH (the workflow sets it),
+    bytecode written (the proof of where the jobs imported the package from)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
@@ -66,14 +67,14 @@ def deploy(tmp: Path, clone: Path) -> Path:
     return tmp / "my-study"
 
 
-def write_config(study: Path, **overrides) -> Path:
+def write_config(study: Path) -> Path:
     """The deployed config/config.yaml with the reduced settings (results relative to the study folder)."""
     configfile = study / "config" / "config.yaml"
     config = yaml.safe_load(configfile.read_text())
     reduced = reduced_config(Path("results"))
     reduced["collectives"]["ops"] = ["all_reduce"]
     reduced["training"]["strategies"] = STRATEGIES
-    config.update(reduced, **overrides)
+    config.update(reduced)
     configfile.write_text(yaml.safe_dump(config))
     return configfile
 
@@ -97,14 +98,13 @@ def study(clone, tmp_path_factory) -> Path:
     return study
 
 
-def test_deploy_block_writes_a_module_of_the_clone(clone, tmp_path):
-    study = deploy(tmp_path, clone)
+def test_deploy_block_writes_a_module_of_the_clone(study, clone):
     snakefile = (study / "workflow" / "Snakefile").read_text()
     module = re.search(r'snakefile:\s*"([^"]+)"', snakefile).group(1)
     assert not Path(module).is_absolute()  # so that `snakemake --lint` in the study folder stays clean
     assert (study / "workflow" / module).resolve() == (clone / "workflow" / "Snakefile").resolve()
     assert "use rule * from shardscope" in snakefile
-    assert (study / "config" / "config.yaml").read_text() == (clone / "config" / "config.yaml").read_text()
+    assert (study / "config" / "README.md").read_text() == (clone / "config" / "README.md").read_text()
     assert (study / "profiles" / "default" / "config.yaml").exists()
 
 
@@ -120,8 +120,6 @@ def test_pipeline_writes_database_and_figures_in_the_study_folder(study, clone):
 
 
 def test_jobs_import_the_package_from_the_workflows_source(study, clone):
-    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        pytest.skip("PYTHONDONTWRITEBYTECODE is set: imports leave no bytecode to see")
     package = clone / "workflow" / "shardscope"
     # The copy had no bytecode; the rules' commands, the torchrun workers and the paper job left theirs.
     for sub in ("", "training", "collectives", "paper"):
@@ -151,32 +149,33 @@ def test_lint_is_clean_from_the_study_folder(study):
     assert "Congratulations, your workflow is in a good condition!" in run.stdout + run.stderr
 
 
+def module_snakefile(folder: Path, clone: Path, configfile: bool) -> Path:
+    """A hand-written module deployment of the clone in `folder` (with or without a `configfile:` line), no config/."""
+    load = 'configfile: "config/config.yaml"\n\n\n' if configfile else ""
+    (folder / "Snakefile").write_text(
+        f'{load}module shardscope:\n    snakefile:\n        "{clone}/workflow/Snakefile"\n    config:\n        config\n\n\n'
+        "use rule * from shardscope\n")
+    return folder
+
+
 def test_missing_config_folder_stops_before_any_job_naming_the_file(clone, tmp_path):
-    study = deploy(tmp_path, clone)
-    shutil.rmtree(study / "config")
-    run = snakemake(study, "--cores", "1", timeout=300)
+    run = snakemake(module_snakefile(tmp_path, clone, configfile=True), "--cores", "1", timeout=300)
     assert run.returncode != 0
-    assert "config/config.yaml but it is not present" in run.stderr
-    assert not (study / "results").exists()
+    assert "Workflow defines configfile config/config.yaml but it is not present" in run.stderr
+    assert not (tmp_path / "results").exists()
 
 
 def test_module_without_a_config_stops_before_any_job(clone, tmp_path):
-    (tmp_path / "Snakefile").write_text(
-        f'module shardscope:\n    snakefile:\n        "{clone}/workflow/Snakefile"\n    config:\n        config\n\n\n'
-        "use rule * from shardscope\n")
-    run = snakemake(tmp_path, "--cores", "1", timeout=300)
+    run = snakemake(module_snakefile(tmp_path, clone, configfile=False), "--cores", "1", timeout=300)
     assert run.returncode != 0
     assert "shardscope: no config was loaded; copy the workflow's config/ folder" in run.stderr
     assert not (tmp_path / "results").exists()
 
 
-def test_config_failing_the_schema_stops_before_any_job_naming_the_key(clone, tmp_path):
-    study = deploy(tmp_path, clone)
-    configfile = write_config(study)
-    config = yaml.safe_load(configfile.read_text())
-    config["cpu"]["ranks"] = 0
-    configfile.write_text(yaml.safe_dump(config))
-    run = snakemake(study, "--cores", "1", timeout=300)
+def test_config_failing_the_schema_stops_before_any_job_naming_the_key(study, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"results": str(tmp_path / "results"), "cpu": {"ranks": 0}}))
+    run = snakemake(study, "--cores", "1", "--configfile", str(bad), timeout=300)
     assert run.returncode != 0
     assert "invalid config key cpu.ranks" in run.stderr
-    assert not (study / "results").exists()
+    assert not (tmp_path / "results").exists()
