@@ -46,3 +46,18 @@ def test_cli_sets_the_cache_before_any_command(monkeypatch):
     import os
 
     assert os.environ["TORCH_EXTENSIONS_DIR"] == str(Path(sys.prefix) / "torch_extensions")
+
+
+def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    import os
+    import time
+
+    lock = tmp_path / "lock"
+    lock.write_bytes(b"")
+    log = io.StringIO()
+    assert launch.clear_stale_build_lock(tmp_path, log) is False and lock.exists()
+    old = time.time() - 2 * launch.STALE_LOCK_S
+    os.utime(lock, (old, old))
+    assert launch.clear_stale_build_lock(tmp_path, log) is True and not lock.exists()
+    assert "stale build lock" in log.getvalue()
+    assert launch.clear_stale_build_lock(tmp_path, log) is False

@@ -16,6 +16,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,29 @@ def shm_op_built(folder: Path | None = None) -> bool:
     return (folder / SHM_OP / f"{SHM_OP}.so").is_file()
 
 
+#: A build lock older than this is left by a killed build (the build itself takes well under a minute).
+STALE_LOCK_S = 600.0
+
+
+def clear_stale_build_lock(build_dir: Path, log: Any, max_age_s: float = STALE_LOCK_S) -> bool:
+    """Remove torch's build lock in ``build_dir`` when it is older than ``max_age_s``; say so in the log.
+
+    torch's file baton is only a file: a build killed mid-way leaves it behind, and every later
+    build in this environment then waits on it forever. Builds run one at a time here (the prebuild,
+    before the ranks start), so a lock that old belongs to no live build.
+    """
+    lock = build_dir / "lock"
+    try:
+        age_s = time.time() - lock.stat().st_mtime
+    except OSError:
+        return False
+    if age_s < max_age_s:
+        return False
+    lock.unlink(missing_ok=True)
+    log.write(f"shardscope: removed a stale build lock {lock} ({age_s:.0f} s old, left by a killed build)\n")
+    return True
+
+
 def prebuild_deepspeed_cpu_ops(log: Any, env: dict[str, str] | None = None) -> bool:
     """Build DeepSpeed's shared-memory comm op once per environment, before the ranks start.
 
@@ -65,6 +89,7 @@ def prebuild_deepspeed_cpu_ops(log: Any, env: dict[str, str] | None = None) -> b
     env = dict(env or ops_env(cpu=True), DS_ACCELERATOR="cpu")
     if shm_op_built(Path(env["TORCH_EXTENSIONS_DIR"])):
         return False
+    clear_stale_build_lock(Path(env["TORCH_EXTENSIONS_DIR"]) / SHM_OP, log)
     code = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
     subprocess.run([sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
     return True
