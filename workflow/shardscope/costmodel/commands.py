@@ -209,6 +209,17 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
 
 
+def _cmd_accuracy(args: argparse.Namespace) -> int:
+    """``shardscope accuracy``: the model's stored predictions against the measurements of the same jobs."""
+    from shardscope.costmodel.ledger import format_ledger, ledger
+    from shardscope.results.store import connect_readonly
+
+    with connect_readonly(args.db) as con:
+        book = ledger(con)
+    print(dump_json(book.to_dict()) if args.json else format_ledger(book))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``advise`` and ``predict collectives`` to the ``shardscope`` parser."""
     from shardscope.costmodel.advise import DEFAULT_STRATEGIES
@@ -243,7 +254,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-bytes", type=_positive(int, "--max-bytes"), default=8 * _GIB)
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
-    p.add_argument("--algorithm", choices=("ring", "tree", "nvls"), help="restrict NCCL's choice (like NCCL_ALGO)")
+    p.add_argument("--algorithm", choices=("ring", "tree", "nvls", "nvls_tree"), help="restrict NCCL's choice (like NCCL_ALGO)")
     _topology_args(p)
     p.set_defaults(func=_cmd_predict_collectives)
     p = predict_sub.add_parser("plan", help="collectives and strategy steps of every job of a plan.json (the pipeline's predictions)")
@@ -252,3 +263,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the predictions document")
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
     p.set_defaults(func=_cmd_predict_plan)
+
+    p = sub.add_parser("accuracy", help="the cost model's error: stored predictions against the measured jobs, per op and strategy")
+    p.add_argument("--db", required=True, help="results database (measurements and the predictions document collected with them)")
+    p.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    p.set_defaults(func=_cmd_accuracy)
