@@ -27,6 +27,9 @@ next to the job's GPUs × line rate × the NIC class's efficiency), and:
 - NCCL *chooses* with its own tuning model, which rates a tree at ``0.92·B/2`` whatever the node
   count, so on large messages it keeps the ring across nodes; the time then comes from the
   traffic of the algorithm it chose. ``algorithms`` (like ``NCCL_ALGO``) overrides the choice.
+  Checked against tests/data/published/ (``benchmarks/validation.py``): the InfiniBand 2-node
+  records are ring-like, but a 2-node p4dn (EFA) reaches twice the ring's busbw (NVIDIA/nccl#527,
+  the tree); that case is a known miss of this choice.
 
 ``all_to_all`` is a pairwise exchange (NCCL runs it as send/recv to every peer): each rank sends
 S/n to each of the n-1 others, ``(g-1)·S/n`` inside its node over NVLink/PCIe (the weakest cut)
