@@ -11,7 +11,7 @@ from factories import collective_doc, training_doc, write_docs
 from shardscope.cli import main
 from shardscope.costmodel.advise import advise
 from shardscope.costmodel.documents import predictions_document, rows_for_sweep, strategy_rows, topology_hash
-from shardscope.costmodel.ledger import ledger, ranking_agreement
+from shardscope.costmodel.ledger import format_ledger, ledger, ranking_agreement
 from shardscope.costmodel.machine import build_machine
 from shardscope.costmodel.presets import preset
 from shardscope.costmodel.sweep import predict_sweep
@@ -77,3 +77,14 @@ def test_accuracy_command_prints_the_ledger(db: Path, capsys: pytest.CaptureFixt
 def test_accuracy_on_a_missing_database_is_one_sentence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["accuracy", "--db", str(tmp_path / "none.duckdb")]) == 2
     assert "database not found" in capsys.readouterr().err
+
+
+def test_the_pipelines_predictions_document_pairs_with_its_measurements(gpu_db: dict) -> None:
+    # The database a GPU node's pipeline writes (tests/conftest.py, constructed measurements): the predictions
+    # document of `shardscope predict plan` keys every planned job as the measured runs do.
+    with duckdb.connect(str(gpu_db["db"]), read_only=True) as con:
+        book = ledger(con)
+        measured_ops = {op for (op,) in con.execute(
+            "SELECT DISTINCT c.op FROM collectives c JOIN runs r USING (run_id) WHERE r.source = 'measured'").fetchall()}
+    assert {g.group for g in book.collectives} >= measured_ops and all(g.pairs > 0 for g in book.collectives)
+    print(format_ledger(book))
