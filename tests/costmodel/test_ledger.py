@@ -88,3 +88,29 @@ def test_the_pipelines_predictions_document_pairs_with_its_measurements(gpu_db: 
             "SELECT DISTINCT c.op FROM collectives c JOIN runs r USING (run_id) WHERE r.source = 'measured'").fetchall()}
     assert {g.group for g in book.collectives} >= measured_ops and all(g.pairs > 0 for g in book.collectives)
     print(format_ledger(book))
+
+
+def _rows(op: str, seconds_per_byte: float, run: str, alpha_s: float = 10e-6) -> list[dict]:
+    from shardscope.collectives.factors import busbw_factor
+
+    out = []
+    for size in (1024, 16384, 262144, 1048576, 4194304):
+        t = alpha_s + size * seconds_per_byte
+        out.append({"op": op, "world_size": 2, "size_bytes": size, "time_s": t, "busbw_gbps": size / t / 1e9 * busbw_factor(op, 2),
+                    "run_id": run})
+    return out
+
+
+def test_calibration_on_one_sweep_predicts_the_others_on_the_same_link() -> None:
+    from shardscope.costmodel.ledger import calibrated_check
+
+    # CONSTRUCTED alpha-beta sweeps on one link: all_gather moves half of all_reduce's bytes per rank on 2 ranks.
+    same_link = _rows("all_reduce", 1e-9, "a") + _rows("all_gather", 0.5e-9, "b") + _rows("reduce_scatter", 0.5e-9, "c")
+    groups, on = calibrated_check(same_link)
+    by = {g.group: g for g in groups}
+    assert on.startswith("all_reduce on 2 ranks") and set(by) == {"all_reduce (fitted)", "all_gather", "reduce_scatter", "held out"}
+    assert by["held out"].worst_error < 0.01 and by["held out"].pairs == 10
+    slower = _rows("all_reduce", 1e-9, "a") + _rows("all_gather", 1e-9, "b")  # all_gather twice as slow as the link allows
+    groups, _ = calibrated_check(slower)
+    assert {g.group: g for g in groups}["all_gather"].worst_ratio == pytest.approx(2.0, rel=0.05)
+    assert calibrated_check(_rows("all_reduce", 1e-9, "a")) == ([], None)  # one sweep: nothing held out

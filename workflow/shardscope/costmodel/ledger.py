@@ -14,6 +14,12 @@ ratio modeled/measured (median), the median and the worst |ratio - 1|, and the s
 For training it also says whether the model ranks the strategies as measured, counting only the
 pairs whose measured step times differ by more than :data:`RANKING_NOISE` (closer pairs are
 within the noise of a few timed steps, and no ranking is claimed for them).
+
+On CPU processes (gloo) the stored predictions use placeholder constants, so the ledger also
+checks the model **after calibration on one sweep**: the alpha-beta fit of
+:func:`shardscope.costmodel.calibrate.calibrate` on the measured all_reduce sweep (the first op
+when there is none) is applied to every other measured sweep of the same kind of job, and their
+busbw errors are reported per op (``calibrated_on`` names the sweep; its own fit error is its row).
 """
 
 from __future__ import annotations
@@ -55,6 +61,13 @@ _TRAINING_PAIRS = """
     ORDER BY model, world_size, strategy"""
 
 
+_CPU_ROWS = """
+    SELECT c.op, c.world_size, c.size_bytes, c.time_s, c.busbw_gbps, r.run_id
+    FROM collectives c JOIN runs r ON r.run_id = c.run_id
+    WHERE r.source = 'measured' AND (r.device_type = 'cpu' OR r.backend = 'gloo') AND c.time_s > 0
+    ORDER BY c.op, c.world_size, r.run_id, c.size_bytes"""
+
+
 @dataclass(frozen=True)
 class ErrorSummary:
     """How far the model is from measurement on one group of pairs (ratio = modeled / measured)."""
@@ -76,6 +89,9 @@ class Ledger:
     training: list[ErrorSummary] = field(default_factory=list)
     ranking: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    calibrated: list[ErrorSummary] = field(default_factory=list)
+    """CPU collectives predicted after an alpha-beta fit on one sweep (empty without CPU rows)."""
+    calibrated_on: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types."""
@@ -120,6 +136,46 @@ def ranking_agreement(rows: Sequence[Mapping[str, Any]], noise: float = RANKING_
             "noise": noise}
 
 
+def calibrated_check(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ErrorSummary], str | None]:
+    """Errors of measured CPU sweeps predicted after calibrating the gloo model on one of them (module docstring)."""
+    from shardscope.collectives.factors import busbw_factor
+    from shardscope.costmodel.calibrate import calibrate
+    from shardscope.costmodel.collectives import Job, predict_collective
+    from shardscope.costmodel.machine import build_machine
+    from shardscope.errors import UserError
+
+    sweeps: dict[tuple[str, int, str], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        sweeps.setdefault((str(row["op"]), int(row["world_size"]), str(row["run_id"])), []).append(row)
+    usable = {key: group for key, group in sweeps.items() if key[1] >= 2 and len({r["size_bytes"] for r in group}) >= 3}
+    if len(usable) < 2:
+        return [], None
+    machine = build_machine({"gpus": [], "links": [], "fabric": "cpu"})
+
+    def model_algbw(op: str, n: int) -> float:
+        return predict_collective(op, 1 << 40, Job(machine, (), cpu_ranks=n)).algbw_gbps
+
+    key = min(usable, key=lambda k: (k[0] != "all_reduce", k[0], k[1], k[2]))
+    try:
+        fit = calibrate(usable[key], model_algbw)[key[0]]
+    except (UserError, KeyError):
+        return [], None
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for (op, n, run), group in usable.items():
+        label = f"{op} (fitted)" if (op, n, run) == key else op
+        for row in group:
+            size = float(row["size_bytes"])
+            time_s = fit.alpha_s + size / (fit.efficiency * model_algbw(op, n) * 1e9)
+            modeled = size / time_s / 1e9 * busbw_factor(op, n)
+            if float(row["busbw_gbps"]) > 0:
+                pairs.setdefault(label, []).append((float(row["busbw_gbps"]), modeled))
+    held_out = [p for label, ps in pairs.items() if not label.endswith("(fitted)") for p in ps]
+    out = [summarize(label, ps) for label, ps in sorted(pairs.items())]
+    if held_out:
+        out.append(summarize("held out", held_out))
+    return out, f"{key[0]} on {key[1]} ranks (run {key[2]}): alpha {fit.alpha_s * 1e6:.1f} us, {fit.efficiency:.3f} of the placeholder bandwidth"
+
+
 def ledger(con: Any) -> Ledger:
     """The :class:`Ledger` of a results database opened read-only (a duckdb connection)."""
     tables = {name for (name,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
@@ -143,7 +199,12 @@ def ledger(con: Any) -> Ledger:
     if not training_rows:
         notes.append("no measured training run has a stored step prediction (the step model predicts GPU machines only)")
     ranking = ranking_agreement(training_rows) if training_rows else {}
-    return Ledger(_grouped(collective_rows, "op"), _grouped(training_rows, "strategy"), ranking, notes)
+    calibrated, calibrated_on = ([], None)
+    if {"collectives", "runs"} <= tables:
+        cur = con.execute(_CPU_ROWS)
+        names = [d[0] for d in cur.description]
+        calibrated, calibrated_on = calibrated_check([dict(zip(names, row, strict=True)) for row in cur.fetchall()])
+    return Ledger(_grouped(collective_rows, "op"), _grouped(training_rows, "strategy"), ranking, notes, calibrated, calibrated_on)
 
 
 def format_ledger(book: Ledger) -> str:
@@ -157,6 +218,12 @@ def format_ledger(book: Ledger) -> str:
         lines.append(f"  {what:<16} {'pairs':>6} {'median ratio':>13} {'median |err|':>13} {'worst |err|':>12}")
         for g in groups:
             lines.append(f"  {g.group:<16} {g.pairs:>6} {g.median_ratio:>13.2f} {g.median_error:>12.1%} "
+                         f"{g.worst_error:>11.1%} (ratio {g.worst_ratio:.2f})")
+    if book.calibrated:
+        lines.append(f"cpu collectives after calibration on one sweep ({book.calibrated_on}): modeled / measured")
+        lines.append(f"  {'op':<20} {'pairs':>6} {'median ratio':>13} {'median |err|':>13} {'worst |err|':>12}")
+        for g in book.calibrated:
+            lines.append(f"  {g.group:<20} {g.pairs:>6} {g.median_ratio:>13.2f} {g.median_error:>12.1%} "
                          f"{g.worst_error:>11.1%} (ratio {g.worst_ratio:.2f})")
     if book.ranking:
         r = book.ranking
