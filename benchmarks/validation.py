@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from costmodel.published import validation_rows  # noqa: E402
+from costmodel.published import published_records, record_prediction, validation_rows  # noqa: E402
 
 
 def main() -> int:
@@ -36,6 +36,13 @@ def main() -> int:
     for row in rows:
         if row["known_miss"]:
             print(f"known miss {row['id']}: {row['known_miss']}")
+    print("\nout of scope (not in the median/worst; modeled where the record names a topology):")
+    for record in published_records():
+        if record["in_scope"]:
+            continue
+        modeled = record_prediction(record) if record.get("topology") else None
+        shown = f"modeled {modeled:.2f}, ratio {modeled / record['busbw_gbps']:.2f}" if modeled else "not modeled"
+        print(f"  {record['id']}: measured {record['busbw_gbps']:.2f}, {shown}; {record['reason_out_of_scope']}")
     return 0 if median <= 0.10 and abs(worst["ratio"] - 1) <= 0.25 else 1
 
 
