@@ -51,8 +51,9 @@ def record_job(record: dict[str, Any]) -> Job:
         doc = synthetic_topology(**spec["synthetic"])
     machine = build_machine(doc, gpu_name=record.get("gpu"), nic_gbps=record.get("nic_gbps"))
     nodes = record.get("nodes", 1)
-    members = tuple(record.get("members") or best_placement(machine, record["world_size"] // nodes).members)
-    return Job(machine, members, nodes=nodes)
+    nvlink = record.get("transport", "default") != "pcie"
+    members = tuple(record.get("members") or best_placement(machine, record["world_size"] // nodes, nvlink).members)
+    return Job(machine, members, nodes=nodes, nvlink=nvlink)
 
 
 def record_prediction(record: dict[str, Any]) -> float:

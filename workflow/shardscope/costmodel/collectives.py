@@ -83,7 +83,8 @@ class Job:
     """GPU indices used in every node (the same in each)."""
     nodes: int = 1
     nvlink: bool = True
-    """False for the PCIe-forced transport (``NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0``)."""
+    """False for the PCIe-forced transport (``NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0``): no NVLink and no
+    peer-to-peer, so GPU pairs talk through host memory (:meth:`Machine.cut_gbps` with ``p2p=False``)."""
     cpu_ranks: int = 0
     """Processes on the ``cpu`` fabric (no GPUs); 0 otherwise."""
 
@@ -136,7 +137,7 @@ def job_bandwidths(job: Job) -> Bandwidths:
     machine = job.machine
     if machine.fabric == "cpu":
         return Bandwidths(CPU_GLOO_GBPS, CPU_GLOO_GBPS, "cpu", "cpu", 0.0, 0.0)
-    intra, intra_link = machine.ring_gbps(job.members, use_nvlink=job.nvlink)
+    intra, intra_link = machine.ring_gbps(job.members, use_nvlink=job.nvlink, p2p=job.nvlink)
     bus, link = intra, intra_link
     if job.nodes > 1:
         net = machine.network_gbps(len(job.members))

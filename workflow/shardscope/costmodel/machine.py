@@ -39,6 +39,8 @@ from shardscope.errors import UserError
 from shardscope.topology.model import Link, classify_fabric, max_nvlinks
 
 _THROUGH_CPU = ("PHB", "NODE", "SYS", "SOC")
+#: Path codes of two GPUs behind one PCIe switch (no host bridge between them).
+_SAME_SWITCH = ("PIX", "PXB")
 #: Largest set whose cuts are all enumerated; larger sets use single-GPU, island and socket cuts.
 EXACT_CUT_LIMIT = 12
 
@@ -126,8 +128,15 @@ class Machine:
             capacity = min(capacity, self.inter_socket_gbps)
         return capacity, "pcie"
 
-    def ring_gbps(self, members: Sequence[int], use_nvlink: bool = True) -> tuple[float, str]:
-        """(bus bandwidth a ring over ``members`` can reach, the link type of its weakest cut)."""
+    def ring_gbps(self, members: Sequence[int], use_nvlink: bool = True, p2p: bool = True) -> tuple[float, str]:
+        """(bus bandwidth a ring over ``members`` can reach, the link type of its weakest cut).
+
+        ``p2p=False`` (``NCCL_P2P_DISABLE=1``, or peer access unavailable): GPU pairs talk through host
+        memory (NCCL's SHM transport), so each rank's send goes up to the root complex and its receive
+        comes back down. The ``k`` members behind one PCIe switch (joined by ``PIX``/``PXB`` paths)
+        then share the switch's uplink, one GPU link wide, in each direction: at most ``link / k``
+        each, where P2P would stay inside the switch.
+        """
         members = list(members)
         if len(members) < 2:
             return float("inf"), "local"
@@ -137,7 +146,28 @@ class Machine:
             capacity = self.cut_gbps(side, other, use_nvlink)
             if capacity[0] < best[0]:
                 best = capacity
+        if not p2p and best[1] == "pcie":
+            for group in self._switch_groups(members):
+                if len(group) > 1:
+                    shared = min(self.pcie_gbps[g] for g in group) / len(group)
+                    best = min(best, (shared, "pcie"))
         return best
+
+    def _switch_groups(self, members: Sequence[int]) -> list[list[int]]:
+        """Members behind a common PCIe switch: connected components of the ``PIX``/``PXB`` paths among them."""
+        left, groups = list(members), []
+        while left:
+            group, frontier = [left.pop(0)], None
+            frontier = list(group)
+            while frontier:
+                g = frontier.pop()
+                near = [h for h in left if self.code(g, h) in _SAME_SWITCH]
+                for h in near:
+                    left.remove(h)
+                group += near
+                frontier += near
+            groups.append(sorted(group))
+        return groups
 
     def _cuts(self, members: list[int]) -> Iterable[tuple[int, ...]]:
         """Sides of the cuts to test: all of them for small sets (the first member fixed on one side)."""
