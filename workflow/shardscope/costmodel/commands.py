@@ -97,11 +97,12 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
     strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
-    machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source)
+    machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source,
+                            nics=args.nics)
     calibrations = _calibrations(args.calibrate, machine)
     result = advise(doc, args.model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
                     nic_gbps=args.nic_gbps, strategies=strategies, assumptions=assumptions, calibrations=calibrations,
-                    source=source)
+                    source=source, nics=args.nics)
     if args.out:
         topo_hash = topology_hash(doc)
         sweep = predict_sweep(result.machine, ("all_reduce", "all_gather", "reduce_scatter"), [args.gpus], DEFAULT_SIZES,
@@ -133,7 +134,7 @@ def _cmd_predict_collectives(args: argparse.Namespace) -> int:
     from shardscope.costmodel.sweep import default_world_sizes, predict_sweep
 
     doc, source = load_topology(args.topology)
-    machine = build_machine(doc, gpu_name=args.gpu, nic_gbps=args.nic_gbps, source=source)
+    machine = build_machine(doc, gpu_name=args.gpu, nic_gbps=args.nic_gbps, source=source, nics=args.nics)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
@@ -200,10 +201,23 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
                    help="saved nvidia-smi topo -m / rocm-smi output or topology.json, 'auto' to probe, or preset:NAME")
     p.add_argument("--gpu", metavar="NAME", help="GPU model when the topology does not name it (e.g. H100, A100, L40S)")
     p.add_argument("--nic-gbps", type=_positive(float, "--nic-gbps"), help="NIC line rate in Gb/s for multi-node jobs")
+    p.add_argument("--nics", type=_positive(int, "--nics"), metavar="N",
+                   help="NICs per node a multi-node job uses (default: the topology's NICs next to GPUs, or the preset's)")
     p.add_argument("--calibrate", action="append", metavar="FILE",
                    help="measured rows on this topology: a collectives result, an imported or raw nccl-tests log (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
+
+
+def _cmd_accuracy(args: argparse.Namespace) -> int:
+    """``shardscope accuracy``: the model's stored predictions against the measurements of the same jobs."""
+    from shardscope.costmodel.ledger import format_ledger, ledger
+    from shardscope.results.store import connect_readonly
+
+    with connect_readonly(args.db) as con:
+        book = ledger(con)
+    print(dump_json(book.to_dict()) if args.json else format_ledger(book))
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -240,7 +254,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-bytes", type=_positive(int, "--max-bytes"), default=8 * _GIB)
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
-    p.add_argument("--algorithm", choices=("ring", "tree", "nvls"), help="restrict NCCL's choice (like NCCL_ALGO)")
+    p.add_argument("--algorithm", choices=("ring", "tree", "nvls", "nvls_tree"), help="restrict NCCL's choice (like NCCL_ALGO)")
     _topology_args(p)
     p.set_defaults(func=_cmd_predict_collectives)
     p = predict_sub.add_parser("plan", help="collectives and strategy steps of every job of a plan.json (the pipeline's predictions)")
@@ -249,3 +263,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the predictions document")
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
     p.set_defaults(func=_cmd_predict_plan)
+
+    p = sub.add_parser("accuracy", help="the cost model's error: stored predictions against the measured jobs, per op and strategy")
+    p.add_argument("--db", required=True, help="results database (measurements and the predictions document collected with them)")
+    p.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    p.set_defaults(func=_cmd_accuracy)
