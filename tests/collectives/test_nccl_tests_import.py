@@ -247,11 +247,14 @@ def test_a_test_we_do_not_model_is_a_user_error() -> None:
         parse_nccl_tests(text, GEN3.name)
 
 
-def test_missing_rank_lines_are_a_user_error() -> None:
+def test_missing_rank_lines_are_read_from_the_busbw_ratio() -> None:
+    # issue 16 changed this: a log without rank lines is no longer refused
     text = "\n".join(line for line in GEN3.read_text().splitlines() if "Rank" not in line)
 
-    with pytest.raises(UserError, match="Rank"):
-        parse_nccl_tests(text, GEN3.name)
+    result = parse_nccl_tests(text, GEN3.name)
+
+    assert (result.world_size, result.world_size_source) == (2, "busbw_ratio")
+    assert any("busbw/algbw" in note for note in result.notes)
 
 
 def test_two_tables_in_one_file_are_a_user_error() -> None:
@@ -333,12 +336,14 @@ def test_unfinished_json_is_a_user_error() -> None:
     assert "ag.json" in str(caught.value)
 
 
-def test_json_without_devices_is_a_user_error() -> None:
+def test_json_without_devices_takes_the_rank_count_from_the_busbw_ratio() -> None:
+    # issue 16 changed this: without devices the ratio busbw/algbw (0.75 = 3/4) tells 4 ranks
     document = _constructed_json(4, 1)
     document["config"]["devices"] = []
 
-    with pytest.raises(UserError, match="no number of ranks"):
-        parse_nccl_tests(json.dumps(document), "ag.json")
+    result = parse_nccl_tests(json.dumps(document), "ag.json")
+
+    assert (result.world_size, result.world_size_source) == (4, "busbw_ratio")
 
 
 def test_json_result_without_size_is_a_user_error() -> None:
