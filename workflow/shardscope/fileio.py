@@ -114,7 +114,7 @@ def check_input_size(path: str | os.PathLike[str], max_input_mib: float | None =
     except OSError as exc:
         raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if os.path.isdir(path):
-        raise UserError(f"{path}: is a directory; expected {what}")
+        raise UserError(f"{path}: cannot be read (it is a directory); expected {what}")
     if info.st_size > limit * 2**20:
         raise UserError(f"{path}: is {info.st_size / 2**20:.1f} MiB, over the {limit:g} MiB limit for {what}; "
                         f"pass --max-input-mib {math.ceil(info.st_size / 2**20)} to read it anyway")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import codecs
 import json
 import os
-from pathlib import Path
 
 from shardscope.errors import UserError
+from shardscope.fileio import read_input_bytes
 from shardscope.topology.model import Topology, from_dict
 from shardscope.topology.document import validate_topology
 from shardscope.topology.nvidia_smi import parse_nvidia_smi
@@ -24,9 +24,9 @@ _TEXT_CONTROLS = "\t\n\r\x0b\x0c\x1b"
 EXPECTED_INPUT = "saved 'nvidia-smi topo -m' or 'rocm-smi --showtopo' output, or a topology.json"
 
 
-def parse_file(path: str | os.PathLike[str]) -> Topology:
-    """Parse the topology saved in ``path`` (nvidia-smi, rocm-smi or topology.json)."""
-    return parse_text(read_text(path), str(path))
+def parse_file(path: str | os.PathLike[str], max_input_mib: float | None = None) -> Topology:
+    """Parse the topology saved in ``path`` (nvidia-smi, rocm-smi or topology.json); see :func:`read_text`."""
+    return parse_text(read_text(path, max_input_mib), str(path))
 
 
 def parse_text(text: str, source_name: str) -> Topology:
@@ -48,18 +48,15 @@ def sniff_format(text: str) -> str:
     return "nvidia-smi"
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """The file's text, refusing empty and binary files with one clear sentence.
+def read_text(path: str | os.PathLike[str], max_input_mib: float | None = None) -> str:
+    """The file's text, refusing empty, binary and too large files with one clear sentence.
 
-    UTF-8 (with or without a byte-order mark) and UTF-16 (Windows shell redirects; with a
-    byte-order mark, or recognised by its pattern of zero bytes) are decoded.
+    The size is checked before anything is read (``max_input_mib``, default
+    :data:`shardscope.fileio.DEFAULT_MAX_INPUT_MIB`). UTF-8 (with or without a byte-order mark)
+    and UTF-16 (Windows shell redirects; with a byte-order mark, or recognised by its pattern
+    of zero bytes) are decoded.
     """
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    data = read_input_bytes(path, max_input_mib, EXPECTED_INPUT)
     if not data.strip():
         raise UserError(f"{path}: the file is empty; expected {EXPECTED_INPUT}")
     text = decode_text(data)
