@@ -392,3 +392,42 @@ def test_an_unknown_rank_count_is_marked_in_the_document(tmp_path: Path, capsys:
     printed = read_nccl_tests(source).rows
     assert [row["busbw_gbps"] for row in document["rows"]] == [row["busbw_gbps"] for row in printed]
     assert all(row["world_size"] is None for row in document["rows"])
+
+
+# --------------------------------------------------------------------------- collect
+
+COLLECT_DAMAGE: dict[str, Callable[[dict], None]] = {
+    "world-size-unknown": lambda d: d.update(world_size=None, world_size_source="unknown"),
+    "negative-size": lambda d: d["rows"][1].update(size_bytes=-8),
+    "nan-busbw": lambda d: d["rows"][2].update(busbw_gbps=float("nan")),
+    "inf-time": lambda d: d["rows"][3].update(time_s=float("inf")),
+    "busbw-inconsistent": lambda d: d["rows"][2].update(busbw_gbps=d["rows"][2]["busbw_gbps"] * 1.33),
+    "no-rows": lambda d: d.update(rows=[]),
+}
+
+
+@pytest.fixture(scope="module")
+def loaded_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A database holding one imported real log, and that import's document."""
+    folder = tmp_path_factory.mktemp("collect")
+    document, db = folder / "gen3.json", folder / "results.duckdb"
+    assert main(["collectives", "import", str(GEN3), "--out", str(document)]) == 0
+    assert main(["collect", "--db", str(db), str(document)]) == 0
+    return db, document
+
+
+@pytest.mark.parametrize("damage", sorted(COLLECT_DAMAGE))
+def test_a_refused_collect_leaves_the_database_byte_identical(
+        damage: str, loaded_db: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, document = loaded_db
+    changed = json.loads(document.read_text())
+    changed["source_file"] = f"damaged-{damage}.txt"  # a new run, not the one already loaded
+    COLLECT_DAMAGE[damage](changed)
+    bad = tmp_path / f"{damage}.json"
+    bad.write_text(json.dumps(changed))
+    before = db.read_bytes()
+    capsys.readouterr()
+    status, _, err = run(capsys, ["collect", "--db", str(db), str(bad)])
+    assert status == 2, err
+    assert err.startswith("shardscope: error: ") and "Traceback" not in err
+    assert db.read_bytes() == before
