@@ -431,3 +431,22 @@ def test_a_refused_collect_leaves_the_database_byte_identical(
     assert status == 2, err
     assert err.startswith("shardscope: error: ") and "Traceback" not in err
     assert db.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- huge inputs (benchmarks/huge_inputs.py times 1 GB)
+
+@pytest.mark.parametrize("argv", [["topology", "parse"], ["topology", "show"], ["collectives", "import"], ["verdict"],
+                                  ["nccl-log"]], ids=lambda argv: " ".join(argv))
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    huge = tmp_path / "huge_all_reduce_perf.txt"
+    with open(huge, "wb") as handle:
+        handle.truncate(65 * 2**20)  # sparse: over the 64 MiB default without using the disk
+    start = time.perf_counter()
+    status, _, err = run(capsys, [*argv, str(huge)])
+    assert time.perf_counter() - start < 5.0  # generous: the size is checked before anything is read
+    assert status == 2
+    assert err.startswith("shardscope: error: ") and "over the 64 MiB limit" in err and "--max-input-mib 65" in err
+    assert len(err.strip().splitlines()) == 1
