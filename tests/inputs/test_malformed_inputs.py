@@ -397,7 +397,9 @@ def test_an_unknown_rank_count_is_marked_in_the_document(tmp_path: Path, capsys:
 # --------------------------------------------------------------------------- collect
 
 COLLECT_DAMAGE: dict[str, Callable[[dict], None]] = {
-    "world-size-unknown": lambda d: d.update(world_size=None, world_size_source="unknown"),
+    "world-size-null-but-rows-say-2": lambda d: d.update(world_size=None, world_size_source="unknown"),
+    "one-row-world-size-null": lambda d: d["rows"][1].update(world_size=None),
+    "world-size-zero": lambda d: [r.update(world_size=0) for r in [d, *d["rows"]]],
     "negative-size": lambda d: d["rows"][1].update(size_bytes=-8),
     "nan-busbw": lambda d: d["rows"][2].update(busbw_gbps=float("nan")),
     "inf-time": lambda d: d["rows"][3].update(time_s=float("inf")),
@@ -431,6 +433,32 @@ def test_a_refused_collect_leaves_the_database_byte_identical(
     assert status == 2, err
     assert err.startswith("shardscope: error: ") and "Traceback" not in err
     assert db.read_bytes() == before
+
+
+def test_an_import_of_unknown_rank_count_is_collected_with_world_size_null(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the 16-rank table alone, named as a broadcast (whose busbw/algbw says nothing of the rank count)
+    source = damaged_log(GEN2, lambda lines: [l for l in lines if _DATA_ROW.match(l)], "broadcast_perf.txt")(tmp_path)
+    document, db = tmp_path / "imported.json", tmp_path / "results.duckdb"
+    status, _, err = run(capsys, ["collectives", "import", str(source), "--out", str(document)])
+    assert status == 0 and "rank count is unknown" in err
+    status, _, err = run(capsys, ["collect", "--db", str(db), str(document)])
+    assert status == 0, err
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        runs = con.execute("SELECT kind, world_size, json_extract_string(env_json, '$.world_size_source') FROM runs").fetchall()
+        rows = con.execute("SELECT world_size, size_bytes, in_place, busbw_gbps FROM collectives ORDER BY size_bytes, in_place").fetchall()
+        recomputed_would_differ = con.execute("SELECT count(*) FROM collectives WHERE abs(busbw_gbps - algbw_gbps) > 0.05").fetchone()
+        peaks = con.execute("SELECT world_size, peak_busbw_gbps FROM collective_peaks").fetchall()
+    assert runs == [("collectives_import", None, "unknown")]
+    printed = sorted((row["size_bytes"], row["placement_mode"] == "in_place", row["busbw_gbps"])
+                     for row in read_nccl_tests(source).rows if row["size_bytes"] > 0)
+    assert len(rows) == len(printed) > 10
+    assert [(size, in_place, busbw) for _, size, in_place, busbw in rows] == printed  # busbw as printed, not recomputed
+    assert {world for world, *_ in rows} == {None}
+    assert recomputed_would_differ[0] > 10  # printed busbw is 1.875 x algbw, not broadcast's 1 x: kept, not recomputed
+    assert peaks == [(None, max(busbw for *_, busbw in printed))]
 
 
 # --------------------------------------------------------------------------- huge inputs (benchmarks/huge_inputs.py times 1 GB)
