@@ -465,16 +465,34 @@ def test_an_import_of_unknown_rank_count_is_collected_with_world_size_null(
 
 @pytest.mark.parametrize("argv", [["topology", "parse"], ["topology", "show"], ["collectives", "import"], ["verdict"],
                                   ["nccl-log"]], ids=lambda argv: " ".join(argv))
-def test_a_file_over_the_size_limit_is_refused_before_it_is_read(
+def test_a_1_gib_file_is_refused_before_it_is_read(
         argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import resource
     import time
 
     huge = tmp_path / "huge_all_reduce_perf.txt"
     with open(huge, "wb") as handle:
-        handle.truncate(65 * 2**20)  # sparse: over the 64 MiB default without using the disk
+        handle.truncate(2**30)  # sparse: 1 GiB of zeros without using the disk
+    out = tmp_path / "out" / "topology.json"
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     start = time.perf_counter()
-    status, _, err = run(capsys, [*argv, str(huge)])
-    assert time.perf_counter() - start < 5.0  # generous: the size is checked before anything is read
+    status, _, err = run(capsys, [*argv, str(huge), *(["--out", str(out)] if argv == ["topology", "parse"] else [])])
+    elapsed = time.perf_counter() - start
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
     assert status == 2
-    assert err.startswith("shardscope: error: ") and "over the 64 MiB limit" in err and "--max-input-mib 65" in err
+    assert err.startswith("shardscope: error: ") and "--max-input-mib 1024 to read it anyway" in err
+    limit = 4 if argv[0] == "topology" else 32  # topology files have the smaller default
+    assert f"is 1024.0 MiB, over the {limit} MiB limit" in err
     assert len(err.strip().splitlines()) == 1
+    assert grown_mib < 100  # reading the file would raise this process's peak by about 1 GiB; the size is checked first
+    assert elapsed < 5.0  # generous: the size is checked before anything is read
+    assert not (tmp_path / "out").exists()  # nothing copied into raw/
+
+
+def test_the_size_limit_is_raised_with_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    padded = tmp_path / GEN2.name
+    padded.write_bytes(GEN2.read_bytes() + b"# padding\n" * (2**20 // 10))  # just over 1 MiB, a valid log
+    status, _, err = run(capsys, ["collectives", "import", str(padded), "--max-input-mib", "1"])
+    assert status == 2 and "over the 1 MiB limit" in err and "--max-input-mib 2" in err
+    status, out, err = run(capsys, ["collectives", "import", str(padded), "--max-input-mib", "2"])
+    assert status == 0 and "16 ranks" in out, err

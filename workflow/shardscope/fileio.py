@@ -96,9 +96,12 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 #: Input files larger than this are refused before they are read (raise it with ``--max-input-mib``):
-#: every probe text, nccl-tests log and NCCL log we know of is far smaller, and reading a huge
-#: file whole would cost seconds and gigabytes.
-DEFAULT_MAX_INPUT_MIB = 64.0
+#: every nccl-tests log and NCCL log we know of is far smaller, and a file this size is read in
+#: under 5 s of CPU and 300 MB (``benchmarks/huge_inputs.py``); a huge file would cost minutes and gigabytes.
+DEFAULT_MAX_INPUT_MIB = 32.0
+#: The same for topology files (probe text, topology.json): the largest we know of (``nvidia-smi
+#: topo -m`` of 72 GPUs with their NICs) is well under 1 MiB, so a larger file is some other file.
+TOPOLOGY_MAX_INPUT_MIB = 4.0
 
 
 def check_input_size(path: str | os.PathLike[str], max_input_mib: float | None = None, what: str = "input file") -> int:
@@ -135,10 +138,13 @@ def read_input_text(path: str | os.PathLike[str], max_input_mib: float | None = 
     return read_input_bytes(path, max_input_mib, what).decode("utf-8", errors="replace")
 
 
-def add_max_input_flag(parser: Any) -> None:
-    """Add ``--max-input-mib`` (the input size limit of :func:`check_input_size`) to an argparse parser."""
+def add_max_input_flag(parser: Any, default_mib: float = DEFAULT_MAX_INPUT_MIB) -> None:
+    """Add ``--max-input-mib`` (the input size limit of :func:`check_input_size`) to an argparse parser.
+
+    ``default_mib`` is the limit the command applies without the flag (shown in the help).
+    """
     parser.add_argument("--max-input-mib", type=float, default=None, metavar="MIB",
-                        help=f"refuse input files larger than this (default {DEFAULT_MAX_INPUT_MIB:g} MiB)")
+                        help=f"refuse input files larger than this (default {default_mib:g} MiB)")
 
 
 def write_output(text: str, out: str | None) -> None:

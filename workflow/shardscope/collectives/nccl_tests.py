@@ -84,6 +84,10 @@ PLACEMENT_MODES = ("out_of_place", "in_place")
 # Prefixes that launchers put before each line: `mpirun --tag-output` ("[1,0]<stdout>:"), and
 # `srun --label` ("0: ", padded to the widest task id, so " 0: " beside "10: "; an empty line is " 0:").
 _LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:(?: |$))")
+#: The first characters a launcher prefix can start with; other lines skip the regex (huge logs: cost per line).
+_PREFIX_STARTS = frozenset("[ \t0123456789")
+#: A table row starts with its size (after spaces); other lines are not split into words.
+_ROW_START = re.compile(r"\s*-?\d")
 _RANK_LINE = re.compile(
     r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<device>\d+)\s+\[(?P<bus_id>[^\]]*)\]\s*(?P<name>.*?)\s*$"
@@ -212,7 +216,7 @@ class _Layout:
 
 def _parse_text(text: str, source_name: str, world_size: int | None = None, op: str | None = None) -> NcclTestsResult:
     """Parse the text table of any generation."""
-    lines = [_LAUNCHER_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
+    lines = [(_LAUNCHER_PREFIX.sub("", line) if line[:1] in _PREFIX_STARTS else line).rstrip() for line in text.splitlines()]
     notes: list[str] = []
     header_at, layout = _find_header(lines, source_name, notes)
     measurements = _table_measurements(lines, header_at + 1, layout, source_name, notes)
@@ -312,6 +316,8 @@ def _layout(line: str) -> _Layout | None:
     header that lost its last column (the generation-1 fixture's ends without ``error``).
     Generation-0 headers (no ``#``; ``bytes N type op ... res``) are read with today's names.
     """
+    if "time" not in line:  # every header has a time (or cputime) column; skip the rest cheaply
+        return None
     names = [_OLD_NAMES.get(name, name) for name in line.lstrip("#").split()]
     starts = [index for index, name in enumerate(names) if name in _TIME_COLUMNS]
     if names[:2] != ["size", "count"] or len(starts) != 2:
@@ -361,6 +367,8 @@ def _table_measurements(lines: list[str], first: int, layout: _Layout, source_na
     cut: list[int] = []
     empty: list[int] = []
     for number, line in enumerate(lines[first:], first + 1):
+        if not _ROW_START.match(line):
+            continue
         tokens = line.split()
         if not _row_like(tokens):
             continue
@@ -457,7 +465,7 @@ def _devices(lines: list[str], source_name: str, notes: list[str]) -> list[dict[
     devices: dict[int, dict[str, Any]] = {}
     repeated: list[int] = []
     for number, line in enumerate(lines, 1):
-        if match := _RANK_LINE.match(line):
+        if "Rank" in line and (match := _RANK_LINE.match(line)):
             device = {
                 "rank": int(match["rank"]),
                 "host": match["host"],
@@ -480,9 +488,9 @@ def _devices(lines: list[str], source_name: str, notes: list[str]) -> list[dict[
 
 
 def _first_match(pattern: re.Pattern[str], lines: list[str], group: str) -> str | None:
-    """The named group of the first line matching ``pattern``, or None."""
+    """The named group of the first line matching ``pattern`` (each starts with ``#``), or None."""
     for line in lines:
-        if match := pattern.match(line):
+        if line[:1] == "#" and (match := pattern.match(line)):
             return match[group]
     return None
 
@@ -746,7 +754,7 @@ def _resolve_op(
 
 def _stems_mentioned(lines: Iterable[str]) -> set[str]:
     """The nccl-tests binary stems (``all_reduce`` for ``all_reduce_perf``) named in ``lines``."""
-    return {match["stem"].lower() for line in lines for match in _BINARY_MENTION.finditer(line)}
+    return {match["stem"].lower() for line in lines if "_perf" in line for match in _BINARY_MENTION.finditer(line)}
 
 
 def _ops_in_file_name(source_name: str) -> set[str]:

@@ -53,7 +53,7 @@ def command_lines(lines: Sequence[str]) -> list[str]:
         pending = ""
     if pending:
         joined.append(pending)
-    return [line for line in joined if _BINARY.search(line) and not _STARTING.search(line)]
+    return [line for line in joined if "_perf" in line and _BINARY.search(line) and not _STARTING.search(line)]
 
 
 def ranks_from_command(lines: Sequence[str]) -> tuple[int, str] | None:

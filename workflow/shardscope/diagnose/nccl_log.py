@@ -148,9 +148,10 @@ def parse_nccl_log(text: str | Iterable[str]) -> NcclLogSummary:
         if "NCCL" not in line and " via " not in line and "NVLS" not in line and "Bytes -> Algo" not in line:
             continue
         out.lines_read += 1
-        if out.version is None and (m := _VERSION.search(line)):
+        # literal tests before each regex: a huge log is mostly these lines, and a regex per line costs seconds
+        if out.version is None and "NCCL version" in line and (m := _VERSION.search(line)):
             out.version = m[1]
-        if m := _CONNECTION.search(line):
+        if " via " in line and (m := _CONNECTION.search(line)):
             kind, read, gdr = classify_transport(m["via"])
             transports[kind] += 1
             out.p2p_read |= read and kind.startswith("P2P")

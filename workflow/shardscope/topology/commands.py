@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shardscope.fileio import add_max_input_flag, atomic_write_bytes, atomic_write_text, dump_json, write_output
+from shardscope.fileio import TOPOLOGY_MAX_INPUT_MIB, add_max_input_flag, atomic_write_bytes, atomic_write_text, dump_json, write_output
 
 RAW_DIR = "raw"
 
@@ -94,10 +94,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = topo.add_parser("parse", help="parse saved nvidia-smi topo -m / rocm-smi --showtopo output")
     p.add_argument("file")
     p.add_argument("--out", help="write topology.json here (a copy of FILE goes to raw/ beside it)")
-    add_max_input_flag(p)
+    add_max_input_flag(p, TOPOLOGY_MAX_INPUT_MIB)
     p.set_defaults(func=_cmd_topology_parse)
     p = topo.add_parser("show", help="summarise a topology: fabric, GPUs, islands, NUMA nodes, nearest NICs")
     p.add_argument("file", nargs="?", help="topology.json or saved probe text (default: probe this machine)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="text for people, json for scripts")
-    add_max_input_flag(p)
+    add_max_input_flag(p, TOPOLOGY_MAX_INPUT_MIB)
     p.set_defaults(func=_cmd_topology_show)
