@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         built = {label: build_inputs(Path(tmp) / label.replace(" ", "-"), int(mib * 2**20)) for label, mib in sizes.items()}
         print(f"limits: {args.limit_s:g} s of CPU and {args.limit_mb:g} MB peak RSS per run (resource.getrusage); "
               f"default input size limits {DEFAULT_MAX_INPUT_MIB:g} MiB, topology files {TOPOLOGY_MAX_INPUT_MIB:g} MiB")
-        print(f"{'reader':<19} {'input':<33} {'cpu s':>6} {'wall s':>7} {'peak MB':>8}  exit  message")
+        print(f"{'reader':<19} {'input':<38} {'cpu s':>6} {'wall s':>7} {'peak MB':>8}  exit  message")
         for reader, (command, topology) in READERS.items():
             under = "under topology limit" if topology else "under limit"
             for label in (f"{args.size_mib:g} MiB", under):
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                             or message.startswith("Traceback") or run["status"] not in (0, 2))
                     failed |= over
                     worst = {key: max(worst[key], run[key]) for key in worst}
-                    print(f"{reader:<19} {kind + ', ' + label:<33} {run['cpu_s']:6.2f} {run['wall_s']:7.2f} "
+                    print(f"{reader:<19} {kind + ', ' + label:<38} {run['cpu_s']:6.2f} {run['wall_s']:7.2f} "
                           f"{run['peak_mb']:8.1f}  {run['status']:4d}  {message[:90]}" + ("  OVER LIMIT" if over else ""))
                     copied = Path(tmp) / "out" / "raw" / path.name
                     if copied.exists() and copied.stat().st_size > TOPOLOGY_MAX_INPUT_MIB * 2**20:
