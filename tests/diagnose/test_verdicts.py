@@ -162,3 +162,18 @@ def test_load_sweep_errors_are_one_sentence(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(UserError, match="not valid JSON"):
         load_sweep(str(bad))
+
+
+def test_two_nodes_of_one_gpu_are_modeled_across_the_network_not_called_a_single_gpu() -> None:
+    # issue 16: a single-GPU topology (a k8s pod) with a 2-node run is 2 ranks across nodes
+    from pathlib import Path
+
+    from shardscope.topology.parse import parse_file
+
+    pod = Path(__file__).resolve().parents[1] / "data" / "topo" / "18-single-gpu-h100-k8s-pod.txt"
+    doc = evaluate([str(RUN_293_GDR)], parse_file(pod).to_dict(), pod.name)
+
+    sweep = doc["sweeps"][0]
+    assert (sweep["world_size"], sweep["nodes"]) == (2, 2)
+    assert "single GPU" not in (sweep["reason"] or "")
+    assert sweep["expected"]["known"] and sweep["expected"]["nodes"] == 2

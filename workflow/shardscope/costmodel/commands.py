@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Any
 
 from shardscope.collectives.factors import OPS
@@ -29,7 +30,10 @@ def load_topology(spec: str) -> tuple[dict[str, Any], str]:
         return preset(spec.split(":", 1)[1]), spec
     from shardscope.topology.parse import parse_file
 
-    return parse_file(spec).to_dict(), spec
+    doc = parse_file(spec).to_dict()
+    for warning in doc.get("warnings", []):  # what the view may hide: said before anything is modeled on it
+        print(f"shardscope: warning: {spec}: {warning}", file=sys.stderr)
+    return doc, spec
 
 
 def _positive(kind: type, what: str) -> Any:

@@ -149,11 +149,15 @@ def expectation(machine: Machine | None, sweep: Sweep, gpus: Sequence[Mapping[st
         return Expectation(False, CPU_REASON, transport=sweep.transport), None
     if machine is None:
         return Expectation(False, "no topology given (pass --topology FILE|auto|preset:NAME)", transport=sweep.transport), None
-    if machine.fabric == "single" or sweep.world_size < 2:
-        return Expectation(False, "a single GPU: there is no link between ranks", transport=sweep.transport), None
+    if sweep.world_size < 2:
+        return Expectation(False, "one rank: there is no link between ranks", transport=sweep.transport), None
+    if machine.fabric == "single" and sweep.nodes == 1:
+        return Expectation(False, f"{sweep.world_size} ranks on one host whose topology has a single GPU: there is no "
+                           "GPU-to-GPU link to model", transport=sweep.transport), None
     job, notes = resolve_job(machine, sweep, gpus)
     if job is None:
-        return Expectation(False, "; ".join(notes), transport=sweep.transport), None
+        what = f"{sweep.world_size} ranks across {sweep.nodes} nodes" if sweep.nodes > 1 else f"{sweep.world_size} ranks"
+        return Expectation(False, f"{what}: " + "; ".join(notes), transport=sweep.transport), None
     peak = predict_collective(sweep.op, PEAK_SIZE, job)
     return Expectation(True, None, peak.busbw_gbps, physical_ceiling(sweep.op, job), bottleneck_link(sweep.op, job),
                        job.members, job.nodes, sweep.transport, notes + list(machine.notes)), job
@@ -254,6 +258,7 @@ def verdict_for_group(sweeps: Sequence[Sweep], machine: Machine | None, topology
         "nodes": first.nodes, "hosts": sorted(set(first.hosts)), "placement": first.placement,
         "transport": first.transport, "nccl_env": dict(first.nccl_env), "summary": summary.to_dict(),
         "expected": asdict(exp), "nccl_log": first.nccl_log, "nccl_flags": _log_flags(first, topology),
+        "input_notes": [note for s in sweeps for note in s.input_notes],
     }
     if not exp.known or job is None:
         out.update(verdict="unknown", reason=exp.reason, pct_of_expected=None, rows=[], hints=[])

@@ -138,7 +138,8 @@ def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]
             import_doc = {**doc, "job": {"job_id": f"nccl-tests:{doc['source_file']}", "placement": doc.get("placement"),
                                          "transport": doc.get("transport")},
                           "env": {"devices": [d.get("name") or "" for d in doc.get("devices", [])],
-                                  "nccl_tests_version": doc.get("version"), "nccl_tests_generation": doc.get("generation")}}
+                                  "nccl_tests_version": doc.get("version"), "nccl_tests_generation": doc.get("generation"),
+                                  **({"world_size_source": doc["world_size_source"]} if doc.get("world_size_source") else {})}}
             source = doc.get("source", "nccl-tests")
             return {"runs": [_run_row(import_doc, path, run_id, doc["world_size"], source)],
                     "collectives": _collective_rows(doc["rows"], run_id)}
@@ -234,8 +235,8 @@ def consistency_errors(doc: dict[str, Any], kind: str, path: str) -> list[str]:
         where = "job." if kind == "collectives" else ""
         for i, row in enumerate(doc["rows"]):
             for field in ("op", "world_size"):
-                if row[field] != owner[field]:
-                    errors.append(f"{path}: field rows[{i}].{field}: {row[field]!r} differs from {where}{field} {owner[field]!r}")
+                if row.get(field) != owner[field]:  # a row's world_size may be left out (null) only with the document's
+                    errors.append(f"{path}: field rows[{i}].{field}: {row.get(field)!r} differs from {where}{field} {owner[field]!r}")
     elif kind == "training":
         world_size = doc["job"]["world_size"]  # a world size below 1 is reported by the runs schema
         for i, rank in enumerate(doc.get("ranks", []) if world_size >= 1 else []):

@@ -80,10 +80,13 @@ class RunsSchema(_Table):
         parsed = pd.to_datetime(series, errors="coerce", utc=True, format="ISO8601")
         return series.isna() | parsed.notna()
 
-    @pa.dataframe_check(error="a job result or imported log (kind collectives, training, collectives_import) needs a world_size")
+    @pa.dataframe_check(error="a job result (kind collectives, training) needs a world_size")
     def jobs_have_a_world_size(cls, df: pd.DataFrame) -> Series[bool]:
-        """Predictions, verdicts and doctor documents span several world sizes or none; jobs have exactly one."""
-        return df["world_size"].notna() | ~df["kind"].isin(JOB_KINDS)
+        """Predictions, verdicts and doctor documents span several world sizes or none; jobs have exactly one.
+
+        An imported log may not tell its rank count: its world_size is null, and its rows keep their printed busbw.
+        """
+        return df["world_size"].notna() | ~df["kind"].isin(JOB_KINDS) | (df["kind"] == "collectives_import")
 
 
 class CollectivesSchema(_Table):
@@ -91,7 +94,7 @@ class CollectivesSchema(_Table):
 
     run_id: Series[str]
     op: Series[str] = pa.Field(isin=OPS)
-    world_size: Series[int] = pa.Field(ge=1)
+    world_size: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)  # None: an imported log that did not tell it
     dtype: Series[str]
     size_bytes: Series[int] = pa.Field(gt=0)
     time_s: Series[float] = pa.Field(gt=0)
@@ -117,7 +120,10 @@ class CollectivesSchema(_Table):
 
     @pa.dataframe_check(error="busbw_gbps must equal algbw_gbps times the op's nccl-tests factor for world_size")
     def busbw_matches_factor(cls, df: pd.DataFrame) -> Series[bool]:
-        """Bus bandwidth is algorithm bandwidth times the op's factor (all_reduce 2(n-1)/n, …)."""
+        """Bus bandwidth is algorithm bandwidth times the op's factor (all_reduce 2(n-1)/n, …).
+
+        Rows whose world size is null (an import whose log did not tell it) keep their printed busbw: not checked.
+        """
         return busbw_matches(df)
 
     @pa.dataframe_check(error="check_ok must be true exactly when wrong is 0")
