@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
+from pathlib import Path
 
 from shardscope.contracts.jobs import CollectiveJob, JobSpec, PeerJob, TrainingJob
 from shardscope.errors import UserError
+from shardscope.fileio import atomic_write_bytes
 from shardscope.plan.jobs import find_job, load_plan
 
 
@@ -80,7 +81,7 @@ def run_peer(job: PeerJob, out: str, log: str) -> int:
     command = peer_command(job.binary, job.world_size, dataclasses.asdict(job.sweep), job.dtype, job.check)
     status = run_guarded(["env", *env_words(job.launch_env()), *command], job.job_id, log, job.wall_s)
     if status == 0:
-        shutil.copyfile(log, out)
+        atomic_write_bytes(out, Path(log).read_bytes())
     return status
 
 
