@@ -179,7 +179,7 @@ JOB_BLOCK = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\n(?:[ \t]+.*\n)*?
 def dry_run_jobs(configfile: Path) -> list[tuple[str, str]]:
     """(rule, output files) of every job a dry run of the whole pipeline would run."""
     result = run_snakemake(configfile, "--dry-run")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     return JOB_BLOCK.findall(result.stdout + "\n" + result.stderr)
 
 
@@ -195,7 +195,7 @@ def replan(configfile: Path) -> None:
     result = subprocess.run([*SNAKEMAKE, str(Path(yaml.safe_load(configfile.read_text())["results"]) / "plan" / "plan.json"),
                              "--cores", "1", "--configfile", str(configfile)], cwd=REPO, capture_output=True, text=True,
                             timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
 
 def test_a_job_reruns_when_and_only_when_its_own_spec_changes(pipeline, tmp_path):
@@ -204,8 +204,8 @@ def test_a_job_reruns_when_and_only_when_its_own_spec_changes(pipeline, tmp_path
     results, configfile = pipeline
 
     def unrelated(config):
-        config["emulated"] = {"enabled": False, "timeout_s": 5, "sweep": {"min_bytes": 1, "max_bytes": 2, "factor": 2,
-                                                                          "warmup": 0, "iters": 1}}
+        config["emulated"] = {"enabled": False, "timeout_s": 60, "sweep": {"min_bytes": 1024, "max_bytes": 4096,
+                                                                           "factor": 2, "warmup": 1, "iters": 1}}
 
     jobs = dry_run_jobs(edited(configfile, tmp_path / "a.yaml", unrelated))
     assert not {rule for rule, _ in jobs} & (MEASURING | {"plan", "topology"}), jobs

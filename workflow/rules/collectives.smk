@@ -18,9 +18,10 @@ JOB_SPEC = f"{RESULTS}/plan/jobs/{{job}}.json"
 JOB_RUN = f"{SHARDSCOPE} job run --plan {PLAN}"
 
 
-def nccl_tests_peer_results(wildcards):
-    """Input function of the collect rule: the nccl-tests peer results the planner planned ([] where it skipped them)."""
-    return [f"{RESULTS}/collectives/{job['job_id']}.json" for job in plan_doc().get("nccl_tests", [])]
+#: Input function of the collect rule: the nccl-tests peer results the planner planned ([] where it skipped them).
+nccl_tests_peer_results = lambda wildcards: [
+    f"{RESULTS}/collectives/{job['job_id']}.json" for job in plan_doc().get("nccl_tests", [])
+]
 
 
 rule collective:
