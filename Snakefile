@@ -1,5 +1,5 @@
 # shardscope: which data-parallel strategy is fastest within memory on this machine, and why.
-# Stages and their data contracts: ../shared/DESIGN.md; config keys: config/README.md.
+# Stages and their data contracts: docs/design.md; config keys: config/README.md.
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version

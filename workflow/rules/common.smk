@@ -25,10 +25,10 @@ SHARDSCOPE = f"{PY} -m shardscope"
 TORCHRUN = f"{PY} -m torch.distributed.run"
 
 # Cheap bookkeeping rules run where Snakemake runs, also under the Slurm profile; the topology
-# probe and the timed jobs run on compute nodes.
+# probe, the plan (it looks for all_reduce_perf and root on the node the jobs run on) and the
+# timed jobs run on compute nodes.
 localrules:
     all,
-    plan,
     collect,
     figures,
     paper,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from shardscope.errors import UserError
 
 #: Stages whose ``commands.register`` adds subcommands, in the order ``--help`` lists them.
-STAGES = ("topology", "plan", "collectives", "training", "results", "figures", "paper", "costmodel", "emulated", "cluster", "diagnose")
+STAGES = ("topology", "plan", "jobs", "collectives", "training", "results", "figures", "paper", "costmodel", "emulated", "cluster", "diagnose")
 
 
 def build_parser() -> argparse.ArgumentParser:

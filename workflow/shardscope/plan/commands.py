@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from shardscope.errors import UserError
@@ -47,6 +48,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         where = args.config or "--config-json"
         raise UserError(f"{where}: the config lacks key {exc.args[0]!r}; expected every key of config/config.yaml") from None
     write_output(dump_json(plan), args.out)
+    if args.jobs_dir:
+        from shardscope.plan.jobs import write_job_files
+
+        write_job_files(plan, args.jobs_dir)
+    for skip in plan["skipped"]:
+        print(f"shardscope: {skip['reason']}", file=sys.stderr)
     return 0
 
 
@@ -58,4 +65,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     source.add_argument("--config", help="the pipeline's config YAML (as validated by the Snakefile)")
     source.add_argument("--config-json", help="the effective config as a JSON string (what the pipeline passes)")
     p.add_argument("--out")
+    p.add_argument("--jobs-dir", help="also write one spec file per job here ({id}.json), rewritten only when it changes")
     p.set_defaults(func=_cmd_plan)

@@ -267,7 +267,7 @@ class TopologiesSchema(_Table):
 
     @pa.dataframe_check(error="fabric cpu needs gpu_count 0, fabric single needs gpu_count 1, any other fabric at least 2 GPUs")
     def fabric_matches_gpu_count(cls, df: pd.DataFrame) -> Series[bool]:
-        """The fabric class is defined by the GPU count for zero and one GPU (DESIGN.md)."""
+        """The fabric class is defined by the GPU count for zero and one GPU (docs/design.md)."""
         n, fabric = df["gpu_count"], df["fabric"]
         return ((fabric == "cpu") & (n == 0)) | ((fabric == "single") & (n == 1)) | (~fabric.isin(["cpu", "single"]) & (n >= 2))
 

@@ -126,7 +126,7 @@ class Topology:
 
     @property
     def fabric(self) -> str:
-        """The fabric class of DESIGN.md derived from the GPUs and links."""
+        """The fabric class (docs/design.md) derived from the GPUs and links."""
         if self.fabric_override is not None:
             return self.fabric_override
         return classify_fabric([g.index for g in self.gpus], self.links, nvlink_budgets(self.gpus))
@@ -222,7 +222,7 @@ def _over_budget(gpu_indices: list[int], links: list[Link], budgets: Mapping[int
 
 
 def classify_fabric(gpu_indices: list[int], links: list[Link], budgets: Mapping[int, int] | None = None) -> str:
-    """Fabric class from the NVLink graph (see DESIGN.md for the meaning of each).
+    """Fabric class from the NVLink graph (see docs/design.md and topology.schema.json for the meaning of each).
 
     All pairs NVLinked is ``nvswitch`` when some GPU's NVLink counts over its peers exceed
     its budget (``budgets`` by GPU index, :data:`DEFAULT_NVLINK_BUDGET` where missing): no GPU

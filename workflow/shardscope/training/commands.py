@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING
 
 from shardscope.errors import UserError
@@ -42,30 +41,13 @@ def _train_job(args: argparse.Namespace) -> TrainJob:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from shardscope.training.launch import launch
+    from shardscope.training.launch import cuda_available, launch, worker_args
 
     job = _train_job(args)
-    model = args.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
-    worker_args = ["--strategy", args.strategy, "--model", model, "--micro-batch", str(args.micro_batch),
-                   "--seq-len", str(args.seq_len), "--warmup", str(args.warmup), "--steps", str(args.steps),
-                   "--dtype", args.dtype, "--placement", args.placement, "--seed", str(args.seed)]
-    if args.memory_budget_bytes is not None:
-        worker_args += ["--memory-budget-bytes", str(args.memory_budget_bytes)]
-    if args.job_id:
-        worker_args += ["--job-id", args.job_id]
-    if args.cpu:
-        worker_args.append("--cpu")
-    if args.comm_profile:
-        worker_args.append("--comm-profile")
+    flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile)
     described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
-    return launch(args.nproc, worker_args, described, args.out, args.log, cpu=args.cpu or not _cuda_available(),
+    return launch(args.nproc, flags, described, args.out, args.log, cpu=args.cpu or not cuda_available(),
                   nodes=args.nodes)
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
