@@ -7,8 +7,9 @@ whatever the number of ranks. GB/s means 1e9 bytes per second, as in nccl-tests.
 
 from __future__ import annotations
 
-#: Every collective the benchmark knows, with nccl-tests' name for its binary.
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
+from shardscope.contracts.names import OPS
+
+__all__ = ["OPS", "algbw_gbps", "busbw_factor", "busbw_gbps"]
 
 
 def busbw_factor(op: str, world_size: int) -> float:

@@ -21,9 +21,9 @@ from shardscope.costmodel.placement import (
 )
 from shardscope.costmodel.step import StepAssumptions, StepPrediction, predict_step
 from shardscope.errors import UserError
-from shardscope.training.model import ModelConfig, resolve_model
+from shardscope.contracts.models import ModelConfig, resolve_model
 from shardscope.training.peak_flops import peak_flops
-from shardscope.training.strategies import STRATEGIES
+from shardscope.contracts.names import STRATEGIES
 
 #: The strategies the question is about; ``--strategies`` adds ``fsdp_grad_op`` or ``zero0``.
 DEFAULT_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")

@@ -31,8 +31,8 @@ from typing import Any
 
 from shardscope.collectives.factors import OPS
 from shardscope.training.memory_model import predict_memory
-from shardscope.training.model import ModelConfig
-from shardscope.training.strategies import STRATEGIES
+from shardscope.contracts.models import ModelConfig
+from shardscope.contracts.names import STRATEGIES
 
 #: Model FLOPs utilisation assumed for compute: PaLM reports 46.2% MFU training 540B on TPU v4
 #: (Chowdhery et al. 2022, Table 3); Megatron-LM/torchtitan Llama runs report 40–50% on H100.

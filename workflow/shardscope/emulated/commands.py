@@ -97,7 +97,7 @@ def _cmd_collectives(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from shardscope.emulated.launch import run_training
-    from shardscope.training.strategies import STRATEGIES
+    from shardscope.contracts.names import STRATEGIES
 
     if args.strategy not in STRATEGIES:
         raise UserError(f"--strategy {args.strategy!r} is not a strategy; expected one of {', '.join(STRATEGIES)}")

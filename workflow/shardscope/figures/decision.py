@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from shardscope.training.memory_model import predict_memory
-from shardscope.training.model import PRESETS
+from shardscope.contracts.models import PRESETS
 
 GPUS = 8
 GPU_MEMORY_GB = (24, 40, 80, 141)

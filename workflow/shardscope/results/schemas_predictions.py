@@ -16,7 +16,7 @@ from pandera.typing import Series
 from shardscope.collectives.factors import OPS
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.topology.model import FABRICS
-from shardscope.training.strategies import STRATEGIES
+from shardscope.contracts.names import STRATEGIES
 
 #: Modeled values are computed, not printed and re-read: their relations hold to rounding error.
 MODELED_RTOL = 1e-6

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: The fabric classes of DESIGN.md, in the order a reader would rank them.
-FABRICS = ("nvswitch", "nvlink_mesh", "nvlink_partial", "nvlink_islands", "pcie", "single", "cpu")
+from shardscope.contracts.names import FABRICS
 
 _NV_CODE = re.compile(r"^NV(\d+)$")
 #: PCIe path codes of nvidia-smi, from nearest to farthest.

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def _cmd_memory(args: argparse.Namespace) -> int:
     from shardscope.training.memory_model import assumptions, memory_table
     from shardscope.training.memory_report import format_memory_table
-    from shardscope.training.model import parse_model_spec
+    from shardscope.contracts.models import parse_model_spec
 
     try:
         per_param = assumptions(args.dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, args.optimizer_bytes)

@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardscope.training.model import ModelConfig, resolve_model
-from shardscope.training.strategies import STRATEGIES
-
-#: dtypes a job may train in (fp16 is left out: DeepSpeed on CPU refuses it, and bf16 covers GPUs).
-DTYPE_NAMES = ("bfloat16", "float32")
+from shardscope.contracts.models import ModelConfig, resolve_model
+from shardscope.contracts.names import STRATEGIES
+from shardscope.contracts.names import TRAINING_DTYPES as DTYPE_NAMES
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> None:

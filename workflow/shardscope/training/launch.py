@@ -16,6 +16,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,11 +28,71 @@ if TYPE_CHECKING:
     from shardscope.cluster.slurm import Allocation
 
 
-def prebuild_deepspeed_cpu_ops(log: Any) -> None:
-    """Build DeepSpeed's shared-memory comm op once, so ranks do not race to JIT-build it."""
-    env = dict(os.environ, DS_ACCELERATOR="cpu")
+#: DeepSpeed's CPU shared-memory comm op: the one C++ extension a CPU ZeRO job builds.
+SHM_OP = "deepspeed_shm_comm"
+
+
+def extensions_dir() -> Path:
+    """Where this environment's DeepSpeed/torch C++ ops are cached: ``TORCH_EXTENSIONS_DIR``, else under ``sys.prefix``.
+
+    torch's default (``~/.cache/torch_extensions``) is shared by every environment of the user,
+    and two environments with different torch or compiler flags rebuild each other's op in
+    every job; a folder inside the environment is built once and reused by every job.
+    """
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(sys.prefix) / "torch_extensions")
+
+
+def ops_env(cpu: bool) -> dict[str, str]:
+    """The environment of a training job: this environment's extension cache (and DeepSpeed's CPU accelerator on CPU)."""
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(extensions_dir()))
+    if cpu:
+        env.setdefault("DS_ACCELERATOR", "cpu")
+    return env
+
+
+def shm_op_built(folder: Path | None = None) -> bool:
+    """True when the shared-memory comm op is already built in ``folder`` (this environment's cache by default)."""
+    folder = folder or extensions_dir()
+    return (folder / SHM_OP / f"{SHM_OP}.so").is_file()
+
+
+#: A build lock older than this is left by a killed build (the build itself takes well under a minute).
+STALE_LOCK_S = 600.0
+
+
+def clear_stale_build_lock(build_dir: Path, log: Any, max_age_s: float = STALE_LOCK_S) -> bool:
+    """Remove torch's build lock in ``build_dir`` when it is older than ``max_age_s``; say so in the log.
+
+    torch's file baton is only a file: a build killed mid-way leaves it behind, and every later
+    build in this environment then waits on it forever. Builds run one at a time here (the prebuild,
+    before the ranks start), so a lock that old belongs to no live build.
+    """
+    lock = build_dir / "lock"
+    try:
+        age_s = time.time() - lock.stat().st_mtime
+    except OSError:
+        return False
+    if age_s < max_age_s:
+        return False
+    lock.unlink(missing_ok=True)
+    log.write(f"shardscope: removed a stale build lock {lock} ({age_s:.0f} s old, left by a killed build)\n")
+    return True
+
+
+def prebuild_deepspeed_cpu_ops(log: Any, env: dict[str, str] | None = None) -> bool:
+    """Build DeepSpeed's shared-memory comm op once per environment, before the ranks start.
+
+    Skipped (no DeepSpeed import, seconds saved per job) when the op is already in this
+    environment's cache; otherwise one process builds it, so ranks only load it and never race
+    to JIT-build it. Returns whether a build ran.
+    """
+    env = dict(env or ops_env(cpu=True), DS_ACCELERATOR="cpu")
+    if shm_op_built(Path(env["TORCH_EXTENSIONS_DIR"])):
+        return False
+    clear_stale_build_lock(Path(env["TORCH_EXTENSIONS_DIR"]) / SHM_OP, log)
     code = "from deepspeed.comm.torch import build_shm_op; build_shm_op()"
     subprocess.run([sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    return True
 
 
 def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int, log_path: str) -> dict[str, Any]:
@@ -81,12 +142,13 @@ def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, lo
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:
         Path(stale).unlink(missing_ok=True)
+    env = ops_env(cpu)
     with open(log_path, "a", encoding="utf-8") as log:
         if cpu and job["strategy"].startswith("zero"):
-            prebuild_deepspeed_cpu_ops(log)
+            prebuild_deepspeed_cpu_ops(log, env)
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False).returncode
     if returncode == 0 and Path(out).exists():
         return 0
     atomic_write_json(out, failure_document(job, out, world_size, returncode, log_path))

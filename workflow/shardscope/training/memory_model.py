@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from shardscope.training.model import resolve_model
-from shardscope.training.strategies import STRATEGIES
+from shardscope.contracts.models import resolve_model
+from shardscope.contracts.names import STRATEGIES
 
 #: Which of (parameters, gradients, optimizer state) each strategy shards across ranks.
 SHARDED: dict[str, tuple[bool, bool, bool]] = {

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from shardscope.device import DistContext
+from shardscope.contracts.names import STRATEGIES
 from shardscope.training.model import GPT, ModelConfig
 
-STRATEGIES = ("ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3")
+__all__ = ["STRATEGIES", "OptimConfig", "Prepared", "prepare", "seeded_model"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,128 @@
+"""The decoder's shape and the published presets, torch-free (the modeling stages need them too).
+
+:class:`ModelConfig` is the shape of :class:`shardscope.training.model.GPT`; its parameter count
+and FLOPs per token are computed here without building the model. Presets carry the published
+shapes so parameter counts match the real models; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, fields, replace
+from typing import Any
+
+__all__ = ["PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the decoder."""
+
+    n_layers: int
+    """Number of transformer blocks."""
+    d_model: int
+    """Hidden size."""
+    n_heads: int
+    """Attention (query) heads; ``d_model`` must divide evenly."""
+    n_kv_heads: int
+    """Key/value heads (grouped-query attention); divides ``n_heads``."""
+    d_ff: int
+    """Inner size of the SwiGLU MLP."""
+    vocab_size: int
+    """Vocabulary size of the (synthetic) tokens."""
+    max_seq_len: int = 2048
+    """Longest sequence the model is sized for (no learned positions; recorded for FLOPs)."""
+    tie_embeddings: bool = False
+    """Share the input embedding with the output head (GPT-2, Llama 3.2 1B) or not (Mistral)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "tie_embeddings":
+                if not isinstance(value, bool):
+                    raise ValueError(f"model.tie_embeddings must be true or false, got {value!r}")
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"model.{f.name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"model.n_heads ({self.n_heads}) must be divisible by model.n_kv_heads ({self.n_kv_heads})")
+
+    @property
+    def head_dim(self) -> int:
+        """Size of one attention head."""
+        return self.d_model // self.n_heads
+
+    def param_count(self) -> int:
+        """Exact number of parameters of :class:`GPT` with this shape, computed without building it."""
+        kv = self.n_kv_heads * self.head_dim
+        attn = self.d_model * (self.d_model + 2 * kv) + self.d_model * self.d_model
+        mlp = 3 * self.d_model * self.d_ff
+        block = attn + mlp + 2 * self.d_model
+        embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
+        return embeddings + self.n_layers * block + self.d_model
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token: 6·N for the matmuls plus attention scores (PaLM appendix B)."""
+        non_embedding = self.param_count() - self.vocab_size * self.d_model
+        return 6.0 * non_embedding + 12.0 * self.n_layers * self.d_model * seq_len
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary of the shape, as stored with results."""
+        return asdict(self)
+
+
+#: Published shapes. Mistral-7B: 32 layers, hidden 4096, 32 heads, 8 KV heads, MLP 14336, vocab 32000
+#: (7.24 B). Llama 3.2 1B: 16 x 2048, 32/8 heads, MLP 8192, vocab 128256, tied (1.24 B). GPT-2 small
+#: keeps its 12 x 768 shape and tied embeddings; its GELU MLP of 3072 becomes a SwiGLU of 2048
+#: (same weights per block) and rotary replaces learned positions: 123.5 M against 124.4 M.
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=4, d_ff=512, vocab_size=1024, max_seq_len=128),
+    "gpt2-small": ModelConfig(n_layers=12, d_model=768, n_heads=12, n_kv_heads=12, d_ff=2048, vocab_size=50257, max_seq_len=1024, tie_embeddings=True),
+    "llama-1b": ModelConfig(n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192, vocab_size=128256, max_seq_len=2048, tie_embeddings=True),
+    "mistral-7b": ModelConfig(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, vocab_size=32000, max_seq_len=4096),
+}
+
+
+def _preset(name: Any) -> ModelConfig:
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)} or explicit dimensions")
+    return PRESETS[name]
+
+
+def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
+    """A model from a preset name or explicit dimensions (a dict, optionally with ``preset`` to override).
+
+    Every problem is a ``ValueError`` of one sentence naming the preset or field, so the command
+    line can report it as a user error before any process starts.
+    """
+    if isinstance(spec, str):
+        return spec, _preset(spec)
+    if not isinstance(spec, dict):
+        raise ValueError(f"model must be a preset name or an object of dimensions, got {type(spec).__name__}")
+    spec = dict(spec)
+    name = spec.pop("name", None)
+    base = spec.pop("preset", None)
+    known = {f.name for f in fields(ModelConfig)}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"unknown model field(s) {', '.join(unknown)}; expected some of name, preset, {', '.join(sorted(known))}")
+    if base is not None:
+        config = replace(_preset(base), **spec)
+    else:
+        missing = [f.name for f in fields(ModelConfig) if f.name not in spec and f.default is MISSING]
+        if missing:
+            raise ValueError(f"model without a preset needs {', '.join(missing)}")
+        config = ModelConfig(**spec)
+    return name or base or "custom", config
+
+
+def parse_model_spec(text: str) -> str | dict[str, Any]:
+    """A ``--model`` value: a preset name, or a JSON object of dimensions (as the pipeline passes it)."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return json.loads(text)  # text starting with "{" parses only as an object
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--model looks like JSON but does not parse ({exc.msg} at column {exc.colno})") from None

@@ -1,0 +1,18 @@
+"""The vocabulary every stage shares: strategies, collective ops, fabric classes, outcomes, transports."""
+
+from __future__ import annotations
+
+#: Data-parallel strategies: torch DDP, FSDP2 (full shard / no reshard after forward) and DeepSpeed ZeRO-0..3.
+STRATEGIES = ("ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3")
+#: Every collective the benchmark knows (nccl-tests has a binary for each).
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
+#: Fabric classes of a node's GPUs, in the order a reader would rank them (see docs/design.md).
+FABRICS = ("nvswitch", "nvlink_mesh", "nvlink_partial", "nvlink_islands", "pcie", "single", "cpu")
+#: How a training job ended: it ran, ran out of memory, peaked above the budget, or failed otherwise.
+OUTCOMES = ("ok", "oom", "over_budget", "failed")
+#: Transports a collective job compares: NCCL's choice, or NVLink switched off (PCIe / shared memory).
+TRANSPORTS = ("default", "pcie")
+#: dtypes a training job may train in (fp16 is left out: DeepSpeed on CPU refuses it, and bf16 covers GPUs).
+TRAINING_DTYPES = ("bfloat16", "float32")
+#: dtypes of collective buffers.
+COLLECTIVE_DTYPES = ("float32", "bfloat16", "float16")
