@@ -16,7 +16,8 @@ After the step every storage it saw is put in one category:
     created during forward, alive when forward returned, and not backing a module parameter
     then: what autograd saved for backward (and the loss).
 ``buffers``
-    everything else: gathered parameters (FSDP, ZeRO-3), communication buckets, gradients of
+    everything else: gathered parameters (FSDP, ZeRO-3; a storage resized to or from 0 in place
+    is one, even where autograd saved a view of it), communication buckets, gradients of
     activations during backward, the optimizer step's temporaries.
 
 The step's transient peak is the largest ``activations + buffers`` alive at once; the
@@ -92,6 +93,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._live: dict[int, _Storage] = {}
         self._forward_end_records: set[int] = set()
         self._param_ptrs_at_forward_end: set[int] = set()
+        self._state_ptrs: set[int] = set()
         self._phase_starts: dict[str, int] = {"forward": 0}
 
     def phase(self, name: str) -> None:
@@ -111,6 +113,7 @@ class TensorMemoryTracker(TorchDispatchMode):
     def set_state(self, state_ptrs: set[int]) -> None:
         """The data pointers of parameters, gradients and optimizer state after backward."""
         self._poll()
+        self._state_ptrs = set(state_ptrs)
         for record in self._live.values():
             if record.ptr and record.ptr in state_ptrs:
                 record.state = True
@@ -124,6 +127,9 @@ class TensorMemoryTracker(TorchDispatchMode):
         except RuntimeError:  # a wrapper subclass's (DTensor's) placeholder storage holds no memory
             return
         record = _Storage(weakref.ref(storage, self._dead_callback(key)), self._phase, self._op, storage.nbytes(), ptr)
+        # A storage first seen after backward but held as state (an optimizer moment updated in
+        # place in the step) is state, not a step temporary.
+        record.state = bool(ptr) and ptr in self._state_ptrs
         self._by_id[len(self._by_id)] = record
         self._live[key] = record
 
@@ -197,6 +203,8 @@ class TensorMemoryTracker(TorchDispatchMode):
     def _classify(self, record: _Storage) -> str:
         if record.state:
             return "state"
+        if any(nbytes == 0 for _, nbytes in record.sizes):
+            return "buffers"  # resized in place: an unsharded parameter that FSDP frees and re-gathers
         alive_at_forward_end = record.phase == "forward" and id(record) in self._forward_end_records
         if alive_at_forward_end and record.ptr not in self._param_ptrs_at_forward_end:
             return "activations"
