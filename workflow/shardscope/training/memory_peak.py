@@ -362,3 +362,47 @@ def largest_micro_batch(strategy: str, cfg: ModelConfig, gpus: int, capacity_byt
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)
     return low
+
+
+def megatron_layer_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, recompute: str = "none") -> int:
+    """Activation bytes of one Megatron GPT layer, tensor by tensor (16-bit, no tensor parallelism).
+
+    The same counting as for :class:`GPT` applied to the layer of Korthikanti et al. 2022
+    ("Reducing Activation Recomputation in Large Transformer Models", section 4.1): LayerNorm,
+    multi-head attention with dropout, a 4h GELU MLP with dropout. Kept to check this module's
+    method against the paper's published totals (``tests/data/published/memory``).
+    ``recompute``: ``none``, ``selective`` (the attention-score tensors recomputed) or ``full``.
+    """
+    sbh = seq_len * micro_batch * hidden
+    as2b = heads * seq_len * seq_len * micro_batch
+    attention_linear = {"qkv_input": 2 * sbh, "q_and_k": 4 * sbh, "v": 2 * sbh, "projection_input": 2 * sbh,
+                        "projection_dropout_mask": sbh}
+    attention_scores = {"softmax_output": 2 * as2b, "softmax_dropout_mask": as2b, "softmax_dropout_output": 2 * as2b}
+    mlp = {"fc1_input": 2 * sbh, "gelu_input": 8 * sbh, "fc2_input": 8 * sbh, "dropout_mask": sbh}
+    norms = {"layernorm_inputs": 4 * sbh}
+    if recompute == "full":
+        return 2 * sbh  # only the layer's input is kept
+    if recompute not in ("none", "selective"):
+        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    parts = {**attention_linear, **mlp, **norms}
+    if recompute == "none":
+        parts.update(attention_scores)
+    return sum(parts.values())
+
+
+def deepspeed_estimator_states(strategy: str, n_params: int, largest_layer_params: int, gpus: int,
+                               offload_optimizer: bool = False, offload_params: bool = False) -> int:
+    """Model-state bytes per GPU under DeepSpeed's own assumption (its ``memory.rst``), for ``zero2``/``zero3``.
+
+    DeepSpeed counts 16-bit parameters (2) and gradients (2) plus fp32 gradients, master weights
+    and Adam's moments (16) per parameter; ZeRO-2 keeps the 16-bit parameters and gradients whole
+    (``4Ψ + 16Ψ/N``), ZeRO-3 shards everything and gathers the largest layer's 16-bit
+    parameters and gradients (``4·largest + 18Ψ/N``). Offloading moves the 16 (and, for
+    ZeRO-3 parameters, the 2) to the CPU. Our sharding and offload arithmetic under their bytes.
+    """
+    if strategy == "zero2":
+        return int(2 * n_params if offload_optimizer else 4 * n_params + 16 * n_params / gpus)
+    if strategy == "zero3":
+        on_gpu = 0 if offload_params else 2
+        return int(4 * largest_layer_params + (on_gpu + (0 if offload_optimizer else 16)) * n_params / gpus)
+    raise ValueError(f"DeepSpeed publishes estimators for zero2 and zero3 only, not {strategy!r}")
