@@ -36,7 +36,11 @@ def _modeled_value(terms: PeakTerms, name: str) -> int:
 
 
 def compare_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> dict[str, Any]:
-    """Per category: measured (largest rank), modeled, and their ratio; plus both peaks' phases."""
+    """Per category: measured (largest rank), modeled, and their ratio; plus both peaks' phases.
+
+    Buffers are measured at the run's peak, so they are set against the modeled buffers of the
+    phase the run peaked in; the whole peak is set against the modeled peak, whatever its phase.
+    """
     terms = modeled_for_job(doc, overhead_fraction)
     ranks = doc["ranks"]
     peak_rank = max(ranks, key=lambda r: r.get("tracked_peak_bytes") or 0)
@@ -50,6 +54,10 @@ def compare_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> dict[str
         if not values:
             continue
         measured, modeled = max(values), _modeled_value(terms, modeled_name)
+        if measured_key == "buffer_bytes" and out["measured_phase"] in terms.phases:
+            # buffers are compared in the phase the run peaked in (where they were counted)
+            parts = terms.phases[out["measured_phase"]]
+            modeled = sum(v for k, v in parts.items() if k != "activations")
         out["categories"][measured_key] = {"measured": measured, "modeled": modeled,
                                            "ratio": measured / modeled if modeled else None}
     return out

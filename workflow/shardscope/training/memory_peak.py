@@ -22,10 +22,11 @@ activations (saved for backward, alive when forward returns)
     under GQA); SDPA/flash keeps none. Full checkpointing keeps each block's input and one
     block's activations while that block is recomputed in backward.
 buffers (temporary, by phase)
-    forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's unsharded
-    embedding/head; ``fsdp_grad_op`` keeps every unit unsharded plus one gather buffer.
+    forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's gathered flat
+    buffer and its unsharded embedding/head copies; ``fsdp_grad_op`` keeps every unit unsharded
+    plus one gather buffer.
     backward (right after the head's backward, when the head's activations are gone): the
-    logits' gradient; ZeRO-1/2 the reduce bucket (``reduce_bucket_size`` elements, allocated
+    logits' gradient (FSDP: already freed when the last block is re-gathered); ZeRO-1/2 the reduce bucket (``reduce_bucket_size`` elements, allocated
     whole; ZeRO-1 also a block's full gradients, which stage 1 keeps until they are reduced); FSDP the root unsharded plus three block-sized buffers (gathered flat buffer,
     unsharded parameters, unsharded gradients); ZeRO-3 every parameter reused within
     ``stage3_max_reuse_distance`` (1e9 elements) stays gathered, plus the reduce bucket.
@@ -217,9 +218,10 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         if strategy == "zero1":  # stage 1 keeps a block's full gradients until they are reduced
             backward["block_grads"] = block_params(cfg) * e_grad
     elif strategy == "fsdp":
-        forward["root_unsharded"] = root
+        forward["root_gather_and_unsharded"] = 2 * root
         backward["root_unsharded"] = root
         backward["block_gather_params_grads"] = 3 * block
+        del backward["logits_grad"]  # freed before the last block is gathered again
     elif strategy == "fsdp_grad_op":
         forward["all_units_unsharded"] = cfg.param_count() * e_param
         forward["block_gather"] = block
