@@ -1,6 +1,7 @@
 """The memory model against the tensor tracker: strategies x model sizes x sequence lengths on CPU.
 
     .venv/bin/python benchmarks/memory_model_check.py [--strategies ddp,zero1,...] [--seqs 64,128] [--out FILE]
+        [--keep DIR | --from-docs DIR]
 
 Runs each job through ``shardscope train`` (2 CPU ranks, gloo, 1 warmup + 1 timed step, which
 also runs the tracked step), calibrates the overhead fraction on the first job and prints, per
@@ -27,10 +28,10 @@ MODELS = {
 
 
 def run_job(tmp: Path, strategy: str, model: str, seq: int, micro_batch: int) -> dict:
-    """One ``shardscope train`` job on 2 CPU ranks; its result document."""
-    out, log = tmp / f"{strategy}-{seq}-{abs(hash(model)) % 10**6}.json", tmp / "logs" / f"{strategy}.log"
+    """One ``shardscope train`` job of ``model`` (a key of MODELS) on 2 CPU ranks; its result document."""
+    out, log = tmp / f"{strategy}-{model}-{seq}.json", tmp / "logs" / f"{strategy}-{model}-{seq}.log"
     env = dict(os.environ, SHARDSCOPE_THREADS_PER_RANK="1")
-    cmd = [sys.executable, "-m", "shardscope", "train", "--strategy", strategy, "--model", model, "--nproc", "2",
+    cmd = [sys.executable, "-m", "shardscope", "train", "--strategy", strategy, "--model", MODELS[model], "--nproc", "2",
            "--warmup", "1", "--steps", "1", "--seq-len", str(seq), "--micro-batch", str(micro_batch), "--cpu",
            "--out", str(out), "--log", str(log)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -50,13 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seqs", default="64,128")
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--out", help="write the rows as JSON here")
+    p.add_argument("--keep", help="keep every job's result document in this folder")
+    p.add_argument("--from-docs", help="compare the documents a --keep run left in this folder instead of running jobs")
     args = p.parse_args(argv)
     rows, fraction, worst = [], None, 0.0
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for model in args.models.split(","):
             for seq in (int(s) for s in args.seqs.split(",")):
                 for strategy in args.strategies.split(","):
-                    doc = run_job(Path(tmp), strategy, MODELS[model], seq, args.micro_batch)
+                    if args.from_docs:
+                        doc = json.loads((Path(args.from_docs) / f"{strategy}-{model}-{seq}.json").read_text())
+                    else:
+                        doc = run_job(Path(tmp), strategy, model, seq, args.micro_batch)
                     if fraction is None:
                         measured = max(r["tracked_peak_bytes"] for r in doc["ranks"])
                         fraction = calibrate_overhead(measured, modeled_for_job(doc))

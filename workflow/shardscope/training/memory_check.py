@@ -55,8 +55,10 @@ def compare_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> dict[str
             continue
         measured, modeled = max(values), _modeled_value(terms, modeled_name)
         if measured_key == "buffer_bytes" and out["measured_phase"] in terms.phases:
-            # buffers are compared in the phase the run peaked in (where they were counted)
-            parts = terms.phases[out["measured_phase"]]
+            # buffers are compared in the phase the run peaked in (where they were counted); the
+            # tracker's "backward" is the model's head ("backward") or blocks ("backward_blocks") part
+            names = [n for n in terms.phases if n.split("_")[0] == out["measured_phase"]]
+            parts = max((terms.phases[n] for n in names), key=lambda phase: sum(phase.values()))
             modeled = sum(v for k, v in parts.items() if k != "activations")
         out["categories"][measured_key] = {"measured": measured, "modeled": modeled,
                                            "ratio": measured / modeled if modeled else None}

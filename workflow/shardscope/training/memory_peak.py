@@ -25,11 +25,14 @@ buffers (temporary, by phase)
     forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's gathered flat
     buffer and its unsharded embedding/head copies; ``fsdp_grad_op`` keeps every unit unsharded
     plus one gather buffer.
-    backward (right after the head's backward, when the head's activations are gone): the
-    logits' gradient (FSDP: already freed when the last block is re-gathered); ZeRO-1/2 the reduce bucket (``reduce_bucket_size`` elements, allocated
-    whole; ZeRO-1 also a block's full gradients, which stage 1 keeps until they are reduced); FSDP the root unsharded plus three block-sized buffers (gathered flat buffer,
-    unsharded parameters, unsharded gradients); ZeRO-3 every parameter reused within
-    ``stage3_max_reuse_distance`` (1e9 elements) stays gathered, plus the reduce bucket.
+    backward, the head's (the log-softmax output consumed): the logits' gradient; DDP the
+    head weight's gradient before it is copied into its bucket view; ZeRO-1/2 the reduce
+    bucket (``reduce_bucket_size`` elements, allocated whole); ZeRO-3 every parameter reused
+    within ``stage3_max_reuse_distance`` (1e9 elements) still gathered, plus the bucket.
+    backward, inside the blocks (the output side's activations gone): FSDP the root unsharded
+    plus three block-sized buffers (gathered flat buffer, unsharded parameters, unsharded
+    gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
+    (:func:`zero1_backward`).
     step: the optimizer's temporaries (see :func:`step_temporaries`).
 overhead
     what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
@@ -205,34 +208,54 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
 
 
 def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: int, policy: str) -> dict[str, dict[str, int]]:
-    """Buffers each phase holds besides the activations, by name (see the module docstring)."""
+    """Buffers each phase holds besides the activations, by name (see the module docstring).
+
+    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward:
+    the log-softmax output consumed, the logits' gradient alive) and ``backward_blocks`` (inside
+    the blocks' backward, the output side's activations gone).
+    """
     e_param = 4 if policy in ("fp32", "autocast") else 2
     e_grad = e_param
-    logits = logits_bytes(cfg, shape, policy)
-    forward: dict[str, int] = {"logits": logits}
-    backward: dict[str, int] = {"logits_grad": shape.tokens * cfg.vocab_size * 4}
     block = block_params(cfg) * e_param
     root = root_params(cfg) * e_param
-    if strategy in ("zero1", "zero2"):
-        backward["reduce_bucket"] = deepspeed_bucket_elements(cfg.param_count()) * e_grad
-        if strategy == "zero1":  # stage 1 keeps a block's full gradients until they are reduced
-            backward["block_grads"] = block_params(cfg) * e_grad
+    forward: dict[str, int] = {"logits": logits_bytes(cfg, shape, policy)}
+    head: dict[str, int] = {"logits_grad": shape.tokens * cfg.vocab_size * 4}
+    blocks: dict[str, int] = {}
+    if strategy in ("ddp", "zero0"):  # autograd's head gradient before it is copied into the bucket view
+        head["head_weight_grad"] = cfg.vocab_size * cfg.d_model * e_grad
+    elif strategy in ("zero1", "zero2"):
+        bucket = deepspeed_bucket_elements(cfg.param_count()) * e_grad
+        head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     elif strategy == "fsdp":
         forward["root_gather_and_unsharded"] = 2 * root
-        backward["root_unsharded"] = root
-        backward["block_gather_params_grads"] = 3 * block
-        del backward["logits_grad"]  # freed before the last block is gathered again
+        head["root_unsharded"] = blocks["root_unsharded"] = root
+        blocks["block_gather_params_grads"] = 3 * block
     elif strategy == "fsdp_grad_op":
-        forward["all_units_unsharded"] = cfg.param_count() * e_param
+        forward["all_units_unsharded"] = head["all_units_unsharded"] = blocks["all_units_unsharded"] = cfg.param_count() * e_param
         forward["block_gather"] = block
-        backward["all_units_unsharded"] = cfg.param_count() * e_param
-        backward["block_grads"] = block
+        blocks["block_grads"] = block
     elif strategy == "zero3":
         gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE) * e_param
-        forward["gathered_params"] = gathered
-        backward["gathered_params"] = gathered
-        backward["reduce_bucket"] = deepspeed_bucket_elements(cfg.param_count()) * e_grad
-    return {"forward": forward, "backward": backward}
+        bucket = deepspeed_bucket_elements(cfg.param_count()) * e_grad
+        forward["gathered_params"] = head["gathered_params"] = blocks["gathered_params"] = gathered
+        head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
+    return {"forward": forward, "backward": head, "backward_blocks": blocks}
+
+
+def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: int) -> dict[str, int]:
+    """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
+
+    Stage 1 keeps every full gradient until the end of backward (it partitions only the
+    optimizer state), so after the head and ``k + 1`` blocks the gradients of those are alive
+    beside the activations of the ``L - k`` blocks not yet freed (a block's gradients exist
+    before its activations go); at the end, all gradients and no activations.
+    """
+    head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
+    block_grads = block_params(cfg) * e_grad
+    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": head_grads + (k + 1) * block_grads,
+                   "activations": (cfg.n_layers - k) * acts["per_block"]} for k in range(cfg.n_layers)]
+    candidates.append({"reduce_bucket": bucket, "full_grads_so_far": cfg.param_count() * e_grad, "activations": 0})
+    return max(candidates, key=lambda parts: sum(parts.values()))
 
 
 @dataclass(frozen=True)
@@ -315,11 +338,16 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     acts = activation_bytes(cfg, shape, policy)
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy)
     step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
+    log_softmax = shape.tokens * cfg.vocab_size * 4
     phases = {
         "forward": {**buffers["forward"], "activations": acts["total"]},
-        "backward": {**buffers["backward"], "activations": acts["blocks"]},
+        "backward": {**buffers["backward"], "activations": acts["total"] - log_softmax},
+        "backward_blocks": {**buffers["backward_blocks"], "activations": acts["blocks"]},
         "step": {"optimizer_temporaries": step_temp, "activations": 0},
     }
+    if strategy == "zero1":
+        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"],
+                                                   4 if policy in ("fp32", "autocast") else 2)
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     phase = max(totals, key=lambda name: totals[name])
     transient = totals[phase]
