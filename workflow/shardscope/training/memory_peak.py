@@ -32,7 +32,9 @@ buffers (temporary, by phase)
     backward, inside the blocks (the output side's activations gone): FSDP the root unsharded
     plus three block-sized buffers (gathered flat buffer, unsharded parameters, unsharded
     gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
-    (:func:`zero1_backward`).
+    (:func:`zero1_backward`). backward, at its end (ZeRO-2/3, with the worker's bucket of Ψ
+    elements, reduced only then): every gradient whole beside the bucket (and ZeRO-3's
+    gathered parameters), no activations left.
     step: the optimizer's temporaries (see :func:`step_temporaries`).
 overhead
     what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
@@ -345,9 +347,11 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         "backward_blocks": {**buffers["backward_blocks"], "activations": acts["blocks"]},
         "step": {"optimizer_temporaries": step_temp, "activations": 0},
     }
+    e_grad = 4 if policy in ("fp32", "autocast") else 2
     if strategy == "zero1":
-        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"],
-                                                   4 if policy in ("fp32", "autocast") else 2)
+        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad)
+    if strategy in ("zero2", "zero3"):  # the end of backward: every gradient whole beside the bucket, before the reduction
+        phases["backward_end"] = {**buffers["backward_blocks"], "full_grads": cfg.param_count() * e_grad, "activations": 0}
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     phase = max(totals, key=lambda name: totals[name])
     transient = totals[phase]
