@@ -32,8 +32,8 @@ buffers (temporary, by phase)
     backward, inside the blocks (the output side's activations gone): FSDP the root unsharded
     plus three block-sized buffers (gathered flat buffer, unsharded parameters, unsharded
     gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
-    (:func:`zero1_backward`). backward, at its end (ZeRO-2/3, with the worker's bucket of Ψ
-    elements, reduced only then): every gradient whole beside the bucket (and ZeRO-3's
+    (:func:`zero1_backward`). backward, at its end (ZeRO-2/3 when one bucket holds every
+    gradient, as the worker's ``max(Ψ, 1e6)`` elements do below 5e8 parameters, reduced only then): every gradient whole beside the bucket (and ZeRO-3's
     gathered parameters), no activations left.
     step: the optimizer's temporaries (see :func:`step_temporaries`).
 overhead
@@ -155,7 +155,10 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
     else:
         blocks = cfg.n_layers * per_block
     head = head_activation_bytes(cfg, shape, policy)
-    return {"blocks": blocks, "head": head, "total": blocks + head, "per_block": per_block}
+    kept = residual_bytes(shape, cfg, policy) if shape.checkpointing == "full" else per_block
+    recomputed = per_block if shape.checkpointing == "full" else 0
+    return {"blocks": blocks, "head": head, "total": blocks + head, "per_block": per_block,
+            "kept_per_block": kept, "recomputed": recomputed}
 
 
 def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
@@ -254,9 +257,13 @@ def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: 
     """
     head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
-    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": head_grads + (k + 1) * block_grads,
-                   "activations": (cfg.n_layers - k) * acts["per_block"]} for k in range(cfg.n_layers)]
-    candidates.append({"reduce_bucket": bucket, "full_grads_so_far": cfg.param_count() * e_grad, "activations": 0})
+    cap = bucket if bucket < cfg.param_count() * e_grad else None  # a full bucket is reduced: no more piles up
+    def grads(nbytes: int) -> int:
+        return min(nbytes, cap) if cap is not None else nbytes
+    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + (k + 1) * block_grads),
+                   "activations": (cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"]}
+                  for k in range(cfg.n_layers)]
+    candidates.append({"reduce_bucket": bucket, "full_grads_so_far": grads(cfg.param_count() * e_grad), "activations": 0})
     return max(candidates, key=lambda parts: sum(parts.values()))
 
 
@@ -350,7 +357,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     if strategy == "zero1":
         phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad)
-    if strategy in ("zero2", "zero3"):  # the end of backward: every gradient whole beside the bucket, before the reduction
+    whole_bucket = deepspeed_bucket_elements(cfg.param_count()) >= cfg.param_count()
+    if strategy in ("zero2", "zero3") and whole_bucket:  # one bucket holds every gradient: reduced only at the end
         phases["backward_end"] = {**buffers["backward_blocks"], "full_grads": cfg.param_count() * e_grad, "activations": 0}
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     phase = max(totals, key=lambda name: totals[name])
