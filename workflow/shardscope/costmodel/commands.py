@@ -245,7 +245,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overlap", type=_fraction, default=DEFAULT_OVERLAP,
                    help=f"share of communication that may hide behind compute (default {DEFAULT_OVERLAP})")
     p.add_argument("--usable-memory", type=_fraction, default=DEFAULT_USABLE_FRACTION,
-                   help=f"share of GPU memory for parameters, gradients and optimizer state (default {DEFAULT_USABLE_FRACTION})")
+                   help=f"share of GPU memory the whole modeled peak may use (default {DEFAULT_USABLE_FRACTION})")
     _topology_args(p)
     p.set_defaults(func=_cmd_advise)
 

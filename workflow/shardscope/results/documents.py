@@ -148,6 +148,12 @@ def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]
         raise UserError(f"{path}: missing field {exc.args[0]!r} in a {kind} document") from None
 
 
+#: Per-rank keys of a training document kept in ``training_memory`` (the tracker's are absent in older documents).
+_RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "comm_time_share",
+                     "activation_bytes", "buffer_bytes", "activation_peak_bytes", "tracked_peak_bytes", "tracked_peak_phase",
+                     "reserved_minus_allocated_bytes", "max_reserved_bytes", "num_alloc_retries", "num_ooms")
+
+
 def memory_prediction(run_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
     """The analytic memory model's row for a training job, or None when its size or dtype is unknown.
 
@@ -188,7 +194,7 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "runs": [_run_row(doc, path, run_id, job["world_size"], "measured")],
         "training_runs": [run],
         "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss")}} for s in doc.get("steps", [])],
-        "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "comm_time_share")}}
+        "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in _RANK_MEMORY_KEYS}}
                             for r in doc.get("ranks", [])],
         "memory_predictions": [prediction] if prediction else [],
     }

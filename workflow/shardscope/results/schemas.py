@@ -206,6 +206,17 @@ class TrainingMemorySchema(_Table):
     optim_bytes: Series[int] = pa.Field(ge=0)
     peak_memory_bytes: Series[int] = pa.Field(gt=0)
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)  # of a profiled step, where profiled
+    # Tensor tracker of one untimed step (shardscope.training.memtrack); null in older documents.
+    activation_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    buffer_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    activation_peak_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    tracked_peak_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    tracked_peak_phase: Series[str] = pa.Field(nullable=True)
+    # CUDA allocator counters (null on CPU and in older documents).
+    reserved_minus_allocated_bytes: Series[int] = pa.Field(nullable=True)
+    max_reserved_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    num_alloc_retries: Series[int] = pa.Field(ge=0, nullable=True)
+    num_ooms: Series[int] = pa.Field(ge=0, nullable=True)
 
     class Config:
         strict = True
