@@ -10,6 +10,7 @@ import argparse
 import math
 from typing import Any
 
+from shardscope.cli import gpu_count
 from shardscope.collectives.factors import OPS
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, dump_json
@@ -217,7 +218,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("advise", help="rank strategies by modeled step time among those that fit, and say why")
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b)")
-    p.add_argument("--gpus", type=_positive(int, "--gpus"), required=True, help="GPUs in the job (whole nodes when more than one node)")
+    p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs in the job (whole nodes when more than one node)")
     p.add_argument("--memory-gib", type=_positive(float, "--memory-gib"), help="GPU memory in GiB (overrides the topology and GPU table)")
     p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="dense bf16 peak TFLOP/s when the GPU is not in the table")
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="comma-separated strategies to rank")
@@ -236,8 +237,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = predict_sub.add_parser("collectives", help="busbw vs message size and GPU count, nccl-tests semantics")
     p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help="comma-separated collectives")
     p.add_argument("--gpus", type=_int_list, help="comma-separated world sizes (default: powers of two up to the GPU count)")
-    p.add_argument("--min-bytes", type=_positive(int, "--min-bytes"), default=1024)
-    p.add_argument("--max-bytes", type=_positive(int, "--max-bytes"), default=8 * _GIB)
+    p.add_argument("--min-bytes", type=_positive(int, "--min-bytes"), default=1024, help="smallest message in bytes (default 1024)")
+    p.add_argument("--max-bytes", type=_positive(int, "--max-bytes"), default=8 * _GIB, help="largest message in bytes (default 8 GiB)")
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
     p.add_argument("--algorithm", choices=("ring", "tree", "nvls"), help="restrict NCCL's choice (like NCCL_ALGO)")

@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="write topology.json here (raw probe text goes to raw/ beside it)")
     p.set_defaults(func=_cmd_topology_detect)
     p = topo.add_parser("parse", help="parse saved nvidia-smi topo -m / rocm-smi --showtopo output")
-    p.add_argument("file")
+    p.add_argument("file", help="saved `nvidia-smi topo -m` or `rocm-smi --showtopo` output")
     p.add_argument("--out", help="write topology.json here (a copy of FILE goes to raw/ beside it)")
     p.set_defaults(func=_cmd_topology_parse)
     p = topo.add_parser("show", help="summarise a topology: fabric, GPUs, islands, NUMA nodes, nearest NICs")
