@@ -317,3 +317,28 @@ def test_plan_prints_a_summary_and_writes_the_json_the_pipeline_reads(tmp_path: 
     for place in plan["placements"]:
         assert any(line.split()[:2] == [str(place["world_size"]), place["placement"]] for line in lines), place
     assert ok_json("plan", "--topology", NVL_PAIRS, "--config", CONFIG, "--json") == plan
+
+
+def test_advise_prints_its_assumptions_and_millisecond_ties_as_a_tie_with_the_margin() -> None:
+    proc = shardscope("advise", "--model", "mistral-7b", "--topology", "preset:hgx-h100", "--gpus", "8", "--micro-batch", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("assumes: micro-batch 2, seq len 4096, MFU ") and "overlap " in lines[1], lines[1]
+    (tie,) = [line for line in lines if line.startswith("tie: ")]
+    rows = [line.split() for line in lines if line.split()[1:2] == ["step"]]
+    ranked, times = [row[0] for row in rows], {row[0]: float(row[2]) for row in rows}
+    tied = tie.removeprefix("tie: ").split(" are within ")[0].split(", ")
+    assert len(tied) >= 2 and tied[0] == ranked[0] and "5% margin" in tie
+    assert max(times[s] for s in tied) <= 1.05 * times[tied[0]] + 1e-3
+
+
+def test_advise_without_a_tie_prints_none() -> None:
+    from shardscope.costmodel.commands import _tie_line
+
+    class P:  # the fields _tie_line reads of a StepPrediction
+        def __init__(self, strategy: str, step: float, fits: bool | None = True) -> None:
+            self.strategy, self.step_time_s, self.fits, self.memory_total_bytes = strategy, step, fits, 1
+
+    assert _tie_line([P("ddp", 1.0), P("zero1", 1.2)]) is None
+    assert _tie_line([P("ddp", 0.9, fits=False), P("zero1", 1.0), P("zero2", 1.5)]) is None
+    assert _tie_line([P("zero1", 1.0), P("zero2", 1.04)]).startswith("tie: zero1, zero2 are within 4.0% ")
