@@ -342,3 +342,9 @@ def test_advise_without_a_tie_prints_none() -> None:
     assert _tie_line([P("ddp", 1.0), P("zero1", 1.2)]) is None
     assert _tie_line([P("ddp", 0.9, fits=False), P("zero1", 1.0), P("zero2", 1.5)]) is None
     assert _tie_line([P("zero1", 1.0), P("zero2", 1.04)]).startswith("tie: zero1, zero2 are within 4.0% ")
+
+
+def test_collectives_import_without_out_prints_one_summary_line() -> None:
+    proc = shardscope("collectives", "import", GEN2)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1 and "16 ranks" in proc.stdout and "--json" in proc.stdout

@@ -30,11 +30,11 @@ def _cmd_collectives_import(args: argparse.Namespace) -> int:
         doc["transport"] = args.transport
     if args.out:
         atomic_write_json(args.out, doc)
-    if args.json or not args.out:
+    if args.json:
         print(dump_json(doc), end="")
     else:
         print(f"{args.file}: {result.op}, {result.world_size} ranks, {len(doc['rows'])} rows, "
-              f"peak busbw {doc['peak_busbw_gbps']:.2f} GB/s -> {args.out}")
+              f"peak busbw {doc['peak_busbw_gbps']:.2f} GB/s" + (f" -> {args.out}" if args.out else " (--json for the rows)"))
     return 0
 
 
