@@ -2,20 +2,22 @@
 
 Every ```bash block of README.md is split into commands (``&&`` chains and ``\\``-continued lines
 too) and each command is run, in README order, from a folder that links the repository's files
-(Snakefile, workflow/, paper/, profiles/, envs/, .venv) and has its own ``config/config.yaml``
-and ``results/``, so nothing is written into the repository. What is not run as written:
+(Snakefile, workflow/, paper/, profiles/, envs/, .venv) and has its own ``config/config.yaml``,
+so nothing is written into the repository. The run (:func:`run_readme`) is the last test of
+tests/e2e/test_pipeline.py: it reuses that module's pipeline run instead of paying for a second
+one, the copy's ``results`` being that run's folder. What is not run as written:
 
 * installing (``python3 -m venv``, ``pip install``): .ci/run installs with the same commands,
-  and this test runs inside the environment they made;
+  and the tests run inside the environment they made;
 * ``python -m pytest``: the suite this test belongs to;
-* the pipeline (``snakemake --cores all``) runs with a reduced config (one collective, DDP and
-  FSDP, a few tiny steps: the same rules and stages as the default config in about a third of
-  the time), written to the copy's ``config/config.yaml``, which the Snakefile reads;
+* the pipeline, ``snakemake --cores all``, runs with tests/e2e's reduced config (every rule of
+  the default config's CPU plan, on tiny sizes) in the copy's ``config/config.yaml``, which the
+  Snakefile reads; after the e2e run it has nothing left to do, which it checks;
 * ``--profile profiles/slurm`` runs as a dry run (``-n``): submitting needs a Slurm cluster
-  (tests/slurm runs the pipeline through that profile for real, when system tests are on);
+  (tests/slurm runs the pipeline through that profile for real, with SHARDSCOPE_SYSTEM_TESTS=1);
 * ``sbatch …``: needs a Slurm cluster; tests/slurm/test_real_slurm.py runs the same
-  ``shardscope cluster launch`` across two nodes (here its ``--dry-run`` is checked to name
-  that need in one sentence).
+  ``shardscope cluster launch`` across two nodes by hand; here its ``--dry-run`` must say, in one
+  sentence with exit status 2, that it needs an allocation.
 
 After the regeneration block, ``snakemake -n`` must have nothing to do: regenerating from the
 database leaves the pipeline's own files up to date.
@@ -30,16 +32,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 #: What the copy links from the repository (read-only: the copy writes only config/, results/, .snakemake/).
 LINKED = ("Snakefile", "workflow", "paper", "profiles", "envs", "pyproject.toml")
-
-pytestmark = pytest.mark.e2e
-
 
 def shell_blocks(text: str) -> list[str]:
     """The bodies of the ```bash blocks of a Markdown text, in order."""
@@ -63,26 +61,27 @@ def commands(block: str) -> list[list[str]]:
     return found
 
 
-def reduced_config(repo: Path) -> dict:
-    """The default config with a small CPU sizing: every stage runs, on fewer and shorter jobs."""
-    config = yaml.safe_load((repo / "config" / "config.yaml").read_text())
-    config["collectives"].update(ops=["all_reduce"], transports=["default"])
-    config["training"].update(strategies=["ddp", "fsdp"])
-    config["cpu"].update(sweep={"min_bytes": 1024, "max_bytes": 16384, "factor": 16, "warmup": 1, "iters": 2},
-                         micro_batch=1, seq_len=16, warmup=1, steps=2)
-    return config
-
-
-@pytest.fixture(scope="module")
-def copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder that looks like a fresh clone with the reduced config, ``.venv`` being this interpreter's environment."""
-    folder = tmp_path_factory.mktemp("clone")
+def make_copy(folder: Path, results: Path, config: dict) -> Path:
+    """``folder`` made to look like a fresh clone: the repository's files linked, ``.venv`` this
+    interpreter's environment, ``config/config.yaml`` = ``config`` with results in ``results/``
+    (a link to ``results``)."""
     for name in LINKED:
         (folder / name).symlink_to(REPO / name)
     (folder / ".venv").symlink_to(sys.prefix)
+    (folder / "results").symlink_to(results)
     (folder / "config").mkdir()
-    (folder / "config" / "config.yaml").write_text(yaml.safe_dump(reduced_config(REPO)))
+    merged = merge(yaml.safe_load((REPO / "config" / "config.yaml").read_text()), config)
+    merged.update(results="results", db="results/shardscope.duckdb")
+    (folder / "config" / "config.yaml").write_text(yaml.safe_dump(merged))
     return folder
+
+
+def merge(base: dict, override: dict) -> dict:
+    """``base`` with ``override`` merged in key by key, as Snakemake merges a --configfile over the config."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def run(words: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess[str]:
@@ -109,9 +108,21 @@ def test_readme_has_the_commands_this_test_knows() -> None:
     every = [c for block in shell_blocks(README.read_text()) for c in commands(block)]
     tools = [Path(c[0]).name for c in every]
     assert tools.count("snakemake") >= 4 and tools.count("shardscope") >= 2 and "sbatch" in tools, tools
+    ran = {how_to_run(c)[0] for c in every}
+    assert ran <= {"installs (.ci/run does)", "is this test suite", "runs as written", "dry run (needs Slurm to submit)",
+                   "needs Slurm: its shardscope command, as a dry run"}, ran
 
 
-def test_every_readme_command_works_as_written(copy: Path) -> None:
+def test_commands_split_chains_continuations_and_comments() -> None:
+    block = "a x && b 'y z' # note\nc \\\n  --flag \"q w\"\n# only a comment\n"
+    assert commands(block) == [["a", "x"], ["b", "y z"], ["c", "--flag", "q w"]]
+
+
+def run_readme(folder: Path, results: Path, config: dict) -> list[str]:
+    """Run every README command in a copy of the repository whose results are ``results`` (a
+    finished pipeline run with ``config``); what was done with each, for the test's output."""
+    copy = make_copy(folder, results, config)
+    snakemake = str(copy / ".venv" / "bin" / "snakemake")
     done: list[str] = []
     for block in shell_blocks(README.read_text()):
         for words in commands(block):
@@ -125,11 +136,17 @@ def test_every_readme_command_works_as_written(copy: Path) -> None:
                 assert proc.returncode == 2 and "needs a Slurm allocation" in proc.stderr, output
             else:
                 assert proc.returncode == 0, f"{shlex.join(command)} ({what}) failed:\n{output}"
+            if command[1:] == ["--cores", "all"]:  # the pipeline: already run by the e2e fixture
+                assert "Nothing to be done" in proc.stdout + proc.stderr, output
             done.append(f"{what}: {shlex.join(command)}")
         if "figures_from_db" in block:
             # regenerating from the database leaves the pipeline's files its own: nothing to rerun
-            proc = run([str(copy / ".venv" / "bin" / "snakemake"), "-n"], copy)
+            proc = run([snakemake, "-n"], copy)
             assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
-    print("\n".join(done))
     assert (copy / "results" / "paper" / "report.html").is_file() and (copy / "report.html").is_file()
     assert not list(copy.glob("*.json"))  # the sbatch command's --out was not written by the dry run
+    return done
+
+
+def test_merge_is_key_by_key() -> None:
+    assert merge({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"c": 4}, "e": 5}) == {"a": {"b": 1, "c": 4}, "d": 3, "e": 5}
