@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     # One C++ op cache per environment (shardscope.training.launch.extensions_dir), inherited by
     # every torchrun rank this command starts; torch's default ~/.cache is shared by environments.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, a usage error: its status, as from a command
+        return exc.code if isinstance(exc.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
