@@ -47,7 +47,7 @@ PLUGIN_TEST_OPTIONS = ["--slurm-status-command", "squeue", "--slurm-no-account",
 pytestmark = pytest.mark.e2e
 
 
-def snakemake(*args: str, cwd: Path = REPO, timeout: int = 420) -> subprocess.CompletedProcess:
+def snakemake(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "slurm"), *args],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -194,7 +194,7 @@ def multinode_pipeline(slurm, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("slurm-multinode")
     configfile, results = multinode_configfile(tmp)
     run = snakemake("--configfile", str(configfile), *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp / "slurm_logs"),
-                    "collect", timeout=480)
+                    "collect", timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     jobs: dict[str, list[dict[str, str]]] = {}
     for record in slurm_jobs(run.stdout + run.stderr).values():
