@@ -248,3 +248,11 @@ def test_workflow_lints_clean():
     result = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
+
+
+def test_readme_commands_work_as_written(pipeline, tmp_path):
+    """Every command of README.md, on this module's pipeline run (tests/test_readme.py says how)."""
+    from test_readme import run_readme
+
+    results, configfile = pipeline
+    print("\n".join(run_readme(tmp_path, results, yaml.safe_load(configfile.read_text()))))

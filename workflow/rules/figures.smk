@@ -1,9 +1,13 @@
 """Figures: the reference runs (with their verdicts), then every figure from the database.
 
-Rule figures runs after collect in a full pipeline. Rule figures_from_db (target it by
-name, `snakemake figures_from_db`) redraws the same files from an existing database alone and
-never schedules an experiment: its only inputs are the database (ancient, so its age never
-forces a rebuild) and the reference database, rebuilt from the bundled logs if missing.
+Rule figures runs after collect in a full pipeline and owns the figure files. Rule
+figures_from_db (target it by name, `snakemake figures_from_db`) redraws the same files from an
+existing database alone and never schedules an experiment: its only inputs are the database
+(ancient, so its age never forces a rebuild) and the reference database, rebuilt from the
+bundled logs if missing. It declares no outputs, so it runs every time it is asked for, and it
+never takes the figure files from rule figures: two rules claiming them would be ambiguous, and
+Snakemake would record the redrawn files as another rule's, so the next `snakemake` would
+redraw them again (and rerun the report and `all`) for a changed rule.
 """
 
 import importlib.resources
@@ -98,18 +102,15 @@ rule figures_from_db:
     input:
         db=ancient(DB),
         reference=ancient(REFERENCE_DB),
-    output:
-        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
-        **FIGURE_FILES,
     log:
         f"{RESULTS}/logs/figures_from_db.log",
+    # Before paper_from_db when both are asked for, so that the report is written last and is
+    # not older than the figures it embeds.
+    priority: 10
     params:
         shardscope=SHARDSCOPE,
-        out=lambda wildcards, output: os.path.dirname(output.index),
+        out=FIGURES_DIR,
     conda:
         ENVS
     shell:
         "{params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
-
-
-ruleorder: figures > figures_from_db

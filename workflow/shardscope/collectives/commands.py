@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands to the ``shardscope`` parser."""
     coll = sub.add_parser("collectives", help="collective benchmark results").add_subparsers(dest="action", required=True)
     p = coll.add_parser("import", help="read an nccl-tests log (any generation, or -J JSON) as rows")
-    p.add_argument("file")
+    p.add_argument("file", help="an nccl-tests log (stdout of *_perf) or its -J JSON output")
     p.add_argument("--out", help="write the rows as a JSON file that `shardscope collect` loads")
     p.add_argument("--json", action="store_true", help="print rows, peak busbw and world size as JSON")
     p.add_argument("--placement", help="label of the GPU placement the log was measured on (e.g. from the plan)")

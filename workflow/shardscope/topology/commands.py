@@ -92,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="write topology.json here (raw probe text goes to raw/ beside it)")
     p.set_defaults(func=_cmd_topology_detect)
     p = topo.add_parser("parse", help="parse saved nvidia-smi topo -m / rocm-smi --showtopo output")
-    p.add_argument("file")
+    p.add_argument("file", help="saved `nvidia-smi topo -m` or `rocm-smi --showtopo` output")
     p.add_argument("--out", help="write topology.json here (a copy of FILE goes to raw/ beside it)")
     add_max_input_flag(p, TOPOLOGY_MAX_INPUT_MIB)
     p.set_defaults(func=_cmd_topology_parse)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from shardscope.cli import gpu_count
 from shardscope.errors import UserError
 from shardscope.fileio import dump_json
 
@@ -121,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("memory", help="analytic per-GPU memory per strategy: model states, activations, buffers, the whole peak")
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b) or a JSON object of dimensions")
     p.add_argument("--strategy", default="all", help="a strategy or 'all'")
-    p.add_argument("--gpus", type=int, required=True, help="GPUs the model is sharded over")
+    p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs the model is sharded over")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="sets the default bytes per parameter")
     p.add_argument("--no-master-weights", action="store_true",
                    help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (the seed article's 87 GB)")
@@ -142,23 +143,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_memory)
 
     p = sub.add_parser("train", help="launch one training job under torchrun; failures become outcome rows")
-    p.add_argument("--strategy", required=True)
+    p.add_argument("--strategy", required=True, help="ddp, fsdp, fsdp_grad_op or zero0..zero3")
     p.add_argument("--model", required=True, help="preset name or a JSON object of dimensions")
     p.add_argument("--nproc", type=int, required=True, help="ranks on each node (one per GPU)")
     p.add_argument("--nodes", type=int, default=1,
                    help="nodes of this Slurm job to train on, one torchrun agent each (default 1: no Slurm needed)")
-    p.add_argument("--micro-batch", type=int, default=2)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"])
-    p.add_argument("--memory-budget-bytes", type=int)
+    p.add_argument("--micro-batch", type=int, default=2, help="sequences per rank and step (default 2)")
+    p.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (default 64)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones (default 2)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="parameter dtype (default float32)")
+    p.add_argument("--memory-budget-bytes", type=int, help="outcome over_budget when a rank's peak exceeds this")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")
     p.add_argument("--comm-profile", action="store_true",
                    help="profile one extra step with torch.profiler and record the share of time in communication")
-    p.add_argument("--placement", default="local")
-    p.add_argument("--job-id")
-    p.add_argument("--cpu", action="store_true")
-    p.add_argument("--out", required=True)
-    p.add_argument("--log", required=True)
+    p.add_argument("--placement", default="local", help="placement label stored with the result (default local)")
+    p.add_argument("--job-id", help="job id stored with the result")
+    p.add_argument("--cpu", action="store_true", help="run on CPU processes with gloo even where GPUs exist")
+    p.add_argument("--out", required=True, help="result JSON")
+    p.add_argument("--log", required=True, help="log of torchrun and every rank")
     p.set_defaults(func=_cmd_train)
