@@ -110,12 +110,13 @@ def _fit_sentence(ranking: Sequence[StepPrediction], machine: Machine) -> str:
     misfits = [p for p in ranking if p.fits is False]
     if not misfits:
         low, high = min(p.memory_total_bytes for p in ranking), max(p.memory_total_bytes for p in ranking)
-        return (f"All fit: parameters, gradients and optimizer state take {_gb(low)} to {_gb(high)} per GPU "
+        return (f"All fit: the whole peak (model states, activations and buffers) takes {_gb(low)} to {_gb(high)} per GPU "
                 f"of the {_gb(usable)} usable ({_gb(machine.memory_bytes)} GPU).")
     names = ", ".join(f"{p.strategy} ({_gb(p.memory_total_bytes)})" for p in sorted(misfits, key=lambda p: -p.memory_total_bytes))
     if len(misfits) == len(ranking):
-        return f"Nothing fits in the {_gb(usable)} usable per GPU: {names}; use more GPUs or offload."
-    return f"Do not fit in the {_gb(usable)} usable per GPU: {names} (parameters, gradients and optimizer state)."
+        return (f"Nothing fits in the {_gb(usable)} usable per GPU (whole peak): {names}; use more GPUs, activation "
+                "checkpointing, a smaller micro-batch or offload.")
+    return f"Do not fit in the {_gb(usable)} usable per GPU: {names} (whole peak: model states, activations and buffers)."
 
 
 def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machine, best: str,
