@@ -36,7 +36,8 @@ def _train_job(args: argparse.Namespace) -> TrainJob:
     try:
         return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=args.nproc,
                         micro_batch=args.micro_batch, seq_len=args.seq_len, warmup=args.warmup, steps=args.steps,
-                        dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed)
+                        dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed,
+                        repeats=args.repeats)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -48,7 +49,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     model = args.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
     worker_args = ["--strategy", args.strategy, "--model", model, "--micro-batch", str(args.micro_batch),
                    "--seq-len", str(args.seq_len), "--warmup", str(args.warmup), "--steps", str(args.steps),
-                   "--dtype", args.dtype, "--placement", args.placement, "--seed", str(args.seed)]
+                   "--dtype", args.dtype, "--placement", args.placement, "--seed", str(args.seed),
+                   "--repeats", str(args.repeats), "--reduce-dtype", args.reduce_dtype, "--buckets", args.buckets]
     if args.memory_budget_bytes is not None:
         worker_args += ["--memory-budget-bytes", str(args.memory_budget_bytes)]
     if args.job_id:
@@ -94,7 +96,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per repeat")
+    p.add_argument("--repeats", type=int, default=1, help="timed windows of --steps steps (median and 95%% CI stored)")
+    p.add_argument("--reduce-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="gradient-reduction dtype of every strategy (auto: the training dtype)")
+    p.add_argument("--buckets", default="default", choices=["default", "equal"],
+                   help="default: each framework's bucket sizes; equal: DDP's 25 MiB for DeepSpeed too")
     p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"])
     p.add_argument("--memory-budget-bytes", type=int)
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")
