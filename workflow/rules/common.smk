@@ -159,6 +159,13 @@ def training_results(wildcards):
     return [f"{RESULTS}/training/{job['job_id']}.json" for job in _planned("training")]
 
 
+def fair_args():
+    """Repeats (the plan's sizing section), gradient-reduction dtype and bucket policy of every training job."""
+    training = config["training"]
+    return (f"--repeats {sizing().get('repeats', 1)} --reduce-dtype {training.get('reduce_dtype', 'auto')}"
+            f" --buckets {training.get('buckets', 'default')}")
+
+
 def memory_budget_args():
     gib = config["training"].get("memory_budget_gib")
     return f"--memory-budget-bytes {int(gib * 2**30)}" if gib else ""

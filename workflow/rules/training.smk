@@ -25,13 +25,14 @@ rule train:
         model=lambda wildcards: json.dumps(sizing()["model"]) if isinstance(sizing()["model"], dict) else sizing()["model"],
         size=lambda wildcards: sizing(),
         budget=memory_budget_args(),
+        fair=lambda wildcards: fair_args(),
     conda:
         ENVS
     shell:
         "env {params.env} {params.shardscope} train --strategy {params.job[strategy]} --model {params.model:q}"
         " --nproc {params.job[world_size]} --placement {params.job[placement]} --job-id {wildcards.job}"
         " --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]} --dtype {params.size[dtype]}"
-        " --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget} --comm-profile"
+        " --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget} {params.fair} --comm-profile"
         " --out {output} --log {log}"
 
 
@@ -59,6 +60,7 @@ rule train_multinode:
         model=lambda wildcards: json.dumps(sizing()["model"]) if isinstance(sizing()["model"], dict) else sizing()["model"],
         size=lambda wildcards: sizing(),
         budget=memory_budget_args(),
+        fair=lambda wildcards: fair_args(),
     conda:
         ENVS
     shell:
@@ -66,4 +68,4 @@ rule train_multinode:
         " --model {params.model:q} --nproc {params.job[nproc_per_node]} --placement {params.job[placement]}"
         " --job-id {wildcards.job} --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]}"
         " --dtype {params.size[dtype]} --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget}"
-        " --comm-profile --out {output} --log {log}"
+        " {params.fair} --comm-profile --out {output} --log {log}"

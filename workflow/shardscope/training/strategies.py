@@ -85,12 +85,44 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def bf16_wire_hook(process_group, bucket):  # noqa: ANN001, ANN201 - DDP checks the annotations, see below
+    """DDP comm hook for CPU/gloo: average a gradient bucket in bf16 on the wire, write it back in the bucket's dtype.
+
+    torch's ``bf16_compress_hook`` does the same but refuses to register without CUDA and
+    NCCL; this one lets a CPU run reduce in bf16 too. DDP insists that the annotations be
+    ``dist.GradBucket`` and a future; they are set after the definition (this module's
+    annotations are strings).
+    """
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    wire = buffer.to(torch.bfloat16).div_(group.size())
+    future = dist.all_reduce(wire, group=group, async_op=True).get_future()
+
+    def back(fut: Any) -> torch.Tensor:
+        buffer.copy_(fut.value()[0])
+        return buffer
+
+    return future.then(back)
+
+
+def _annotate_hook() -> None:
+    import torch.distributed as dist
+
+    bf16_wire_hook.__annotations__ = {"process_group": dist.ProcessGroup, "bucket": dist.GradBucket,
+                                      "return": torch.futures.Future[torch.Tensor]}
+
+
+_annotate_hook()
+
+
 def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, seed: int = 0,
                 fair: FairSettings | None = None) -> Prepared:
     """torch DDP: full fp32 replica per rank, one bucketed gradient all-reduce per step.
 
     The all-reduce runs through a comm hook: torch's ``allreduce_hook`` for fp32 reduction,
-    ``bf16_compress_hook`` for bf16 (gradients cast to bf16 for the wire, back to fp32 after),
+    ``bf16_compress_hook`` for bf16 (:func:`bf16_wire_hook` on CPU; gradients cast to bf16 for the wire, back to fp32 after),
     so DDP can move the same bytes as a bf16 DeepSpeed run. Either hook calls
     ``torch.distributed.all_reduce`` from Python, where the byte counter sees it.
     """
@@ -102,7 +134,8 @@ def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: O
     model = seeded_model(cfg, seed, ctx.device)
     ddp = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None, gradient_as_bucket_view=True,
               bucket_cap_mb=DDP_BUCKET_BYTES / 2**20)
-    hook = default_hooks.bf16_compress_hook if reduce_dtype == "bfloat16" else default_hooks.allreduce_hook
+    bf16_hook = default_hooks.bf16_compress_hook if ctx.is_cuda else bf16_wire_hook
+    hook = bf16_hook if reduce_dtype == "bfloat16" else default_hooks.allreduce_hook
     ddp.register_comm_hook(None, hook)
     opt = _adamw(ddp.parameters(), optim)
     settings = fair.describe("ddp", _dtype_name(dtype), param_dtype="float32", gather_dtype=None, overlap_comm=True,

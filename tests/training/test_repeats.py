@@ -1,0 +1,45 @@
+"""Repeats of a timed window: median, the 95% interval over repeats, and when two runs are within noise."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from shardscope.training.repeats import ci95, summarize_repeats, t95, within_noise
+
+
+def test_t_quantiles_fall_towards_the_normal() -> None:
+    assert t95(1) == pytest.approx(12.706) and t95(2) == pytest.approx(4.303)
+    assert t95(30) > t95(31) == pytest.approx(1.960)
+    with pytest.raises(ValueError):
+        t95(0)
+
+
+def test_interval_is_positive_and_brackets_the_geometric_mean() -> None:
+    low, high = ci95([1.0, 1.1, 0.9])
+    geometric = math.exp(sum(map(math.log, [1.0, 1.1, 0.9])) / 3)
+    assert 0 < low < geometric < high
+    assert ci95([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert ci95([1.0]) is None  # one repeat: no interval
+
+
+def test_repeats_split_the_steps_into_equal_windows() -> None:
+    steps = [1.0, 1.2, 9.0, 2.0, 2.2, 2.1, 1.5, 1.4, 1.6]  # 3 windows of 3; one outlier step
+    out = summarize_repeats(steps, 3, tokens_per_step=100)
+    assert out["repeat_step_time_s"] == [1.2, 2.1, 1.5]
+    assert out["median_step_time_s"] == 1.5
+    assert out["ci95_low_step_time_s"] < 1.5 < out["ci95_high_step_time_s"]
+    assert out["ci95_low_tokens_per_s"] == pytest.approx(100 / out["ci95_high_step_time_s"])
+    assert out["ci95_high_tokens_per_s"] == pytest.approx(100 / out["ci95_low_step_time_s"])
+    single = summarize_repeats(steps, 1, tokens_per_step=100)
+    assert single["median_step_time_s"] == 1.6 and single["ci95_low_step_time_s"] is None
+    with pytest.raises(ValueError, match="equal repeats"):
+        summarize_repeats(steps, 2, tokens_per_step=100)
+
+
+def test_overlapping_intervals_are_within_noise() -> None:
+    assert within_noise(1.0, 2.0, 1.5, 3.0)
+    assert not within_noise(1.0, 2.0, 2.5, 3.0)
+    assert not within_noise(None, None, 1.0, 2.0)  # no interval: never called a tie
+    assert not within_noise(float("nan"), 2.0, 1.0, 2.0)
