@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from shardscope.training.repeats import ci95, summarize_repeats, t95, within_noise
+from shardscope.contracts.repeats import ci95, summarize_repeats, t95, within_noise
 
 
 def test_t_quantiles_fall_towards_the_normal() -> None:

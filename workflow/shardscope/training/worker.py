@@ -2,7 +2,7 @@
 
 It builds the model under one strategy, runs ``warmup`` untimed steps and ``repeats`` timed
 windows of ``steps`` steps on synthetic tokens (median and 95% interval over the windows:
-:mod:`shardscope.training.repeats`), counts the bytes each rank holds after the first timed backward,
+:mod:`shardscope.contracts.repeats`), counts the bytes each rank holds after the first timed backward,
 and rank 0 writes the job's JSON atomically. Weights start from ``--seed`` on every rank under
 every strategy, so per-step losses compare across strategies; the summary carries the analytic
 models beside the measured bytes (``modeled``) and, with ``--comm-profile``, the share of one
@@ -36,7 +36,7 @@ from shardscope.training.job import TrainJob
 from shardscope.training.modeled import modeled_block
 from shardscope.training.model import parse_model_spec, synthetic_batch
 from shardscope.training.peak_flops import peak_flops
-from shardscope.training.repeats import summarize_repeats
+from shardscope.contracts.repeats import summarize_repeats
 from shardscope.training.strategies import STRATEGIES, Prepared, prepare
 
 SCHEMA = "shardscope.training/1"
