@@ -43,3 +43,30 @@ def test_overlapping_intervals_are_within_noise() -> None:
     assert not within_noise(1.0, 2.0, 2.5, 3.0)
     assert not within_noise(None, None, 1.0, 2.0)  # no interval: never called a tie
     assert not within_noise(float("nan"), 2.0, 1.0, 2.0)
+
+
+def test_a_repeat_count_that_is_not_a_positive_integer_stops_before_any_job() -> None:
+    import copy
+    from pathlib import Path
+
+    import yaml
+
+    from shardscope.config import validate_config
+    from shardscope.errors import UserError
+    from shardscope.training.job import TrainJob
+
+    repo = Path(__file__).resolve().parents[2]
+    config = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    schema = repo / "workflow" / "schemas" / "config.schema.yaml"
+    validate_config(config, schema)  # the shipped defaults are valid
+    for section, value in (("gpu", 0), ("cpu", "three")):
+        bad = copy.deepcopy(config)
+        bad[section]["repeats"] = value
+        with pytest.raises(UserError, match=f"{section}.repeats"):
+            validate_config(bad, schema)
+    bad = copy.deepcopy(config)
+    bad["training"]["reduce_dtype"] = "fp8"
+    with pytest.raises(UserError, match="training.reduce_dtype"):
+        validate_config(bad, schema)
+    with pytest.raises(ValueError, match="--repeats"):
+        TrainJob(strategy="ddp", model="tiny", nproc=2, repeats=0)
