@@ -70,3 +70,16 @@ def test_a_repeat_count_that_is_not_a_positive_integer_stops_before_any_job() ->
         validate_config(bad, schema)
     with pytest.raises(ValueError, match="--repeats"):
         TrainJob(strategy="ddp", model="tiny", nproc=2, repeats=0)
+
+
+def test_equal_buckets_are_25_mib_in_the_dtype_each_travels_in() -> None:
+    from shardscope.training.fairness import DDP_BUCKET_BYTES, FairSettings, deepspeed_bucket_elements
+
+    equal = deepspeed_bucket_elements(FairSettings(buckets="equal"), "float32", "bfloat16")
+    assert equal == {"reduce": DDP_BUCKET_BYTES // 4, "allgather": DDP_BUCKET_BYTES // 2, "prefetch": DDP_BUCKET_BYTES // 2}
+    default = deepspeed_bucket_elements(FairSettings(), "float32", "bfloat16")
+    assert default == {"reduce": 500_000_000, "allgather": 500_000_000, "prefetch": 50_000_000}  # DeepSpeed's defaults
+    assert FairSettings(reduce_dtype="auto").resolved_reduce_dtype("bfloat16") == "bfloat16"
+    assert FairSettings(reduce_dtype="float32").resolved_reduce_dtype("bfloat16") == "float32"
+    with pytest.raises(ValueError, match="--buckets"):
+        FairSettings(buckets="big")

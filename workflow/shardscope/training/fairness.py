@@ -8,7 +8,7 @@ The policy (issue 17, "fair configurations"):
   ahead), FSDP2's default implicit prefetch, DDP's default 25 MiB buckets.
 * Buckets: ``default`` leaves each framework's own sizes (DDP 25 MiB, DeepSpeed 5e8 elements
   for reduce and all-gather); ``equal`` gives DeepSpeed's reduce, all-gather and prefetch
-  buckets DDP's 25 MiB in bytes of the reduce dtype. FSDP2 has no bucket size: it communicates
+  buckets DDP's 25 MiB (in the dtype each travels in). FSDP2 has no bucket size: it communicates
   per ``fully_shard`` group (one per transformer block, plus the root).
 * One mixed-precision policy as far as the frameworks allow: bf16 compute, fp32 master
   weights and fp32 Adam state. torch (DDP, FSDP2) keeps fp32 parameters and computes in bf16
@@ -80,11 +80,15 @@ class FairSettings:
         }
 
 
-def deepspeed_bucket_elements(fair: FairSettings, reduce_dtype: str) -> dict[str, int]:
-    """DeepSpeed's reduce, all-gather and prefetch bucket sizes in elements under ``fair``'s policy."""
+def deepspeed_bucket_elements(fair: FairSettings, reduce_dtype: str, gather_dtype: str) -> dict[str, int]:
+    """DeepSpeed's reduce, all-gather and prefetch bucket sizes in elements under ``fair``'s policy.
+
+    ``equal``: 25 MiB each, counted in the dtype each bucket travels in (gradients in
+    ``reduce_dtype``, gathered parameters in ``gather_dtype``).
+    """
     if fair.buckets == "equal":
-        elements = DDP_BUCKET_BYTES // _BYTES[reduce_dtype]
-        return {"reduce": elements, "allgather": elements, "prefetch": elements}
+        gathered = DDP_BUCKET_BYTES // _BYTES[gather_dtype]
+        return {"reduce": DDP_BUCKET_BYTES // _BYTES[reduce_dtype], "allgather": gathered, "prefetch": gathered}
     return {"reduce": DEEPSPEED_BUCKET_ELEMENTS, "allgather": DEEPSPEED_BUCKET_ELEMENTS, "prefetch": DEEPSPEED_PREFETCH_ELEMENTS}
 
 

@@ -205,7 +205,7 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
     reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
     zero: dict[str, Any] = {"stage": stage, "contiguous_gradients": True, "stage3_param_persistence_threshold": 0}
     if fair.buckets == "equal":
-        sizes = deepspeed_bucket_elements(fair, reduce_dtype)
+        sizes = deepspeed_bucket_elements(fair, reduce_dtype, _dtype_name(dtype))
         zero.update(reduce_bucket_size=sizes["reduce"], allgather_bucket_size=sizes["allgather"],
                     stage3_prefetch_bucket_size=sizes["prefetch"])
     return {
