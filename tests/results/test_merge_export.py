@@ -97,7 +97,7 @@ def test_load_reload_merge_export(tmp_path):
     assert peaks == [("hostA", "nvlink_islands", None, "all_reduce", direct["hostA"]), ("hostB", None, None, "all_reduce", direct["hostB"])]
     assert direct["hostB"] > direct["hostA"]  # hostB's link was four times faster per byte
     assert speed == {"ddp": pytest.approx(1.0), "fsdp": pytest.approx(1.25)}
-    assert described == {"run_id": "VARCHAR", "step": "BIGINT", "step_time_s": "DOUBLE", "loss": "DOUBLE"}
+    assert described == {"run_id": "VARCHAR", "step": "BIGINT", "step_time_s": "DOUBLE", "loss": "DOUBLE", "repeat": "BIGINT"}
     assert "COMMENT ON COLUMN collectives.busbw_gbps IS 'unit: GB/s" in (out / "schema.sql").read_text()
 
 

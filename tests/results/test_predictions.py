@@ -53,7 +53,9 @@ def test_the_plan_of_a_real_h200_is_predicted_and_joins_its_topology(tmp_path, h
     for name, _, _, fits, step, parts, total, available in strategies:
         assert step == pytest.approx(parts, rel=1e-9) and fits == (total <= available), name
     held = {s[0]: s[6] for s in strategies}
-    assert held["zero3"] < held["zero2"] < held["zero1"] < held["ddp"]  # ZeRO shards more at each stage
+    # memory_total_bytes is the whole modeled peak (issue 18): model states shrink at each ZeRO stage, but the
+    # activations are the same for all and ZeRO-3 keeps gathered parameters for reuse, so only stages 1-2 order strictly
+    assert held["zero2"] < held["zero1"] < held["ddp"] and held["zero3"] < held["zero1"] and max(held, key=held.get) == "ddp"
 
 
 def test_reloading_or_repredicting_the_same_jobs_adds_nothing(tmp_path, h200_topology, h200_plan, predictions_doc):
@@ -185,6 +187,7 @@ def test_the_advisor_and_the_collective_predictor_documents_load_too(tmp_path, c
     # the seed article's memory finding: Mistral-7B with Adam under DDP does not fit an 80 GB GPU; ZeRO-3 does
     fits = dict(query_db(db, "SELECT strategy, fits FROM strategy_predictions"))
     assert fits["ddp"] is False and fits["zero3"] is True
-    # 16 ranks on 8-GPU nodes: two nodes, and the network is the bottleneck
+    # 16 ranks on 8-GPU nodes: two nodes, and the network is the bottleneck once bandwidth counts (at 1 MiB the
+    # model picks the low-latency tree whose LL protocol caps the intra-node chain, named by its link: issue 19)
     assert query_db(db, "SELECT DISTINCT c.world_size, nodes, bottleneck FROM collective_predictions c JOIN runs r USING (run_id) "
-                     "WHERE r.job_id LIKE '%sweep.json'") == [(16, 2, "net")]
+                     "WHERE r.job_id LIKE '%sweep.json' AND size_bytes >= 4 * 2^20") == [(16, 2, "net")]

@@ -109,11 +109,6 @@ def plan_job(kind, job_id):
     raise ValueError(f"job {job_id!r} is not in the {kind} plan; run `snakemake` without a target to see the plan")
 
 
-def sizing():
-    """The `cpu` or `gpu` config section the plan chose for this machine."""
-    return plan_doc()["profile"]
-
-
 def on_gpu():
     return plan_doc()["device"] == "gpu"
 
@@ -129,17 +124,6 @@ def multinode_job(kind, job_id):
 def multinode_gres(kind, job_id):
     """`gpu:N` (GPUs on each node) for a multi-node job on GPUs; empty (no --gres) on CPU nodes."""
     return f"gpu:{multinode_job(kind, job_id)['nproc_per_node']}" if on_gpu() else ""
-
-
-def job_env(kind, job_id, find=None):
-    """Environment prefix of a job's shell command: visible GPUs and transport knobs.
-
-    `find` looks the job up (default plan_job; multinode_job for multi-node jobs)."""
-    job = (find or plan_job)(kind, job_id)
-    env = dict(job["env"])
-    if job.get("cuda_visible_devices"):
-        env["CUDA_VISIBLE_DEVICES"] = job["cuda_visible_devices"]
-    return " ".join(f"{k}={v}" for k, v in sorted(env.items()))
 
 
 def job_gpus(kind, job_id):

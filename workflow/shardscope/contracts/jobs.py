@@ -16,7 +16,15 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
-from shardscope.contracts.names import COLLECTIVE_DTYPES, OPS, STRATEGIES, TRAINING_DTYPES, TRANSPORTS
+from shardscope.contracts.names import (
+    BUCKET_POLICIES,
+    COLLECTIVE_DTYPES,
+    OPS,
+    REDUCE_DTYPES,
+    STRATEGIES,
+    TRAINING_DTYPES,
+    TRANSPORTS,
+)
 
 
 class SpecError(ValueError):
@@ -147,10 +155,20 @@ class TrainingJob(Ranks):
     """Seed of the initial weights (the same under every strategy)."""
     comm_profile: bool = True
     """Profile one extra step and record the share of time in communication."""
+    repeats: int = 1
+    """Timed windows of ``steps`` steps each (median and 95% interval stored)."""
+    reduce_dtype: str = "auto"
+    """Gradient-reduction dtype of every strategy: ``auto`` (the training dtype), ``float32`` or ``bfloat16``."""
+    buckets: str = "default"
+    """``default``: each framework's own bucket sizes; ``equal``: DDP's 25 MiB for DeepSpeed too."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_of("strategy", self.strategy, STRATEGIES)
+        _one_of("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        _one_of("buckets", self.buckets, BUCKET_POLICIES)
+        if self.repeats < 1:
+            raise SpecError("repeats", f"is {self.repeats}; expected at least 1")
         _one_of("dtype", self.dtype, TRAINING_DTYPES)
         for name in ("micro_batch", "seq_len", "warmup", "steps"):
             if getattr(self, name) < 1:

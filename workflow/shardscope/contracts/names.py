@@ -16,3 +16,8 @@ TRANSPORTS = ("default", "pcie")
 TRAINING_DTYPES = ("bfloat16", "float32")
 #: dtypes of collective buffers.
 COLLECTIVE_DTYPES = ("float32", "bfloat16", "float16")
+
+#: Gradient-reduction dtypes a training job may ask for (``auto``: the training dtype).
+REDUCE_DTYPES = ("auto", "float32", "bfloat16")
+#: Bucket policies: each framework's own sizes, or DDP's bucket bytes for every framework.
+BUCKET_POLICIES = ("default", "equal")

@@ -10,6 +10,7 @@ import re
 
 import pandas as pd
 
+from shardscope.contracts.repeats import within_noise
 from shardscope.figures import decision
 from shardscope.figures.queries import MEMORY_MODELS, cpu_series_without_model
 from shardscope.figures.style import format_bytes_binary, format_gbps, format_params, memory_unit, strategy_name
@@ -152,6 +153,15 @@ def answer_memory(df: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
+def ties_with(best: pd.Series, others: pd.DataFrame) -> list[str]:
+    """Strategies of ``others`` whose tokens/s 95% interval overlaps ``best``'s: within noise of it, not beaten by it."""
+    if "ci95_low_tokens_per_s" not in others:
+        return []
+    return [rec["strategy"] for rec in others.to_dict("records") if rec["strategy"] != best["strategy"]
+            and within_noise(best["ci95_low_tokens_per_s"], best["ci95_high_tokens_per_s"],
+                             rec["ci95_low_tokens_per_s"], rec["ci95_high_tokens_per_s"])]
+
+
 def answer_speed(df: pd.DataFrame) -> str:
     """Per machine and model: the fastest and slowest strategy relative to DDP, and runs that did not finish."""
     if df.empty or not (df["outcome"] == "ok").any():
@@ -163,8 +173,14 @@ def answer_speed(df: pd.DataFrame) -> str:
         text = f"{fabric}, {host}, {model} on {ws} ranks: "
         if not good.empty:
             fast, slow = good.iloc[-1], good.iloc[0]
-            text += (f"fastest {strategy_name(fast['strategy'])} ({fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s),"
-                     f" slowest {strategy_name(slow['strategy'])} ({slow['tokens_per_s_vs_ddp']:.2f}x)")
+            tied = ties_with(fast, good)
+            if tied:
+                names = ", ".join(strategy_name(s) for s in [fast["strategy"], *tied])
+                text += (f"no single fastest: {names} are within noise of each other (95% intervals over repeats"
+                         f" overlap; the best median {fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s),")
+            else:
+                text += f"fastest {strategy_name(fast['strategy'])} ({fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s),"
+            text += f" slowest {strategy_name(slow['strategy'])} ({slow['tokens_per_s_vs_ddp']:.2f}x)"
         elif not done.empty:
             fast = done.sort_values("median_step_time_s").iloc[0]
             text += (f"no DDP baseline, so nothing is normalised; fastest that finished {strategy_name(fast['strategy'])}"

@@ -143,8 +143,23 @@ def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
 _OUTCOME_TEXT = {"oom": "OOM", "over_budget": "over\nbudget", "failed": "failed"}
 
 
+def _error_bars(ax: plt.Axes, x: np.ndarray, values: np.ndarray, rows: pd.DataFrame) -> None:
+    """The 95% interval over repeats of each bar (relative to DDP's median), where the run has one."""
+    if "ci95_low_vs_ddp" not in rows:
+        return
+    low = rows["ci95_low_vs_ddp"].to_numpy(dtype=float)
+    high = rows["ci95_high_vs_ddp"].to_numpy(dtype=float)
+    shown = np.isfinite(values) & np.isfinite(low) & np.isfinite(high)
+    if shown.any():
+        err = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])[:, shown]
+        ax.errorbar(x[shown], values[shown], yerr=err, fmt="none", ecolor="black", elinewidth=1, capsize=4)
+
+
 def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
     """Tokens/s of each strategy relative to DDP's, one panel per fabric, machine, model and GPU count.
+
+    Error bars are each run's 95% interval over its repeats, divided by DDP's median
+    (:mod:`shardscope.contracts.repeats`); a run of one repeat has none.
 
     A panel without a finished DDP run has nothing to normalise to: it shows each strategy's
     outcome instead of bars, so a DDP that ran out of memory is visible rather than dropped.
@@ -153,6 +168,8 @@ def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
         return empty("No finished training run in the database yet.")
     facets = list(df.groupby(["fabric", "host", "model", "world_size"], sort=True))
     ratios = df.loc[(df["outcome"] == "ok"), "tokens_per_s_vs_ddp"].dropna()
+    if "ci95_high_vs_ddp" in df:
+        ratios = pd.concat([ratios, df.loc[(df["outcome"] == "ok"), "ci95_high_vs_ddp"].dropna()])
     top = float(ratios.max()) if len(ratios) else 1.0
     fig, axes = plt.subplots(1, len(facets), figsize=(max(6.5, 0.85 * df["strategy"].nunique() + 2) * len(facets), 4.6),
                              sharey=True, squeeze=False)
@@ -162,6 +179,7 @@ def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
         x = np.arange(len(strategies))
         values = rows["tokens_per_s_vs_ddp"].where(rows["outcome"] == "ok").to_numpy(dtype=float)
         ax.bar(x, np.nan_to_num(values), 0.6, color=[STRATEGY_COLORS.get(s, "grey") for s in strategies])
+        _error_bars(ax, x, values, rows)
         for i, (value, outcome) in enumerate(zip(values, rows["outcome"])):
             if np.isfinite(value):
                 text = f"{value:.2f}x"
@@ -175,6 +193,6 @@ def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
         ax.set_title(f"{fabric} · {host}\n{model} on {ws} ranks", fontsize="medium")
         ax.set_ylim(0, max(1.2, top * 1.15))
     axes[0][0].set_ylabel("tokens/s relative to DDP (higher is faster)")
-    fig.suptitle("Training throughput relative to DDP (dashed line: DDP)")
+    fig.suptitle("Training throughput relative to DDP (dashed line: DDP; bars: 95% interval over repeats)")
     fig.tight_layout()
     return fig

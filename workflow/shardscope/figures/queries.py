@@ -255,13 +255,25 @@ def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "method", "memory_model", "rest_bytes", "capacity_bytes"])
 
 
+#: training_runs columns added with repeats (issue 17); NULL where a database predates them.
+_CI_COLUMNS = ("repeats", "ci95_low_tokens_per_s", "ci95_high_tokens_per_s")
+
+
+def _ci_select(con: duckdb.DuckDBPyConnection) -> str:
+    present = {c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main' "
+        "AND table_name = 'training_runs'").fetchall()}
+    return ", ".join(f"tr.{c}" if c in present else f"NULL::DOUBLE AS {c}" for c in _CI_COLUMNS)
+
+
 def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Each strategy's latest run, with step time, tokens/s and bytes held relative to the latest DDP run
-    that finished on the same host, model, world size and placement (no baseline: NULL ratios)."""
+    that finished on the same host, model, world size and placement (no baseline: NULL ratios), and the
+    95% interval of its tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat)."""
     return con.execute(f"""
         WITH t AS (
             SELECT r.host, {FABRIC_SQL} AS fabric, tr.model, tr.world_size, tr.placement, tr.strategy, tr.outcome,
-                   tr.median_step_time_s, tr.tokens_per_s, tr.peak_memory_bytes, tr.run_id,
+                   tr.median_step_time_s, tr.tokens_per_s, tr.peak_memory_bytes, tr.run_id, {_ci_select(con)},
                    (SELECT max(m.param_bytes + m.grad_bytes + m.optim_bytes) FROM training_memory m
                     WHERE m.run_id = tr.run_id) AS held_bytes
             FROM training_runs tr JOIN all_runs r USING (run_id)
@@ -272,7 +284,10 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                t.median_step_time_s, t.tokens_per_s,
                t.median_step_time_s / ddp.median_step_time_s AS step_time_vs_ddp,
                t.tokens_per_s / ddp.tokens_per_s AS tokens_per_s_vs_ddp,
-               t.held_bytes, t.held_bytes / ddp.held_bytes AS held_bytes_vs_ddp, t.peak_memory_bytes
+               t.held_bytes, t.held_bytes / ddp.held_bytes AS held_bytes_vs_ddp, t.peak_memory_bytes,
+               t.repeats, t.ci95_low_tokens_per_s, t.ci95_high_tokens_per_s,
+               t.ci95_low_tokens_per_s / ddp.tokens_per_s AS ci95_low_vs_ddp,
+               t.ci95_high_tokens_per_s / ddp.tokens_per_s AS ci95_high_vs_ddp
         FROM t LEFT JOIN ddp ON t.host IS NOT DISTINCT FROM ddp.host AND t.model = ddp.model
              AND t.world_size = ddp.world_size AND t.placement = ddp.placement
         ORDER BY t.host, t.model, t.world_size, t.placement, t.strategy""").df()

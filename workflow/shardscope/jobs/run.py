@@ -64,11 +64,13 @@ def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:
     try:
         train = TrainJob(strategy=job.strategy, model=job.model_spec, nproc=job.nproc_per_node,
                          micro_batch=job.micro_batch, seq_len=job.seq_len, warmup=job.warmup, steps=job.steps,
-                         dtype=job.dtype, memory_budget_bytes=job.memory_budget_bytes, seed=job.seed)
+                         dtype=job.dtype, memory_budget_bytes=job.memory_budget_bytes, seed=job.seed,
+                         repeats=job.repeats)
     except ValueError as exc:
         raise UserError(f"{where}: job {job.job_id!r}: {exc}") from None
     os.environ.update(job.launch_env())  # before torch looks for GPUs, and inherited by every rank
-    flags = worker_args(train, job.placement, job.job_id, comm_profile=job.comm_profile)
+    flags = worker_args(train, job.placement, job.job_id, comm_profile=job.comm_profile,
+                        reduce_dtype=job.reduce_dtype, buckets=job.buckets)
     described = {"job_id": job.job_id, "strategy": job.strategy, "model": train.model_name, "placement": job.placement}
     return launch(job.nproc_per_node, flags, described, out, log, cpu=not cuda_available(), nodes=job.nodes)
 

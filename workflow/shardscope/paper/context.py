@@ -19,7 +19,7 @@ import pandas as pd
 
 from shardscope.errors import UserError
 from shardscope.figures import queries
-from shardscope.figures.captions import decision_name
+from shardscope.figures.captions import decision_name, ties_with
 from shardscope.figures.decision import decision_map
 from shardscope.figures.plots import FIGURES
 from shardscope.figures.reference import load_manifest, reference_database
@@ -106,8 +106,15 @@ def _recommendations(speed: pd.DataFrame) -> list[str]:
             continue
         fast = ok.sort_values("median_step_time_s").iloc[0]
         lean = ok.sort_values("held_bytes").iloc[0]
-        text = (f"On {host} ({fabric}), {model} on {ws} ranks: {strategy_name(fast['strategy'])} was fastest"
-                f" ({fast['median_step_time_s']:.4f} s per step)")
+        tied = ties_with(fast, ok)
+        if tied:
+            names = " and ".join(strategy_name(s) for s in [fast["strategy"], *tied])
+            text = (f"On {host} ({fabric}), {model} on {ws} ranks: {names} are within noise of each other"
+                    f" (their 95% intervals over repeats overlap; best median {fast['median_step_time_s']:.4f} s per step),"
+                    " so none is named the winner")
+        else:
+            text = (f"On {host} ({fabric}), {model} on {ws} ranks: {strategy_name(fast['strategy'])} was fastest"
+                    f" ({fast['median_step_time_s']:.4f} s per step)")
         if lean["strategy"] != fast["strategy"] and pd.notna(lean["held_bytes_vs_ddp"]) and pd.notna(lean["tokens_per_s_vs_ddp"]):
             text += (f"; {strategy_name(lean['strategy'])} holds the least ({lean['held_bytes_vs_ddp']:.0%} of DDP's"
                      f" bytes) at {lean['tokens_per_s_vs_ddp']:.2f}x DDP's throughput")
@@ -116,6 +123,15 @@ def _recommendations(speed: pd.DataFrame) -> list[str]:
             text += "; " + ", ".join(f"{strategy_name(s)} ended {o}" for s, o in zip(failed["strategy"], failed["outcome"]))
         sentences.append(text + ".")
     return sentences
+
+
+def _fastest_ties(ok: pd.DataFrame) -> list[str]:
+    """Strategies within noise of the fastest run on the same machine, model and GPU count (names for the report)."""
+    if ok.empty:
+        return []
+    fast = ok.sort_values("median_step_time_s").iloc[0]
+    same = ok[(ok["host"] == fast["host"]) & (ok["model"] == fast["model"]) & (ok["world_size"] == fast["world_size"])]
+    return [strategy_name(s) for s in ties_with(fast, same)]
 
 
 def _decision_table(decision: pd.DataFrame) -> pd.DataFrame:
@@ -162,6 +178,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         "runs": runs,
         "reference_count": len(references),
         "fastest": ok.sort_values("median_step_time_s").iloc[0].to_dict() if not ok.empty else None,
+        "fastest_ties": _fastest_ties(ok),
         "smallest": ok.sort_values("held_bytes").iloc[0].to_dict() if not ok.empty else None,
         "mistral": tables.mistral_memory(),
         "low_references": tables.low_references(sweeps, by_label),

@@ -20,11 +20,13 @@ def collective_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict
 
 
 def training_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
-    """What every training job of this config shares: the model, its sizing and the memory budget."""
+    """What every training job of this config shares: the model, its sizing, repeats, reduction dtype, buckets and the memory budget."""
     gib = config["training"].get("memory_budget_gib")
     return {"model_spec": profile["model"], "dtype": profile["dtype"], "micro_batch": int(profile["micro_batch"]),
             "seq_len": int(profile["seq_len"]), "warmup": int(profile["warmup"]), "steps": int(profile["steps"]),
-            "memory_budget_bytes": int(gib * 2**30) if gib else None, "seed": 0, "comm_profile": True}
+            "memory_budget_bytes": int(gib * 2**30) if gib else None, "seed": 0, "comm_profile": True,
+            "repeats": int(profile.get("repeats", 1)), "reduce_dtype": config["training"].get("reduce_dtype", "auto"),
+            "buckets": config["training"].get("buckets", "default")}
 
 
 def job_entry(cls: type[CollectiveJob] | type[TrainingJob] | type[PeerJob], fields: dict[str, Any]) -> dict[str, Any]:

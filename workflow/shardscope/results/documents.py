@@ -188,15 +188,35 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "peak_memory_method": summary.get("peak_memory_method"),
         "comm_time_share": summary.get("comm_time_share"),
         "deepspeed_config": json.dumps(job["deepspeed_config"], sort_keys=True) if job.get("deepspeed_config") else None,
+        **_fairness_fields(doc),
     }
     prediction = memory_prediction(run_id, job)
     return {
         "runs": [_run_row(doc, path, run_id, job["world_size"], "measured")],
         "training_runs": [run],
-        "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss")}} for s in doc.get("steps", [])],
+        "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss", "repeat")}} for s in doc.get("steps", [])],
         "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in _RANK_MEMORY_KEYS}}
                             for r in doc.get("ranks", [])],
         "memory_predictions": [prediction] if prediction else [],
+        "training_comm": [{"run_id": run_id, **{k: r.get(k) for k in ("op", "dtype", "calls", "size_bytes", "volume_bytes")}}
+                          for r in ((summary.get("comm_bytes") or {}).get("measured") or {}).get("per_op", [])],
+    }
+
+
+def _fairness_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    """training_runs' repeat, settings and bytes-moved columns (issue 17); all null in older documents."""
+    summary, settings = doc.get("summary") or {}, doc.get("settings") or {}
+    comm = summary.get("comm_bytes") or {}
+    return {
+        "repeats": summary.get("repeats"),
+        **{k: summary.get(k) for k in ("ci95_low_step_time_s", "ci95_high_step_time_s", "ci95_low_tokens_per_s", "ci95_high_tokens_per_s")},
+        "reduce_dtype": settings.get("reduce_dtype"),
+        "overlap_comm": settings.get("overlap_comm"),
+        "bucket_policy": settings.get("bucket_policy"),
+        "settings_json": json.dumps(settings, sort_keys=True) if settings else None,
+        "comm_volume_bytes": (comm.get("measured") or {}).get("volume_bytes"),
+        "comm_modeled_volume_bytes": (comm.get("modeled") or {}).get("volume_bytes"),
+        "comm_implementation_volume_bytes": (comm.get("implementation") or {}).get("volume_bytes"),
     }
 
 

@@ -18,6 +18,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from shardscope.collectives.factors import OPS
+from shardscope.results.schemas_comm import TrainingCommSchema
 from shardscope.results.schemas_diagnosis import DoctorFindingsSchema, VerdictRowsSchema, VerdictsSchema
 from shardscope.results.schemas_predictions import CollectivePredictionsSchema, StrategyPredictionsSchema
 from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of this module's API)
@@ -160,6 +161,21 @@ class TrainingRunsSchema(_Table):
     peak_memory_method: Series[str] = pa.Field(nullable=True)
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)
     deepspeed_config: Series[str] = pa.Field(nullable=True)
+    # Repeats (issue 17): the median above is over `repeats` timed windows; 95% interval (null for 1 repeat).
+    repeats: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)
+    ci95_low_step_time_s: Series[float] = pa.Field(gt=0, nullable=True)
+    ci95_high_step_time_s: Series[float] = pa.Field(gt=0, nullable=True)
+    ci95_low_tokens_per_s: Series[float] = pa.Field(gt=0, nullable=True)
+    ci95_high_tokens_per_s: Series[float] = pa.Field(gt=0, nullable=True)
+    # Fair settings (issue 17): gradient-reduction dtype, overlap, bucket policy; the whole block as JSON.
+    reduce_dtype: Series[str] = pa.Field(isin=TRAINING_DTYPES, nullable=True)
+    overlap_comm: Series[pd.BooleanDtype] = pa.Field(nullable=True)
+    bucket_policy: Series[str] = pa.Field(isin=["framework_default", "equal_bytes"], nullable=True)
+    settings_json: Series[str] = pa.Field(nullable=True)
+    # Bytes moved per step (measured in one untimed step) beside the ZeRO paper's volume (2Ψ, 3Ψ; modeled).
+    comm_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)
+    comm_modeled_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)
+    comm_implementation_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)  # as the framework implements it
 
     class Config:
         strict = True
@@ -189,6 +205,7 @@ class TrainingStepsSchema(_Table):
     step: Series[int] = pa.Field(ge=0)
     step_time_s: Series[float] = pa.Field(gt=0)
     loss: Series[float] = pa.Field(nullable=True)
+    repeat: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)  # which timed window (issue 17 repeats)
 
     class Config:
         strict = True
@@ -330,6 +347,7 @@ TABLES: dict[str, type[pa.DataFrameModel]] = {
     "training_runs": TrainingRunsSchema,
     "training_steps": TrainingStepsSchema,
     "training_memory": TrainingMemorySchema,
+    "training_comm": TrainingCommSchema,
     "memory_predictions": MemoryPredictionsSchema,
     "topologies": TopologiesSchema,
     "gpus": GpusSchema,

@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from shardscope.cli import gpu_count
+from shardscope.contracts.names import BUCKET_POLICIES, REDUCE_DTYPES
 from shardscope.errors import UserError
 from shardscope.fileio import dump_json
 
@@ -102,7 +103,8 @@ def _train_job(args: argparse.Namespace) -> TrainJob:
     try:
         return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=args.nproc,
                         micro_batch=args.micro_batch, seq_len=args.seq_len, warmup=args.warmup, steps=args.steps,
-                        dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed)
+                        dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed,
+                        repeats=args.repeats)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -111,7 +113,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from shardscope.training.launch import cuda_available, launch, worker_args
 
     job = _train_job(args)
-    flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile)
+    flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile,
+                        reduce_dtype=args.reduce_dtype, buckets=args.buckets)
     described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
     return launch(args.nproc, flags, described, args.out, args.log, cpu=args.cpu or not cuda_available(),
                   nodes=args.nodes)
@@ -151,7 +154,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--micro-batch", type=int, default=2, help="sequences per rank and step (default 2)")
     p.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (default 64)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones (default 2)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per repeat (default 5)")
+    p.add_argument("--repeats", type=int, default=1, help="timed windows of --steps steps (median and 95%% CI stored)")
+    p.add_argument("--reduce-dtype", default="auto", choices=REDUCE_DTYPES,
+                   help="gradient-reduction dtype of every strategy (auto: the training dtype)")
+    p.add_argument("--buckets", default="default", choices=BUCKET_POLICIES,
+                   help="default: each framework's bucket sizes; equal: DDP's 25 MiB for DeepSpeed too")
     p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="parameter dtype (default float32)")
     p.add_argument("--memory-budget-bytes", type=int, help="outcome over_budget when a rank's peak exceeds this")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")

@@ -38,13 +38,15 @@ class TrainJob:
     warmup: int = 2
     """Untimed steps first (at least 1: optimizer state exists only after a step)."""
     steps: int = 5
-    """Timed steps."""
+    """Timed steps per repeat."""
     dtype: str = "float32"
     """``float32`` or ``bfloat16`` (bf16 compute, fp32 master weights)."""
     memory_budget_bytes: int | None = None
     """Peak memory above this makes the outcome ``over_budget``; ``None`` for no budget."""
     seed: int = 0
     """Seed of the initial weights, the same on every rank and under every strategy."""
+    repeats: int = 1
+    """Timed windows of ``steps`` steps each; the result stores their median and 95% interval."""
     model_name: str = field(init=False)
     """Name of the resolved model (the preset, the given ``name``, or ``custom``)."""
     config: ModelConfig = field(init=False)
@@ -62,6 +64,7 @@ class TrainJob:
         _positive_int("--warmup", self.warmup)
         _positive_int("--steps", self.steps)
         _positive_int("--seed", self.seed, minimum=0)
+        _positive_int("--repeats", self.repeats)
         if self.seq_len > config.max_seq_len:
             raise ValueError(f"--seq-len {self.seq_len} is longer than model {name}'s max_seq_len {config.max_seq_len}")
         if self.dtype not in DTYPE_NAMES:

@@ -3,6 +3,13 @@
 ``ddp`` (torch DDP), ``fsdp`` (FSDP2 ``fully_shard``, full shard), ``fsdp_grad_op`` (FSDP2
 without resharding after forward, ZeRO-2-like) and ``zero0``..``zero3`` (the DeepSpeed
 engine). Mixed precision is bf16 compute with fp32 master weights where the dtype is bf16.
+
+Each strategy runs at its framework's recommended settings and says so in
+:attr:`Prepared.settings` (stored with every result; :mod:`shardscope.training.fairness`
+describes the policy): DeepSpeed's own per-stage defaults (``overlap_comm`` on for stage 3
+only, ZeRO-3 prefetch on), FSDP2's default prefetch, DDP's default buckets; the gradients are
+reduced in one selectable dtype everywhere (DDP through its comm hook, FSDP2 through
+``MixedPrecisionPolicy.reduce_dtype``, DeepSpeed through ``communication_data_type``).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from torch import nn
 
 from shardscope.device import DistContext
 from shardscope.contracts.names import STRATEGIES
+from shardscope.training.fairness import DDP_BUCKET_BYTES, FairSettings, deepspeed_bucket_elements
 from shardscope.training.model import GPT, ModelConfig
 
 __all__ = ["STRATEGIES", "OptimConfig", "Prepared", "prepare", "seeded_model"]
@@ -43,6 +51,8 @@ class Prepared:
     forward_backward: Callable[[torch.Tensor], torch.Tensor]
     step: Callable[[], None]
     deepspeed_config: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None
+    """What this strategy ran with (dtypes, reduce dtype, overlap, prefetch, buckets), for the result document."""
 
 
 def _autocast(ctx: DistContext, dtype: torch.dtype) -> contextlib.AbstractContextManager[Any]:
@@ -71,13 +81,66 @@ def _adamw(params: Any, optim: OptimConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay)
 
 
-def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, seed: int = 0) -> Prepared:
-    """torch DDP: full fp32 replica per rank, one bucketed gradient all-reduce per step."""
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def bf16_wire_hook(process_group, bucket):  # noqa: ANN001, ANN201 - DDP checks the annotations, see below
+    """DDP comm hook for CPU/gloo: average a gradient bucket in bf16 on the wire, write it back in the bucket's dtype.
+
+    torch's ``bf16_compress_hook`` does the same but refuses to register without CUDA and
+    NCCL; this one lets a CPU run reduce in bf16 too. DDP insists that the annotations be
+    ``dist.GradBucket`` and a future; they are set after the definition (this module's
+    annotations are strings).
+    """
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    wire = buffer.to(torch.bfloat16).div_(group.size())
+    future = dist.all_reduce(wire, group=group, async_op=True).get_future()
+
+    def back(fut: Any) -> torch.Tensor:
+        buffer.copy_(fut.value()[0])
+        return buffer
+
+    return future.then(back)
+
+
+def _annotate_hook() -> None:
+    import torch.distributed as dist
+
+    bf16_wire_hook.__annotations__ = {"process_group": dist.ProcessGroup, "bucket": dist.GradBucket,
+                                      "return": torch.futures.Future[torch.Tensor]}
+
+
+_annotate_hook()
+
+
+def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, seed: int = 0,
+                fair: FairSettings | None = None) -> Prepared:
+    """torch DDP: full fp32 replica per rank, one bucketed gradient all-reduce per step.
+
+    The all-reduce runs through a comm hook: torch's ``allreduce_hook`` for fp32 reduction,
+    ``bf16_compress_hook`` for bf16 (:func:`bf16_wire_hook` on CPU; gradients cast to bf16 for the wire, back to fp32 after),
+    so DDP can move the same bytes as a bf16 DeepSpeed run. Either hook calls
+    ``torch.distributed.all_reduce`` from Python, where the byte counter sees it.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    fair = fair or FairSettings()
+    reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
     model = seeded_model(cfg, seed, ctx.device)
-    ddp = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None, gradient_as_bucket_view=True)
+    ddp = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None, gradient_as_bucket_view=True,
+              bucket_cap_mb=DDP_BUCKET_BYTES / 2**20)
+    bf16_hook = default_hooks.bf16_compress_hook if ctx.is_cuda else bf16_wire_hook
+    hook = bf16_hook if reduce_dtype == "bfloat16" else default_hooks.allreduce_hook
+    ddp.register_comm_hook(None, hook)
     opt = _adamw(ddp.parameters(), optim)
+    settings = fair.describe("ddp", _dtype_name(dtype), param_dtype="float32", gather_dtype=None, overlap_comm=True,
+                             prefetch="none (DDP gathers nothing)", reduce_bucket_bytes=DDP_BUCKET_BYTES,
+                             allgather_bucket_bytes=None, comm_hook=hook.__name__)
 
     def forward_backward(tokens: torch.Tensor) -> torch.Tensor:
         with _autocast(ctx, dtype):
@@ -89,17 +152,24 @@ def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: O
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return Prepared("ddp", ddp, opt, forward_backward, step)
+    return Prepared("ddp", ddp, opt, forward_backward, step, settings=settings)
 
 
 def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, reshard_after_forward: bool,
-                 seed: int = 0) -> Prepared:
-    """FSDP2: every block and the root ``fully_shard``-ed over a 1-D mesh of all ranks."""
+                 seed: int = 0, fair: FairSettings | None = None) -> Prepared:
+    """FSDP2: every block and the root ``fully_shard``-ed over a 1-D mesh of all ranks.
+
+    Parameters stay fp32 shards (the master weights); ``MixedPrecisionPolicy`` gathers them in
+    the compute dtype and reduce-scatters gradients in the chosen reduce dtype. Prefetching is
+    FSDP2's default (no explicit ``set_modules_to_*_prefetch``).
+    """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    fair = fair or FairSettings()
+    reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype == torch.bfloat16 else MixedPrecisionPolicy()
+    mp = MixedPrecisionPolicy(param_dtype=dtype if dtype == torch.bfloat16 else None, reduce_dtype=getattr(torch, reduce_dtype))
     model = seeded_model(cfg, seed, ctx.device)
     for block in model.blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
@@ -116,11 +186,28 @@ def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: 
         opt.zero_grad(set_to_none=True)
 
     name = "fsdp" if reshard_after_forward else "fsdp_grad_op"
-    return Prepared(name, model, opt, forward_backward, step)
+    settings = fair.describe(name, _dtype_name(dtype), param_dtype="float32", gather_dtype=_dtype_name(dtype), overlap_comm=True,
+                             prefetch="FSDP2 default (implicit: the next group's all-gather issued ahead, forward and backward)",
+                             reduce_bucket_bytes=None, allgather_bucket_bytes=None, comm_hook=None)
+    return Prepared(name, model, opt, forward_backward, step, settings=settings)
 
 
-def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: OptimConfig, bucket_elements: int) -> dict[str, Any]:
-    """The DeepSpeed config JSON of a ZeRO ``stage`` run; saved verbatim with the results."""
+def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: OptimConfig,
+                     fair: FairSettings | None = None) -> dict[str, Any]:
+    """The DeepSpeed config JSON of a ZeRO ``stage`` run; saved verbatim with the results.
+
+    ``overlap_comm`` is left unset so DeepSpeed picks its own per-stage default (on for ZeRO-3
+    only); bucket and prefetch sizes are DeepSpeed's defaults or, with ``fair.buckets ==
+    "equal"``, DDP's 25 MiB (:mod:`shardscope.training.fairness`); gradients are reduced in
+    ``communication_data_type``. Every parameter is partitioned under ZeRO-3 (persistence 0).
+    """
+    fair = fair or FairSettings()
+    reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
+    zero: dict[str, Any] = {"stage": stage, "contiguous_gradients": True, "stage3_param_persistence_threshold": 0}
+    if fair.buckets == "equal":
+        sizes = deepspeed_bucket_elements(fair, reduce_dtype, _dtype_name(dtype))
+        zero.update(reduce_bucket_size=sizes["reduce"], allgather_bucket_size=sizes["allgather"],
+                    stage3_prefetch_bucket_size=sizes["prefetch"])
     return {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": 1,
@@ -137,27 +224,34 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
             },
         },
         "bf16": {"enabled": dtype == torch.bfloat16},
-        "zero_optimization": {
-            "stage": stage,
-            "contiguous_gradients": True,
-            "overlap_comm": False,
-            "reduce_bucket_size": bucket_elements,
-            "allgather_bucket_size": bucket_elements,
-            "stage3_prefetch_bucket_size": bucket_elements,
-            "stage3_param_persistence_threshold": 0,
-        },
+        "communication_data_type": {"float32": "fp32", "bfloat16": "bf16"}[reduce_dtype],
+        "zero_optimization": zero,
     }
 
 
+def deepspeed_settings(engine: Any, stage: int, dtype: torch.dtype, fair: FairSettings) -> dict[str, Any]:
+    """The settings block of a DeepSpeed run, read back from the engine (what DeepSpeed resolved, not what was asked)."""
+    zero = engine._config.zero_config
+    wire = 2 if dtype == torch.bfloat16 else 4
+    reduce_bytes = 2 if fair.resolved_reduce_dtype(_dtype_name(dtype)) == "bfloat16" else 4
+    prefetch = (f"stage3_prefetch_bucket_size={zero.prefetch_bucket_size} elements" if stage == 3 and zero.prefetch_bucket_size
+                else "none (ZeRO-0..2 gather nothing before use)")
+    return fair.describe(f"zero{stage}", _dtype_name(dtype), param_dtype=_dtype_name(dtype),
+                         gather_dtype=_dtype_name(dtype) if stage > 0 else None, overlap_comm=bool(zero.overlap_comm),
+                         prefetch=prefetch, reduce_bucket_bytes=int(zero.reduce_bucket_size) * reduce_bytes,
+                         allgather_bucket_bytes=int(zero.allgather_bucket_size) * wire if stage in (1, 2) else None,
+                         comm_hook=None)
+
+
 def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, stage: int, micro_batch: int,
-                      seed: int = 0) -> Prepared:
+                      seed: int = 0, fair: FairSettings | None = None) -> Prepared:
     """The DeepSpeed engine with ZeRO ``stage`` (0 = plain data parallel through DeepSpeed)."""
     if not ctx.is_cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
-    bucket = int(min(5e8, max(cfg.param_count(), 1_000_000)))
-    ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, bucket)
+    fair = fair or FairSettings()
+    ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, fair)
     if stage == 3:
         with deepspeed.zero.Init(config_dict_or_path=ds_cfg):  # partitions each layer as it is built
             model = seeded_model(cfg, seed)
@@ -170,17 +264,19 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
         engine.backward(loss)
         return loss.detach()
 
-    return Prepared(f"zero{stage}", engine.module, opt, forward_backward, engine.step, deepspeed_config=ds_cfg)
+    return Prepared(f"zero{stage}", engine.module, opt, forward_backward, engine.step, deepspeed_config=ds_cfg,
+                    settings=deepspeed_settings(engine, stage, dtype, fair))
 
 
 def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, micro_batch: int, optim: OptimConfig | None = None,
-            seed: int = 0) -> Prepared:
-    """Build the model under ``strategy`` on this rank's device, its weights drawn from ``seed``."""
+            seed: int = 0, fair: FairSettings | None = None) -> Prepared:
+    """Build the model under ``strategy`` on this rank's device, its weights drawn from ``seed``, under ``fair``'s policy."""
     optim = optim or OptimConfig()
+    fair = fair or FairSettings()
     if strategy == "ddp":
-        return prepare_ddp(cfg, ctx, dtype, optim, seed)
+        return prepare_ddp(cfg, ctx, dtype, optim, seed, fair)
     if strategy in ("fsdp", "fsdp_grad_op"):
-        return prepare_fsdp(cfg, ctx, dtype, optim, reshard_after_forward=strategy == "fsdp", seed=seed)
+        return prepare_fsdp(cfg, ctx, dtype, optim, reshard_after_forward=strategy == "fsdp", seed=seed, fair=fair)
     if strategy in ("zero0", "zero1", "zero2", "zero3"):
-        return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch, seed)
+        return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch, seed, fair)
     raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")

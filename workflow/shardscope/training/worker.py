@@ -1,11 +1,14 @@
 """The training worker, run on every rank by ``torchrun -m shardscope.training``.
 
-It builds the model under one strategy, runs ``warmup`` untimed steps and ``steps`` timed
-ones on synthetic tokens, counts the bytes each rank holds after the first timed backward,
+It builds the model under one strategy, runs ``warmup`` untimed steps and ``repeats`` timed
+windows of ``steps`` steps on synthetic tokens (median and 95% interval over the windows:
+:mod:`shardscope.contracts.repeats`), counts the bytes each rank holds after the first timed backward,
 and rank 0 writes the job's JSON atomically. Weights start from ``--seed`` on every rank under
 every strategy, so per-step losses compare across strategies; the summary carries the analytic
 models beside the measured bytes (``modeled``) and, with ``--comm-profile``, the share of one
-profiled step spent in communication (``comm_time_share``, else null). A rank that fails writes a small error file
+profiled step spent in communication (``comm_time_share``, else null). One more untimed step
+counts the bytes of every collective (``summary.comm_bytes``, beside the ZeRO paper's volume),
+and ``settings`` records the fair-comparison settings the strategy ran with. A rank that fails writes a small error file
 beside the output and exits non-zero; :mod:`shardscope.training.launch` turns that into a
 result with outcome ``oom`` or ``failed``.
 """
@@ -25,6 +28,9 @@ import torch.distributed as dist
 
 from shardscope.device import DistContext, Timer, environment, init_distributed, peak_memory_bytes, reset_peak_memory, synchronize
 from shardscope.fileio import atomic_write_json
+from shardscope.training.comm_bytes import count_step_collectives
+from shardscope.training.comm_volume import comm_block
+from shardscope.training.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
 from shardscope.training.held_bytes import measure_held_bytes
 from shardscope.training.job import TrainJob
 from shardscope.training.memtrack import (
@@ -37,6 +43,7 @@ from shardscope.training.memtrack import (
 from shardscope.training.modeled import modeled_block
 from shardscope.training.model import parse_model_spec, synthetic_batch
 from shardscope.training.peak_flops import peak_flops
+from shardscope.contracts.repeats import summarize_repeats
 from shardscope.training.strategies import STRATEGIES, Prepared, prepare
 
 SCHEMA = "shardscope.training/1"
@@ -51,7 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--micro-batch", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per repeat")
+    p.add_argument("--repeats", type=int, default=1, help="timed windows of --steps steps each (median and 95%% CI over them)")
+    p.add_argument("--reduce-dtype", choices=REDUCE_DTYPES, default="auto", help="gradient-reduction dtype (auto: the training dtype)")
+    p.add_argument("--buckets", choices=BUCKET_POLICIES, default="default",
+                   help="default: each framework's bucket sizes; equal: DDP's 25 MiB for every framework")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--memory-budget-bytes", type=int, default=None)
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, the same on every rank")
@@ -67,7 +78,7 @@ def job_from_args(args: argparse.Namespace, world_size: int) -> TrainJob:
     """The validated job of these flags (the launcher ran the same checks before torchrun)."""
     return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=world_size, micro_batch=args.micro_batch,
                     seq_len=args.seq_len, warmup=args.warmup, steps=args.steps, dtype=args.dtype,
-                    memory_budget_bytes=args.memory_budget_bytes, seed=args.seed)
+                    memory_budget_bytes=args.memory_budget_bytes, seed=args.seed, repeats=args.repeats)
 
 
 def _timed(ctx: DistContext, fn: Any, *args: Any) -> tuple[Any, float]:
@@ -105,13 +116,15 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     job = job_from_args(args, ctx.world_size)
     model_name, cfg = job.model_name, job.config
     dtype = DTYPES[args.dtype]
-    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed)
+    fair = FairSettings(reduce_dtype=args.reduce_dtype, buckets=args.buckets)
+    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed, fair=fair)
     local_s, losses, held = [], [], None
+    timed_steps = args.steps * args.repeats
     reset_peak_memory(ctx)
     gc.collect()
     gc.disable()
     try:
-        for step in range(args.warmup + args.steps):
+        for step in range(args.warmup + timed_steps):
             tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, step, ctx.rank, ctx.device)
             loss, step_s, measured = timed_step(prepared, tokens, ctx, measure_held=step == args.warmup)
             held = measured or held
@@ -120,15 +133,18 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
                 losses.append(float(loss.float().item()))
     finally:
         gc.enable()
-    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value}
+    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value, "repeat": i // args.steps}
                  for i, (t, loss_value) in enumerate(zip(slowest_rank_s(local_s, ctx), losses))]
     peak, peak_method = peak_memory_bytes(ctx)
     memory = _tracked_memory(prepared, cfg, args, ctx)
+    extra_step = args.warmup + timed_steps
+    comm_rows = count_step_collectives(prepared, synthetic_batch(cfg, args.micro_batch, args.seq_len, extra_step, ctx.rank, ctx.device),
+                                       lambda: synchronize(ctx))
     comm_share = None
     if args.comm_profile:
         from shardscope.training.comm_profile import comm_time_share
 
-        tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, args.warmup + args.steps, ctx.rank, ctx.device)
+        tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, extra_step + 1, ctx.rank, ctx.device)
         try:
             comm_share = comm_time_share(prepared, tokens, ctx)
         except RuntimeError as exc:  # a profiler that cannot start (no CUPTI) leaves the share unmeasured
@@ -137,8 +153,10 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     dist.all_gather_object(per_rank, {"rank": ctx.rank, **held.to_dict(), "peak_memory_bytes": peak, "comm_time_share": comm_share,
                                       **memory})
     tokens_per_step = job.tokens_per_step
-    median_s = statistics.median(r["step_time_s"] for r in step_rows)
+    spread = summarize_repeats([r["step_time_s"] for r in step_rows], args.repeats, tokens_per_step)
+    median_s = spread["median_step_time_s"]
     tokens_per_s = tokens_per_step / median_s
+    settings = prepared.settings or {}
     env = environment(ctx)
     peak_f = peak_flops(env["devices"][0] if ctx.is_cuda else None)
     mfu = cfg.flops_per_token(args.seq_len) * tokens_per_s / (peak_f * ctx.world_size) if peak_f else None
@@ -160,15 +178,18 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "seq_len": args.seq_len,
             "warmup": args.warmup,
             "steps": args.steps,
+            "repeats": args.repeats,
             "memory_budget_bytes": args.memory_budget_bytes,
             "seed": args.seed,
             "deepspeed_config": prepared.deepspeed_config,
         },
+        "settings": settings,
         "env": dict(env, deepspeed=_deepspeed_version()),
         "outcome": "over_budget" if over else "ok",
         "error": f"peak memory {max_peak} B exceeds the budget of {args.memory_budget_bytes} B" if over else None,
         "summary": {
             "median_step_time_s": median_s,
+            **{k: v for k, v in spread.items() if k != "median_step_time_s"},
             "tokens_per_step": tokens_per_step,
             "tokens_per_s": tokens_per_s,
             "mfu": mfu,
@@ -176,6 +197,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "peak_memory_bytes": max_peak,
             "peak_memory_method": peak_method,
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
+            "comm_bytes": comm_block(args.strategy, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
+                                     settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None),
             "modeled": modeled_block(args.strategy, cfg.param_count(), ctx.world_size, args.dtype, per_rank),
             "memory_categories": memory_categories(per_rank),
         },

@@ -1,0 +1,96 @@
+"""Bytes a strategy's collectives move per step: the ZeRO paper's volumes, and measured ones beside them.
+
+Sizes follow nccl-tests (an all-reduce's size is its buffer, an all-gather's its gathered
+output, a reduce-scatter's its unreduced input). The *volume* is the ZeRO paper's count per
+rank: an all-reduce moves twice its size (a reduce-scatter then an all-gather), every other
+collective once. With Ψ parameters (ZeRO paper, section 7):
+
+* ``ddp``, ``zero0``: one all-reduce of the gradients: 2Ψ;
+* ``zero1``, ``zero2``: reduce-scatter of the gradients, all-gather of the updated parameters: 2Ψ;
+* ``zero3``, ``fsdp``: all-gather of the parameters in forward and again in backward,
+  reduce-scatter of the gradients: 3Ψ;
+* ``fsdp_grad_op``: parameters gathered once (kept from forward to backward): 2Ψ.
+
+Each Ψ is counted in bytes of the dtype it travels in: gradients in the reduce dtype,
+gathered parameters in the compute dtype.
+
+Beside it, the *implementation* volume says what the code here really moves, read from the
+frameworks and confirmed by the measured bytes (``tests/training/test_comm_bytes.py``):
+
+* DeepSpeed ZeRO-1/2 (0.19) at its default ``use_multi_rank_bucket_allreduce: true``
+  all-reduces every gradient bucket (2Ψ) and keeps its own partition, then all-gathers the
+  updated parameters (Ψ): 3Ψ, 1.5x the paper's 2Ψ.
+* DeepSpeed ZeRO-3 keeps a gathered parameter whose next use is within
+  ``stage3_max_reuse_distance`` (1e9 elements) of parameters fetched: a model of at most
+  5e8 parameters is not gathered again in backward (2Ψ); above that it is not modeled
+  (between 2Ψ and 3Ψ).
+* Everything else moves the paper's volume (FSDP2 pads each parameter to a multiple of the
+  world size, a few bytes more).
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Volume per byte of size, per collective (the ZeRO paper's convention).
+VOLUME_FACTOR = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "broadcast": 1, "reduce": 1, "all_to_all": 1}
+#: Per strategy: (gradient Ψ moved in the reduce dtype, parameter Ψ moved in the gather dtype).
+PAPER_TERMS = {
+    "ddp": (2, 0), "zero0": (2, 0),
+    "zero1": (1, 1), "zero2": (1, 1),
+    "zero3": (1, 2), "fsdp": (1, 2),
+    "fsdp_grad_op": (1, 1),
+}
+#: Per strategy, what this code's frameworks move (see above); None where not modeled.
+IMPLEMENTATION_TERMS = {**PAPER_TERMS, "zero1": (2, 1), "zero2": (2, 1)}
+#: DeepSpeed's ``stage3_max_reuse_distance`` default (elements).
+ZERO3_MAX_REUSE_ELEMENTS = 1_000_000_000
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+def volume_bytes(op: str, size_bytes: int) -> int:
+    """The ZeRO paper's volume of one collective of ``size_bytes`` (nccl-tests size)."""
+    return VOLUME_FACTOR.get(op, 1) * size_bytes
+
+
+def paper_volume(strategy: str, n_params: int, reduce_dtype: str, gather_dtype: str | None) -> dict[str, Any]:
+    """The ZeRO paper's bytes moved per rank per step by ``strategy`` for ``n_params`` parameters (modeled)."""
+    return _volume(PAPER_TERMS[strategy], n_params, reduce_dtype, gather_dtype)
+
+
+def implementation_volume(strategy: str, n_params: int, reduce_dtype: str, gather_dtype: str | None) -> dict[str, Any] | None:
+    """Bytes this code's ``strategy`` moves per rank per step as its framework implements it (modeled); None if not modeled."""
+    terms = IMPLEMENTATION_TERMS[strategy]
+    if strategy == "zero3":
+        if 2 * n_params > ZERO3_MAX_REUSE_ELEMENTS:
+            return None
+        terms = (1, 1)
+    return _volume(terms, n_params, reduce_dtype, gather_dtype)
+
+
+def _volume(terms: tuple[int, int], n_params: int, reduce_dtype: str, gather_dtype: str | None) -> dict[str, Any]:
+    grads, params = terms
+    gather_bytes = _BYTES[gather_dtype] if gather_dtype else 0
+    total = n_params * (grads * _BYTES[reduce_dtype] + params * gather_bytes)
+    return {"method": "modeled", "psi_factor": grads + params, "volume_bytes": total,
+            "formula": f"{grads}Ψ×{_BYTES[reduce_dtype]} B (gradients, {reduce_dtype})"
+                       + (f" + {params}Ψ×{gather_bytes} B (parameters, {gather_dtype})" if params else "")}
+
+
+def comm_block(strategy: str, n_params: int, reduce_dtype: str, gather_dtype: str | None,
+               per_op: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The result's ``summary.comm_bytes``: measured collectives of one step beside the paper's volume."""
+    modeled = paper_volume(strategy, n_params, reduce_dtype, gather_dtype)
+    implementation = implementation_volume(strategy, n_params, reduce_dtype, gather_dtype)
+    if per_op is None:
+        return {"measured": None, "modeled": modeled, "implementation": implementation,
+                "measured_over_modeled": None, "measured_over_implementation": None}
+    total = sum(int(r["volume_bytes"]) for r in per_op)
+    return {"measured": {"method": "measured: every torch.distributed collective of one untimed step, counted on rank 0",
+                         "volume_bytes": total, "per_op": per_op},
+            "modeled": modeled,
+            "implementation": implementation,
+            "measured_over_modeled": total / modeled["volume_bytes"] if modeled["volume_bytes"] else None,
+            "measured_over_implementation": total / implementation["volume_bytes"] if implementation else None}
