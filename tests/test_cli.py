@@ -64,9 +64,8 @@ def test_top_level_help_lists_every_subcommand() -> None:
         assert name in out
 
 
-def test_no_subcommand_is_a_usage_error() -> None:
-    proc = shardscope()
-    assert proc.returncode == 2 and "usage:" in proc.stderr
+def test_no_subcommand_is_a_one_line_usage_error_naming_the_commands() -> None:
+    assert_user_error(shardscope(), "choose one of: topology, plan", "shardscope --help")
 
 
 # --------------------------------------------------------------------------- topology
@@ -193,7 +192,7 @@ def cpu_topology(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_plan_with_config_file(cpu_topology: Path) -> None:
-    plan = ok_json("plan", "--topology", cpu_topology, "--config", CONFIG)
+    plan = ok_json("plan", "--topology", cpu_topology, "--config", CONFIG, "--json")
     assert plan["schema"] == "shardscope.plan/1"
     assert plan["device"] == "cpu" and plan["world_sizes"] == [2]
     assert {j["op"] for j in plan["collectives"]} == {"all_reduce", "all_gather", "reduce_scatter"}
@@ -217,7 +216,7 @@ def test_plan_with_config_json(cpu_topology: Path) -> None:
 
     config = yaml.safe_load(CONFIG.read_text())
     config["cpu"]["ranks"] = 3
-    plan = ok_json("plan", "--topology", cpu_topology, "--config-json", json.dumps(config))
+    plan = ok_json("plan", "--topology", cpu_topology, "--config-json", json.dumps(config), "--json")
     assert plan["world_sizes"] == [3]
 
 
@@ -235,3 +234,117 @@ def test_plan_rejects_json_that_is_not_a_topology(cpu_topology: Path, tmp_path: 
     not_topology = tmp_path / "plan.json"
     not_topology.write_text(json.dumps({"schema": "shardscope.plan/1", "collectives": [], "training": []}))
     assert_user_error(shardscope("plan", "--topology", not_topology, "--config", CONFIG), str(not_topology))
+
+
+# --------------------------------------------------------------------------- manners (issue 21)
+
+
+def _parsers(parser: Any) -> Any:
+    """Every parser under ``parser``, depth first, itself included."""
+    import argparse
+
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from _parsers(sub)
+
+
+def test_every_flag_and_subcommand_of_every_parser_has_help() -> None:
+    import argparse
+
+    from shardscope.cli import Parser, build_parser
+
+    missing, parsers = [], list(_parsers(build_parser()))
+    for parser in parsers:
+        assert isinstance(parser, Parser), parser.prog  # one-line errors everywhere
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helped = {choice.dest for choice in action._choices_actions if choice.help}
+                missing += [f"{parser.prog} {name}" for name in action.choices if name not in helped]
+            elif not action.help:
+                missing.append(f"{parser.prog} {'/'.join(action.option_strings) or action.dest}")
+    assert len(parsers) > 30 and not missing, missing
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    proc = shardscope("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"shardscope {version('shardscope')}", proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["topology"], ["topology: choose one of: detect, parse, show", "shardscope topology --help"]),
+        (["db"], ["db: choose one of: merge, export, schema"]),
+        (["advise", "--model", "tiny"], ["advise:", "--gpus", "--topology"]),
+        (["train", "--strategy", "ddp", "--model", "tiny", "--nproc", "2", "--dtype", "fp8", "--out", "o", "--log", "l"],
+         ["train:", "--dtype", "fp8"]),
+        (["topology", "show", "--format", "yaml"], ["topology show:", "--format"]),
+        (["figures", "--db", "x", "--out", "y", "--colour"], ["unrecognized arguments: --colour"]),
+        (["nope"], ["invalid choice: 'nope'"]),
+    ],
+    ids=["no-action", "no-db-action", "missing-flags", "bad-choice", "bad-format", "unknown-flag", "unknown-command"],
+)
+def test_argparse_errors_are_one_line_with_exit_2(args: list[str], fragments: list[str]) -> None:
+    assert_user_error(shardscope(*args), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["advise", "--model", "mistral-7b", "--topology", "preset:hgx-h100", "--gpus", "1000000"], ["--gpus", "100000"]),
+        (["memory", "--model", "mistral-7b", "--gpus", "1000000"], ["--gpus", "100000"]),
+        (["memory", "--model", "tiny", "--gpus", "two"], ["--gpus", "'two'"]),
+        (["advise", "--model", "mistral-7b", "--topology", "preset:hgx-h100", "--gpus", "12"], ["--gpus 12", "8 GPUs"]),
+    ],
+    ids=["advise-huge", "memory-huge", "memory-not-a-number", "advise-above-the-node-not-whole-nodes"],
+)
+def test_gpu_counts_are_bounded(args: list[str], fragments: list[str]) -> None:
+    assert_user_error(shardscope(*args), *fragments)
+
+
+def test_plan_prints_a_summary_and_writes_the_json_the_pipeline_reads(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    proc = shardscope("plan", "--topology", NVL_PAIRS, "--config", CONFIG, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) < 20 and lines[0].startswith(f"plan for {NVL_PAIRS}: gpu fabric nvlink_islands, world sizes 2, 4, 8")
+    plan = json.loads(out.read_text())
+    assert f"{len(plan['collectives'])} jobs  ops" in proc.stdout and f"{len(plan['training'])} jobs  strategies" in proc.stdout
+    for place in plan["placements"]:
+        assert any(line.split()[:2] == [str(place["world_size"]), place["placement"]] for line in lines), place
+    assert ok_json("plan", "--topology", NVL_PAIRS, "--config", CONFIG, "--json") == plan
+
+
+def test_advise_prints_its_assumptions_and_millisecond_ties_as_a_tie_with_the_margin() -> None:
+    proc = shardscope("advise", "--model", "mistral-7b", "--topology", "preset:hgx-h100", "--gpus", "8", "--micro-batch", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("assumes: micro-batch 2, seq len 4096, MFU ") and "overlap " in lines[1], lines[1]
+    (tie,) = [line for line in lines if line.startswith("tie: ")]
+    rows = [line.split() for line in lines if line.split()[1:2] == ["step"]]
+    ranked, times = [row[0] for row in rows], {row[0]: float(row[2]) for row in rows}
+    tied = tie.removeprefix("tie: ").split(" are within ")[0].split(", ")
+    assert len(tied) >= 2 and tied[0] == ranked[0] and "5% margin" in tie
+    assert max(times[s] for s in tied) <= 1.05 * times[tied[0]] + 1e-3
+
+
+def test_advise_without_a_tie_prints_none() -> None:
+    from shardscope.costmodel.commands import _tie_line
+
+    class P:  # the fields _tie_line reads of a StepPrediction
+        def __init__(self, strategy: str, step: float, fits: bool | None = True) -> None:
+            self.strategy, self.step_time_s, self.fits, self.memory_total_bytes = strategy, step, fits, 1
+
+    assert _tie_line([P("ddp", 1.0), P("zero1", 1.2)]) is None
+    assert _tie_line([P("ddp", 0.9, fits=False), P("zero1", 1.0), P("zero2", 1.5)]) is None
+    assert _tie_line([P("zero1", 1.0), P("zero2", 1.04)]).startswith("tie: zero1, zero2 are within 4.0% ")
+
+
+def test_collectives_import_without_out_prints_one_summary_line() -> None:
+    proc = shardscope("collectives", "import", GEN2)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1 and "16 ranks" in proc.stdout and "--json" in proc.stdout

@@ -154,3 +154,11 @@ def test_config_hash_changes_with_any_value(config: dict[str, Any]) -> None:
     reordered_list = copy.deepcopy(config)
     reordered_list["training"]["strategies"].reverse()  # list order is meaningful
     assert config_hash(reordered_list) != base
+
+
+@pytest.mark.parametrize(("make", "fragment"), [(lambda d: d / "missing.txt", "does not exist"),
+                                                 (lambda d: d, "is not a file")], ids=["missing", "a-folder"])
+def test_topology_file_must_be_a_readable_file(config: dict[str, Any], tmp_path: Path, make: Any, fragment: str) -> None:
+    path = make(tmp_path)
+    config["topology"]["file"] = str(path)
+    _reject(config, "topology.file", str(path), fragment, "nvidia-smi topo -m")

@@ -41,6 +41,9 @@ PENDING = {
     ("shardscope.figures.reference", "shardscope.diagnose.evaluate"): REFERENCE_STAGE,
     ("shardscope.figures.queries", "shardscope.training.memory_model"):
         "memory model computed once by the predictions stage (issue 15 part 6, with issue 18)",
+    ("shardscope.figures.queries", "shardscope.training.memory_peak"):
+        "figure 3's modeled activations and buffers, computed at query time until the predictions stage stores them "
+        "(issue 15 part 6, with issue 18)",
     ("shardscope.figures.queries", "shardscope.training.modeled"):
         "implementation memory model computed once by the predictions stage (issue 15 part 6)",
     ("shardscope.figures.decision", "shardscope.training.memory_model"):

@@ -93,3 +93,7 @@ def test_the_probe_sees_a_heavy_import(tmp_path: Path) -> None:
     result = run_torch_free("memory", "--model", "tiny", "--gpus", "2", cwd=tmp_path)
     assert result["rc"] == 0
     assert "torch" in result["heavy"]
+
+
+def test_accuracy_imports_neither(sample_db: Path, tmp_path: Path) -> None:
+    assert run_torch_free("accuracy", "--db", sample_db, cwd=tmp_path) == {"rc": 0, "heavy": []}

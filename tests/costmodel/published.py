@@ -10,10 +10,11 @@ from typing import Any
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
 from shardscope.costmodel.machine import Machine, build_machine
 from shardscope.costmodel.placement import best_placement
-from shardscope.costmodel.presets import synthetic_topology
+from shardscope.costmodel.presets import preset, synthetic_topology
 from shardscope.topology.parse import parse_file
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+REFERENCE = Path(__file__).resolve().parents[2] / "workflow" / "shardscope" / "figures" / "reference"
 TOPO_FILES = sorted(p.name for p in (DATA / "topo").glob("*.txt"))
 
 
@@ -40,11 +41,19 @@ def published_records() -> list[dict[str, Any]]:
 def record_job(record: dict[str, Any]) -> Job:
     """The job a published record describes, on its stated (or saved) topology."""
     spec = record["topology"]
-    doc = topology(spec["file"]) if "file" in spec else synthetic_topology(**spec["synthetic"])
+    if "file" in spec:
+        doc = topology(spec["file"])
+    elif "reference" in spec:
+        doc = parse_file(REFERENCE / spec["reference"]).to_dict()
+    elif "preset" in spec:
+        doc = preset(spec["preset"])
+    else:
+        doc = synthetic_topology(**spec["synthetic"])
     machine = build_machine(doc, gpu_name=record.get("gpu"), nic_gbps=record.get("nic_gbps"))
     nodes = record.get("nodes", 1)
-    members = tuple(record.get("members") or best_placement(machine, record["world_size"] // nodes).members)
-    return Job(machine, members, nodes=nodes)
+    nvlink = record.get("transport", "default") != "pcie"
+    members = tuple(record.get("members") or best_placement(machine, record["world_size"] // nodes, nvlink).members)
+    return Job(machine, members, nodes=nodes, nvlink=nvlink)
 
 
 def record_prediction(record: dict[str, Any]) -> float:
@@ -54,3 +63,20 @@ def record_prediction(record: dict[str, Any]) -> float:
     if record.get("size_bytes"):
         return predict_collective(record["op"], record["size_bytes"], job, algorithms).busbw_gbps
     return peak_busbw_gbps(record["op"], job, algorithms)
+
+
+def validation_rows() -> list[dict[str, Any]]:
+    """Every in-scope record with the model's busbw, the ratio modeled/measured and the algorithm NCCL is modeled to run."""
+    rows = []
+    for record in published_records():
+        if not record["in_scope"]:
+            continue
+        modeled = record_prediction(record)
+        job = record_job(record)
+        algorithms = [record["algorithm"]] if record.get("algorithm") else None
+        chosen = predict_collective(record["op"], record.get("size_bytes") or 1 << 40, job, algorithms)
+        rows.append({"id": record["id"], "op": record["op"], "ranks": record["world_size"], "nodes": record.get("nodes", 1),
+                     "measured": record["busbw_gbps"], "modeled": modeled, "ratio": modeled / record["busbw_gbps"],
+                     "algorithm": chosen.algorithm, "bottleneck": chosen.bottleneck, "source": record["source"],
+                     "known_miss": record.get("known_miss")})
+    return rows

@@ -82,11 +82,28 @@ def test_assumptions_flow_through() -> None:
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"model": "gpt-9"}, "preset"), ({"strategies": ("zero4",)}, "strategy"), ({"gpus": 12}, "multiple"),
-    ({"gpus": 0}, "positive"), ({"gpu_name": "NVIDIA GeForce RTX 4090"}, "peak-tflops")])
+    ({"gpus": 0}, "positive"), ({"gpu_name": "Quantum 9000"}, "--peak-tflops")])
 def test_user_errors(kwargs: dict, match: str) -> None:
     args = {"model": "llama-1b", "gpus": 8, **kwargs}
     with pytest.raises(UserError, match=match):
         advise(preset("hgx-h100"), args.pop("model"), args.pop("gpus"), **args)
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5090", "NVIDIA L40S", "NVIDIA A10",
+                                 "NVIDIA B200", "NVIDIA B300", "NVIDIA GB200", "AMD Instinct MI300X", "Tesla T4",
+                                 "NVIDIA RTX A6000", "NVIDIA H20", "NVIDIA H800"])
+def test_a_gpu_known_by_name_never_refuses(gpu: str) -> None:
+    advice = advise(preset("hgx-h100"), "llama-1b", 8, gpu_name=gpu)
+    assert advice.ranking[0].compute_time_s > 0 and advice.machine.memory_bytes
+
+
+def test_an_unnamed_gpu_names_the_flags_to_use() -> None:
+    doc = preset("pcie-l40s")
+    for g in doc["gpus"]:
+        g["name"] = None
+    with pytest.raises(UserError, match="--gpu.*--peak-tflops"):
+        advise(doc, "llama-1b", 2)
+    assert advise(doc, "llama-1b", 2, peak_tflops=100.0).ranking
 
 
 def test_cpu_topology_is_a_user_error() -> None:

@@ -65,3 +65,18 @@ def test_topology_hash_is_the_stores_canonical_digest() -> None:
     assert topology_hash(a) != topology_hash(preset("hgx-h200"))
     canonical = json.dumps(a, sort_keys=True, separators=(",", ":"))
     assert topology_hash(a) == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_multi_node_and_all_to_all_rows_fit_the_store_schema() -> None:
+    # The algorithms the model now names (NVLS-tree across nodes, pairwise all-to-all) are valid stored rows.
+    import pandas as pd
+    from shardscope.costmodel.collectives import Job, predict_collective
+    from shardscope.results.schemas_predictions import CollectivePredictionsSchema
+
+    doc = preset("hgx-h100")
+    machine, topo_hash = build_machine(doc), topology_hash(doc)
+    job = Job(machine, tuple(range(8)), nodes=2)
+    preds = [(predict_collective(op, 1 << 30, job), job) for op in ("all_reduce", "all_to_all")]
+    rows = rows_for_sweep(preds, topo_hash)
+    assert [r["algorithm"] for r in rows] == ["nvls_tree", "pairwise"] and all(r["nodes"] == 2 for r in rows)
+    CollectivePredictionsSchema.validate(pd.DataFrame([{"run_id": "r", **r} for r in rows]))

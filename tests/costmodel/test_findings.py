@@ -38,8 +38,11 @@ def test_mistral_ddp_does_not_fit_80gb_but_sharded_do() -> None:
     advice = advise(topology("topo/05-dgx-a100-nv12-mlx5-columns-old-format.txt"), "mistral-7b", 8, gpu_name="NVIDIA A100-SXM4-80GB")
     fits = {p.strategy: p.fits for p in advice.ranking}
     assert fits["ddp"] is False
-    assert fits["zero1"] and fits["zero2"] and fits["zero3"] and fits["fsdp"]
-    assert advice.ranking[-1].strategy == "ddp"
+    assert fits["zero2"] and fits["zero3"] and fits["fsdp"]
+    # "fits" is the whole peak (issue 18): at seq 4096 ZeRO-1's 40 GB of model states plus ~32 GB
+    # of activations exceed 90% of 80 GB, although its model states alone would fit.
+    assert fits["zero1"] is False
+    assert advice.ranking[-1].fits is False and "ddp" in [p.strategy for p in advice.ranking if p.fits is False]
     assert "ddp" in advice.explanation[1] and "not fit" in advice.explanation[1]
 
 

@@ -152,3 +152,16 @@ def test_pcie_path_of_nvlinked_pairs_comes_from_numa() -> None:
     inside, _ = machine.ring_gbps([0, 1, 2, 3], use_nvlink=False)
     across, _ = machine.ring_gbps([0, 1, 4, 5], use_nvlink=False)
     assert inside > across == pytest.approx(22.0)
+
+
+def test_without_p2p_gpus_behind_one_switch_share_its_uplink() -> None:
+    # NCCL_P2P_DISABLE=1 (or no peer access): host-staged traffic climbs to the root complex and back, so the
+    # k ring members behind one PCIe switch share its uplink (link / k), while P2P would stay in the switch.
+    machine = fixture_machine("13-8x-pcie-pix-pxb-sys-numa-na.txt", gpu="NVIDIA L40S")
+    assert machine.ring_gbps([0, 1], use_nvlink=False) == (24.0, "pcie")  # PIX: P2P inside the switch
+    assert machine.ring_gbps([0, 1], use_nvlink=False, p2p=False) == (12.0, "pcie")
+    assert machine.ring_gbps([0, 1, 2, 3], use_nvlink=False, p2p=False) == (6.0, "pcie")
+    assert machine.ring_gbps([0, 4], use_nvlink=False, p2p=False) == machine.ring_gbps([0, 4], use_nvlink=False)  # own root ports
+    from shardscope.costmodel.collectives import Job, peak_busbw_gbps
+
+    assert peak_busbw_gbps("all_reduce", Job(machine, (0, 1), nvlink=False)) == pytest.approx(12.0)

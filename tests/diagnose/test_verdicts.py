@@ -13,6 +13,7 @@ import json
 import pytest
 from diagnose.fixtures import NCCL_TESTS, RUN_293_GDR, RUN_293_NPS4, TOPO_293, topology
 from factories import collective_doc
+from shardscope.costmodel.collectives import Job
 from shardscope.costmodel.machine import build_machine
 from shardscope.costmodel.presets import preset
 from shardscope.diagnose.evaluate import evaluate, format_verdicts
@@ -50,24 +51,57 @@ def test_known_low_reference_is_diagnosed_low_with_its_documented_cause():
     assert "LOW: all_reduce on 2 ranks / 2 nodes" in format_verdicts(doc)
 
 
-def test_public_2x8_h100_run_is_ok_on_the_hgx_h100_preset():
-    # The log does not state the NICs; the preset assumes 8x 400G rails (an assumption, see SOURCES.md).
-    doc = evaluate([GEN2], preset("hgx-h100"), "preset:hgx-h100")
+def test_public_2x8_h100_run_is_ok_on_the_a3_mega_preset():
+    # The log comes from an A3 Mega deployment (its repository: create-a3mega); GCP's a3-megagpu-8g has
+    # 8 x 200 Gb/s GPU NICs, half the rate preset:hgx-h100 assumes. On that preset the model (NVLS-tree,
+    # the network-bound tree across 2 nodes) gives 360 GB/s and the measured 338.8 GB/s peak is 93% of it.
+    doc = evaluate([GEN2], preset("gcp-a3-mega"), "preset:gcp-a3-mega")
     v = doc["sweeps"][0]
     assert v["verdict"] == "ok" and v["nodes"] == 2
     assert list(v["expected"]["members"]) == [0, 1, 2, 3, 4, 5, 6, 7]
-    assert 85 < v["pct_of_expected"] < 95
-    assert v["expected"]["ceiling_gbps"] == pytest.approx(700.0, rel=1e-3)  # NVLS-tree bound: 450 x 14/9
+    assert v["expected"]["link"] == "net"  # the NICs, not NVLink, bound a 2-node run on 200G rails
+    assert 88 < v["pct_of_expected"] < 98
+    assert v["expected"]["ceiling_gbps"] == pytest.approx(400.0, rel=1e-3)  # tree bound: 2 x 8 x 200 Gb/s raw
+    # On 8 x 400G rails (preset:hgx-h100) the same log would be low: the NICs the preset assumes matter.
+    assert evaluate([GEN2], preset("hgx-h100"))["sweeps"][0]["verdict"] == "low"
 
 
-def test_healthy_run_above_the_ring_model_is_ok_not_suspicious():
+def test_healthy_2_node_nvls_run_is_ok_within_the_nvls_tree_model():
+    # nccl-tests#309: 2 x 8 H100 with 8 x 400G CX-7, NVLS on, 469 GB/s at 16 GiB, "Your numbers look good"
+    # (maintainer). The model now has NCCL's NVLS-tree (NVLink SHARP inside each node, a tree across): 525 GB/s,
+    # NVLS-bound; the run is 89% of it (the ring-only model gave 370.8 GB/s and called it "above the model").
     from diagnose.fixtures import DIAG
 
     v = evaluate([str(DIAG / "nccl-tests-309-allreduce-2x8-h100-400g.txt")], preset("hgx-h100"))["sweeps"][0]
-    assert v["verdict"] == "ok" and "above the model" in v["reason"]
+    assert v["verdict"] == "ok" and "above the model" not in v["reason"]
     assert v["summary"]["plateau_busbw_gbps"] == pytest.approx(466.2, abs=0.5)
-    assert v["pct_of_expected"] == pytest.approx(125.7, abs=0.5)
+    assert v["pct_of_expected"] == pytest.approx(88.8, abs=0.5)
+    assert v["expected"]["ceiling_gbps"] == pytest.approx(700.0, rel=1e-3)  # NVLS-tree bound: 450 x 14/9
     assert all(r["verdict"] != "suspicious" for r in v["rows"])
+
+
+def test_multi_node_bottleneck_names_the_network_where_the_nics_limit():
+    from shardscope.diagnose.verdicts import bottleneck_link
+
+    def job(name: str, nodes: int, per_node: int = 8):
+        return Job(build_machine(preset(name)), tuple(range(per_node)), nodes=nodes)
+
+    # p4dn (4 x 100G EFA for 8 A100) and A3 Mega (8 x 200G for 8 H100): the NICs bound every multi-node run.
+    assert [bottleneck_link("all_reduce", job("aws-p4d", n)) for n in (1, 2, 3, 4)] == ["nvlink", "net", "net", "net"]
+    assert bottleneck_link("all_reduce", job("gcp-a3-mega", 2)) == "net"
+    assert bottleneck_link("all_to_all", job("hgx-h100", 2)) == "net"  # all-to-all: one NIC per GPU
+    # 8 x 400G (384 GB/s out of a node) against NVLS's 280 GB/s algbw: NVLink SHARP, not the network, bounds
+    # the 2-node NVLS-tree, as nccl-tests#309's 469 GB/s (below the single-node 480) shows; the ring would be
+    # NVLink-bound too (370.8 < 384). From 3 nodes the tree's network load (1.5x) makes the NICs the limit.
+    assert bottleneck_link("all_reduce", job("hgx-h100", 2)) == "nvlink"
+    assert bottleneck_link("all_reduce", job("hgx-h100", 4)) == "net"
+    v = evaluate([GEN2], preset("gcp-a3-mega"))["sweeps"][0]
+    assert v["expected"]["link"] == "net" and any(h.startswith("network:") for h in hints_of(GEN2, "hgx-h100"))
+
+
+def hints_of(path: str, preset_name: str) -> list[str]:
+    """The hints of a sweep judged on a preset (the run is low there)."""
+    return evaluate([path], preset(preset_name))["sweeps"][0]["hints"]
 
 
 def test_truncated_public_run_has_no_verdict_and_says_why():
@@ -128,3 +162,18 @@ def test_load_sweep_errors_are_one_sentence(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(UserError, match="not valid JSON"):
         load_sweep(str(bad))
+
+
+def test_two_nodes_of_one_gpu_are_modeled_across_the_network_not_called_a_single_gpu() -> None:
+    # issue 16: a single-GPU topology (a k8s pod) with a 2-node run is 2 ranks across nodes
+    from pathlib import Path
+
+    from shardscope.topology.parse import parse_file
+
+    pod = Path(__file__).resolve().parents[1] / "data" / "topo" / "18-single-gpu-h100-k8s-pod.txt"
+    doc = evaluate([str(RUN_293_GDR)], parse_file(pod).to_dict(), pod.name)
+
+    sweep = doc["sweeps"][0]
+    assert (sweep["world_size"], sweep["nodes"]) == (2, 2)
+    assert "single GPU" not in (sweep["reason"] or "")
+    assert sweep["expected"]["known"] and sweep["expected"]["nodes"] == 2

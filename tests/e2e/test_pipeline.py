@@ -1,10 +1,13 @@
 """The real pipeline end to end on this machine: torchrun, gloo, DeepSpeed, DuckDB, figures, report.
 
 One reduced-config run (module-scoped) feeds every check; it takes about a minute on 2 cores.
+It trains every strategy but :data:`ADDED_LATER`, which the rerun test adds to show that only
+its job would run.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -18,7 +21,9 @@ from shardscope.collectives.factors import busbw_factor
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-STRATEGIES = ["ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3"]
+#: The strategy the pipeline run leaves out, added by the rerun test (its job alone must then run).
+ADDED_LATER = "zero0"
+STRATEGIES = ["ddp", "fsdp", "fsdp_grad_op", "zero1", "zero2", "zero3"]
 OPS = ["all_reduce", "all_gather", "reduce_scatter"]
 
 pytestmark = pytest.mark.e2e
@@ -166,6 +171,61 @@ def test_second_run_has_nothing_to_do_and_is_fast(pipeline):
     assert elapsed < 10
 
 
+#: Rules that measure: a config edit must not schedule any of them unless it changes their job's spec.
+MEASURING = {"collective", "collective_multinode", "train", "train_multinode", "nccl_tests_peer"}
+JOB_BLOCK = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\n(?:[ \t]+.*\n)*?[ \t]+output: (.*)$", re.M)
+
+
+def dry_run_jobs(configfile: Path) -> list[tuple[str, str]]:
+    """(rule, output files) of every job a dry run of the whole pipeline would run."""
+    result = run_snakemake(configfile, "--dry-run")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return JOB_BLOCK.findall(result.stdout + "\n" + result.stderr)
+
+
+def edited(configfile: Path, path: Path, edit) -> Path:
+    config = yaml.safe_load(configfile.read_text())
+    edit(config)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def replan(configfile: Path) -> None:
+    """Run the plan checkpoint (cheap) so that the dry run after it sees every job, not only `plan`."""
+    result = subprocess.run([*SNAKEMAKE, str(Path(yaml.safe_load(configfile.read_text())["results"]) / "plan" / "plan.json"),
+                             "--cores", "1", "--configfile", str(configfile)], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
+def test_a_job_reruns_when_and_only_when_its_own_spec_changes(pipeline, tmp_path):
+    """(a) an unrelated edit re-plans nothing; (b) removing strategies re-plans but measures nothing;
+    (c) adding a strategy runs its training job alone. Runs after every other test of the pipeline fixture."""
+    results, configfile = pipeline
+
+    def unrelated(config):
+        config["emulated"] = {"enabled": False, "timeout_s": 60, "sweep": {"min_bytes": 1024, "max_bytes": 4096,
+                                                                           "factor": 2, "warmup": 1, "iters": 1}}
+
+    jobs = dry_run_jobs(edited(configfile, tmp_path / "a.yaml", unrelated))
+    assert not {rule for rule, _ in jobs} & (MEASURING | {"plan", "topology"}), jobs
+
+    removed = edited(configfile, tmp_path / "b.yaml",
+                     lambda config: config["training"].update(strategies=STRATEGIES[2:]))
+    plan_before = (results / "plan" / "plan.json").read_text()
+    replan(removed)
+    assert (results / "plan" / "plan.json").read_text() != plan_before  # the plan did change
+    jobs = dry_run_jobs(removed)
+    assert not {rule for rule, _ in jobs} & (MEASURING | {"plan"}), jobs
+
+    added = edited(configfile, tmp_path / "c.yaml",
+                   lambda config: config["training"].update(strategies=[*STRATEGIES, ADDED_LATER]))
+    replan(added)
+    jobs = dry_run_jobs(added)
+    measuring = sorted((rule, out) for rule, out in jobs if rule in MEASURING)
+    assert measuring == [("train", str(results / "training" / f"{ADDED_LATER}-tiny-ws2-local.json"))], jobs
+
+
 @pytest.mark.parametrize(("override", "key"), [
     ({"training": {"strategies": ["ddp", "ddpp"]}}, "training.strategies[1]"),
     ({"cpu": {"ranks": 0}}, "cpu.ranks"),
@@ -188,3 +248,11 @@ def test_workflow_lints_clean():
     result = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
+
+
+def test_readme_commands_work_as_written(pipeline, tmp_path):
+    """Every command of README.md, on this module's pipeline run (tests/test_readme.py says how)."""
+    from test_readme import run_readme
+
+    results, configfile = pipeline
+    print("\n".join(run_readme(tmp_path, results, yaml.safe_load(configfile.read_text()))))

@@ -1,11 +1,14 @@
 """Fixtures of the emulated-fabric tests: a private namespace prefix, the root check, a leak guard.
 
+Tests that build fabrics (network namespaces, veth links, tc qdiscs) change the machine, so they
+run only when asked: ``SHARDSCOPE_SYSTEM_TESTS=1`` (``.ci/run`` sets it), as root with iproute2.
 Each test gets its own prefix (``sst<6 hex>-``), so tests never see, and cleanup never
 touches, namespaces of other runs or of other people on a shared machine.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable, Iterator
 
@@ -20,7 +23,9 @@ def namespaces_under(prefix: str) -> list[str]:
 
 @pytest.fixture
 def fabric_root() -> None:
-    """Skip, with the one-sentence reason, where emulated fabrics cannot be built (no root, ip or tc)."""
+    """Skip, with the one-sentence reason, unless asked for and emulated fabrics can be built (root, ip, tc)."""
+    if os.environ.get("SHARDSCOPE_SYSTEM_TESTS") != "1":
+        pytest.skip("builds network namespaces on this machine; set SHARDSCOPE_SYSTEM_TESTS=1 to run it (.ci/run does)")
     problem = netns.support_problem()
     if problem:
         pytest.skip(f"needs root with iproute2, as in CI: {problem}")

@@ -68,7 +68,7 @@ def test_reference_runs_are_judged_against_their_topology_and_linked(reference_d
     assert any("NIC only through the CPU (SYS)" in h for h in low[3])
     assert low[5]["topology"] == "nccl-tests-293-topo.txt" and low[4] is not None
     (h100,) = by_label["2 nodes x 8 H100 SXM"]
-    assert h100[0] == "ok" and h100[5]["topology"] == "preset:hgx-h100"  # the preset assumed is recorded
+    assert h100[0] == "ok" and h100[5]["topology"] == "preset:gcp-a3-mega"  # the preset assumed is recorded
     for verdict, pct, _, hints, topo_hash, env in by_label["2 x RTX 2080 Ti, PCIe 3.0"]:
         # the post's own topo -m (one PCIe 3.0 switch, PIX): a third of what P2P over it should give, and the
         # hint names the cause the post documents (P2P not supported, so NCCL falls back to host memory)

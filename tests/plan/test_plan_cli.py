@@ -54,8 +54,11 @@ def test_plan_rejects_an_inconsistent_topology(topology: Path, tmp_path: Path) -
     assert_user_error(shardscope("plan", "--topology", edited, "--config", CONFIG), str(edited), "islands are")
 
 
-def test_plan_rejects_probe_text_as_topology() -> None:
-    assert_user_error(shardscope("plan", "--topology", NVL_PAIRS, "--config", CONFIG), str(NVL_PAIRS), "not valid JSON")
+def test_plan_reads_probe_text_like_the_topology_json_parsed_from_it(topology: Path) -> None:
+    from_text = shardscope("plan", "--topology", NVL_PAIRS, "--config", CONFIG, "--json")
+    from_json = shardscope("plan", "--topology", topology, "--config", CONFIG, "--json")
+    assert from_text.returncode == 0 and from_json.returncode == 0, from_text.stderr + from_json.stderr
+    assert json.loads(from_text.stdout) == json.loads(from_json.stdout)
 
 
 def test_world_sizes_above_the_gpu_count(topology: Path) -> None:

@@ -14,9 +14,11 @@
    placement ``multi_node`` (tests/slurm/test_cluster_commands.py: without the slurm profile
    the same config stops before any job).
 
-Needs root or passwordless sudo (to install and start Slurm). Skipped with the reason
-elsewhere; with ``CI`` set in the environment a missing prerequisite fails instead. About 6 to
-8 minutes on 2 cores (2 of them for part 3).
+Runs only with ``SHARDSCOPE_SYSTEM_TESTS=1`` (``.ci/run`` sets it): the ``slurm`` fixture
+(tests/slurm/conftest.py) starts a private cluster with .ci/slurm.sh (own folder, config, munge,
+ports; needs root or passwordless sudo and Debian's slurm-wlm and munge) and stops it afterwards.
+Skipped with the reason elsewhere; with ``CI`` set a missing prerequisite fails instead. About 6
+to 8 minutes on 2 cores (2 of them for part 3).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +35,10 @@ import yaml
 from factories import query_db
 
 REPO = Path(__file__).resolve().parents[2]
-SLURM_SH = REPO / ".ci" / "slurm.sh"
 OPS = ["all_reduce"]
 # DDP and FSDP: the Slurm path of `train` does not depend on the strategy, and DeepSpeed's
 # first CPU build on a busy 2-core runner alone can take minutes (tests/e2e covers every one).
 STRATEGIES = ["ddp", "fsdp"]
-TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol")
 #: Test-only options: no accounting here, so job status comes from squeue and there is no
 #: account; poll often; keep Slurm's logs (also of successful jobs) beside the test's files.
 PLUGIN_TEST_OPTIONS = ["--slurm-status-command", "squeue", "--slurm-no-account",
@@ -48,29 +47,7 @@ PLUGIN_TEST_OPTIONS = ["--slurm-status-command", "squeue", "--slurm-no-account",
 pytestmark = pytest.mark.e2e
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"the Slurm test must run in CI, but {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def slurm() -> None:
-    """Run .ci/slurm.sh: installs Slurm where it is missing, starts what is not running."""
-    if os.geteuid() == 0:
-        setup = ["bash", str(SLURM_SH)]
-    elif shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True, check=False).returncode == 0:
-        setup = ["sudo", "-n", "bash", str(SLURM_SH)]  # e.g. a CI runner with passwordless sudo
-    else:
-        _unavailable("it needs root or passwordless sudo to install and start slurmctld/slurmd (.ci/slurm.sh)")
-    if not all(shutil.which(t) for t in TOOLS) and not shutil.which("apt-get"):
-        _unavailable("slurm-wlm and munge are not installed and apt-get is not available")
-    done = subprocess.run(setup, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        _unavailable(f".ci/slurm.sh failed: {done.stderr.strip()[-1500:]}")
-
-
-def snakemake(*args: str, cwd: Path = REPO, timeout: int = 420) -> subprocess.CompletedProcess:
+def snakemake(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(REPO / "profiles" / "slurm"), *args],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -217,7 +194,7 @@ def multinode_pipeline(slurm, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("slurm-multinode")
     configfile, results = multinode_configfile(tmp)
     run = snakemake("--configfile", str(configfile), *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp / "slurm_logs"),
-                    "collect", timeout=480)
+                    "collect", timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     jobs: dict[str, list[dict[str, str]]] = {}
     for record in slurm_jobs(run.stdout + run.stderr).values():

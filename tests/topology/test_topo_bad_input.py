@@ -303,3 +303,14 @@ def test_rocm_diagonal_and_symmetry() -> None:
 def test_rocm_numa_lines_without_brackets() -> None:
     text = _text(MI300A).replace("GPU[", "GPU ").replace("]\t", "\t")
     assert [g.numa_node for g in parse_rocm_smi(text, "amd.txt").gpus] == [0, 1, 2, 3]
+
+
+def test_json_writers_refuse_nan_and_infinity() -> None:
+    # issue 16: no JSON output may hold NaN or Infinity (they are not JSON)
+    from shardscope.fileio import dump_json
+
+    with pytest.raises(UserError, match=r"\$\.rows\[1\]\.busbw_gbps"):
+        dump_json({"rows": [{"busbw_gbps": 1.0}, {"busbw_gbps": float("nan")}]})
+    with pytest.raises(UserError, match="non-finite"):
+        dump_json([float("inf")])
+    assert dump_json({"x": None}) == '{\n  "x": null\n}\n'

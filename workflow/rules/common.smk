@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from shardscope.cluster.executor import multinode_problem
 from shardscope.config import config_hash
 from shardscope.plan.multinode import MULTINODE_JOB, SINGLE_NODE_JOB  # wildcard constraints of the job rules
+from shardscope.topology.saved import saved_topology_problem
 
 
 def _python():
@@ -25,10 +26,10 @@ SHARDSCOPE = f"{PY} -m shardscope"
 TORCHRUN = f"{PY} -m torch.distributed.run"
 
 # Cheap bookkeeping rules run where Snakemake runs, also under the Slurm profile; the topology
-# probe and the timed jobs run on compute nodes.
+# probe, the plan (it looks for all_reduce_perf and root on the node the jobs run on) and the
+# timed jobs run on compute nodes.
 localrules:
     all,
-    plan,
     collect,
     figures,
     paper,
@@ -43,7 +44,7 @@ CONFIG_HASH = config_hash(config)
 def _git_rev():
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=workflow.basedir, timeout=10)
+                             cwd=globals().get("WORKFLOW_SOURCE") or workflow.basedir, timeout=10)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -64,9 +65,11 @@ PROBE_NODES = CLUSTER_NODES > 1 and not config["topology"].get("file")
 
 
 # Multi-node jobs need a Slurm allocation of several nodes: stop before the first job under any
-# other executor. Snakemake runs this once the executor is known, never inside a Slurm job.
+# other executor; a saved topology's GPUs must exist where the jobs run. Snakemake runs this once
+# the executor is known, never inside a Slurm job (and not for a dry run).
 onstart:
-    problem = multinode_problem(CLUSTER_NODES, getattr(workflow.executor_plugin, "name", None))
+    executor = getattr(workflow.executor_plugin, "name", None)
+    problem = multinode_problem(CLUSTER_NODES, executor) or saved_topology_problem(config["topology"].get("file"), executor)
     if problem:
         raise WorkflowError(problem)
 

@@ -1,4 +1,6 @@
 rule emulated_collective:
+    input:
+        spec=EMULATED_SPEC.replace("{name}", "{op}"),
     output:
         f"{RESULTS}/emulated/{{preset}}/collectives/{{placement}}/{{op}}.json",
     log:
@@ -26,6 +28,8 @@ rule emulated_collective:
 
 
 rule emulated_train:
+    input:
+        spec=EMULATED_SPEC.replace("{name}", "{strategy}"),
     output:
         f"{RESULTS}/emulated/{{preset}}/training/{{placement}}/{{strategy}}.json",
     log:

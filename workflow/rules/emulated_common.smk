@@ -2,54 +2,26 @@
 
 Off unless `emulated.enabled: true`. Each preset's hosts are network namespaces joined by veth
 links that `tc` caps (shardscope.emulated); results go to results/emulated/{preset}/ labelled
-`fabric: emulated:<preset>`, and `emulated_results` lists them for the collect rule. Without
-root, `ip` or `tc` the stage is skipped with one sentence and nothing else changes.
+`fabric: emulated:<preset>`, and `emulated_results` lists them for the collect rule. The planner
+decides which jobs run (plan.json `emulated`): without root, `ip` or `tc` it plans none and
+says why under `skipped` (printed in the plan log), and nothing else changes.
 """
-
-from snakemake.logging import logger
 
 EMULATED = config.get("emulated") or {"enabled": False}
 EMULATED_NAME = r"[a-z][a-z0-9_]*"
-
-
-def _emulated_jobs():
-    """(preset, placement) pairs to run: none when disabled; presets this machine cannot build are skipped with one sentence."""
-    if EMULATED.get("enabled") is not True:  # the schema makes it a boolean; a string from --config is not `true`
-        return []
-    from shardscope.emulated.netns import support_problem
-    from shardscope.emulated.presets import all_presets
-
-    prefix = EMULATED.get("prefix", "ssfab-")
-    try:
-        known = all_presets(EMULATED)
-        names = EMULATED.get("presets", ["fast", "pcie_like", "nvl_groups"])
-        unknown = [name for name in names if name not in known]
-        if unknown:
-            raise UserError(f"config key emulated.presets: unknown fabric {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
-        presets = [known[name] for name in names]
-        problem = support_problem(prefix=prefix)
-    except UserError as error:
-        raise WorkflowError(str(error)) from None
-    if problem:
-        logger.warning(f"shardscope: emulated fabrics skipped: {problem}.")
-        return []
-    delayed = [p.name for p in presets if p.needs_delay]
-    problem = support_problem(need_delay=True, prefix=prefix) if delayed else None
-    if problem:
-        logger.warning(f"shardscope: emulated fabrics {', '.join(delayed)} skipped: {problem}.")
-        presets = [p for p in presets if not p.needs_delay]
-    return [(preset.name, placement) for preset in presets for placement in preset.placements]
-
-
-EMULATED_JOBS = _emulated_jobs()
+#: One emulated job's spec file in the plan (its rule's input): {preset}-{placement}-{op or strategy}.
+EMULATED_SPEC = f"{RESULTS}/plan/jobs/{{preset}}-{{placement}}-{{name}}.json"
 
 
 def emulated_results(wildcards=None):
-    """Every emulated result file the config asks for (empty when the stage is off or skipped)."""
+    """Every emulated result file the plan lists (none when the stage is off, or skipped by the planner)."""
     files = []
-    for preset, placement in EMULATED_JOBS:
-        files += [f"{RESULTS}/emulated/{preset}/collectives/{placement}/{op}.json" for op in EMULATED.get("ops", [])]
-        files += [f"{RESULTS}/emulated/{preset}/training/{placement}/{s}.json" for s in EMULATED.get("strategies", [])]
+    for job in plan_doc().get("emulated", []):
+        where = f"{RESULTS}/emulated/{job['preset']}"
+        if job["kind"] == "emulated_collective":
+            files.append(f"{where}/collectives/{job['placement']}/{job['op']}.json")
+        else:
+            files.append(f"{where}/training/{job['placement']}/{job['strategy']}.json")
     return files
 
 

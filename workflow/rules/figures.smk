@@ -1,11 +1,16 @@
 """Figures: the reference runs (with their verdicts), then every figure from the database.
 
-Rule figures runs after collect in a full pipeline. Rule figures_from_db (target it by
-name, `snakemake figures_from_db`) redraws the same files from an existing database alone and
-never schedules an experiment: its only inputs are the database (ancient, so its age never
-forces a rebuild) and the reference database, rebuilt from the bundled logs if missing.
+Rule figures runs after collect in a full pipeline and owns the figure files. Rule
+figures_from_db (target it by name, `snakemake figures_from_db`) redraws the same files from an
+existing database alone and never schedules an experiment: its only inputs are the database
+(ancient, so its age never forces a rebuild) and the reference database, rebuilt from the
+bundled logs if missing. It declares no outputs, so it runs every time it is asked for, and it
+never takes the figure files from rule figures: two rules claiming them would be ambiguous, and
+Snakemake would record the redrawn files as another rule's, so the next `snakemake` would
+redraw them again (and rerun the report and `all`) for a changed rule.
 """
 
+import importlib.resources
 import os
 from pathlib import Path
 
@@ -19,7 +24,8 @@ FIGURE_LABELS = {
     "speed_vs_ddp": "Throughput relative to DDP",
     "decision_map": "Decision map (modeled)",
 }
-REFERENCE_SOURCE = os.path.join(workflow.basedir, "workflow", "shardscope", "figures", "reference")
+#: The bundled public runs, beside the package the rules run (the workflow's own source, or the installed package).
+REFERENCE_SOURCE = str(importlib.resources.files("shardscope.figures").joinpath("reference"))
 REFERENCE_RUNS = [run.file for run in load_manifest(REFERENCE_SOURCE)]
 #: Modeled fabrics of figure 2 (the cost model on one topology per fabric class), one predictions document each.
 REFERENCE_MODELED = load_modeled(REFERENCE_SOURCE)
@@ -35,8 +41,17 @@ FIGURE_FILES = {
     "answers": [f"{FIGURES_DIR}/{name}.answer.rst" for name in FIGURE_NAMES],
     "index": f"{FIGURES_DIR}/figures.json",
 }
+#: The report category each figure is filed under (with Topology and Report, the categories of `snakemake --report`).
+FIGURE_CATEGORIES = {
+    "busbw_vs_size": "Collectives",
+    "allreduce_peak_vs_gpus": "Collectives",
+    "memory_by_strategy": "Memory",
+    "speed_vs_ddp": "Training",
+    "decision_map": "Model",
+}
 FIGURE_REPORT_ARGS = [
-    dict(caption=f"../report/{name}.rst", category="Figures", labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]})
+    dict(caption=f"../report/{name}.rst", category=FIGURE_CATEGORIES[name],
+         labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]})
     for n, name in enumerate(FIGURE_NAMES, start=1)
 ]
 FIGURE_PNGS = [f"{FIGURES_DIR}/{name}.png" for name in FIGURE_NAMES]
@@ -87,18 +102,15 @@ rule figures_from_db:
     input:
         db=ancient(DB),
         reference=ancient(REFERENCE_DB),
-    output:
-        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
-        **FIGURE_FILES,
     log:
         f"{RESULTS}/logs/figures_from_db.log",
+    # Before paper_from_db when both are asked for, so that the report is written last and is
+    # not older than the figures it embeds.
+    priority: 10
     params:
         shardscope=SHARDSCOPE,
-        out=lambda wildcards, output: os.path.dirname(output.index),
+        out=FIGURES_DIR,
     conda:
         ENVS
     shell:
         "{params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
-
-
-ruleorder: figures > figures_from_db

@@ -1,8 +1,11 @@
-"""The report. Rule paper renders it after the figures of a full run; rule paper_from_db (target it
-by name, `snakemake paper_from_db`) redraws the figures and renders the report from an existing
-database alone, without scheduling any experiment."""
+"""The report. Rule paper renders it after the figures of a full run and owns the HTML; rule
+paper_from_db (target it by name, `snakemake paper_from_db`, usually with figures_from_db) redraws
+the figures and renders the report from an existing database alone, without scheduling any
+experiment. Like figures_from_db it declares no outputs (it runs every time it is asked for, and
+the files stay rule figures' and rule paper's, so the next `snakemake` finds them up to date)."""
 
-PAPER_TEMPLATE = "paper/report.md"
+#: The report template of this workflow's source (also when it runs as a module from another folder).
+PAPER_TEMPLATE = os.path.join(WORKFLOW_SOURCE, "paper", "report.md") if WORKFLOW_SOURCE else workflow.source_path("../../paper/report.md")
 PAPER_HTML = f"{RESULTS}/paper/report.html"
 PAPER_REPORT_ARGS = dict(caption="../report/paper.rst", category="Report", labels={"document": "shardscope report"})
 
@@ -33,22 +36,15 @@ rule paper_from_db:
         db=ancient(DB),
         reference=ancient(REFERENCE_DB),
         template=PAPER_TEMPLATE,
-    output:
-        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
-        **FIGURE_FILES,
-        html=report(PAPER_HTML, **PAPER_REPORT_ARGS),
     log:
         f"{RESULTS}/logs/paper_from_db.log",
     params:
         shardscope=SHARDSCOPE,
-        figures=lambda wildcards, output: os.path.dirname(output.index),
+        figures=FIGURES_DIR,
+        html=PAPER_HTML,
     conda:
         ENVS
     shell:
         "( {params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.figures}"
         " && {params.shardscope} paper --db {input.db} --reference-db {input.reference} --figures {params.figures}"
-        " --source {input.template} --out {output.html} ) > {log} 2>&1"
-
-
-ruleorder: figures > figures_from_db > paper_from_db
-ruleorder: paper > paper_from_db
+        " --source {input.template} --out {params.html} ) > {log} 2>&1"

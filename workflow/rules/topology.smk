@@ -1,6 +1,6 @@
 checkpoint topology:
     output:
-        json=f"{RESULTS}/topology/topology.json",
+        json=report(f"{RESULTS}/topology/topology.json", caption="../report/topology.rst", category="Topology"),
     log:
         f"{RESULTS}/logs/topology.log",
     resources:
@@ -18,6 +18,12 @@ checkpoint topology:
         " && {params.shardscope} topology show {output.json} >> {log} 2>&1"
 
 
+from shardscope.plan.planner import planner_config
+
+
+# The plan also writes one spec file per job (results/plan/jobs/{id}.json, rewritten only when
+# that job's spec changes): the job rules' inputs. Its params hold only the config keys the
+# planner reads, so an edit elsewhere (a figure option, a disabled stage's settings) re-plans nothing.
 checkpoint plan:
     input:
         topology=lambda wildcards: checkpoints.topology.get().output.json,
@@ -27,8 +33,10 @@ checkpoint plan:
         f"{RESULTS}/logs/plan.log",
     params:
         shardscope=SHARDSCOPE,
-        config=json.dumps(config, sort_keys=True),
+        config=json.dumps(planner_config(config), sort_keys=True),
+        jobs=f"{RESULTS}/plan/jobs",
     conda:
         ENVS
     shell:
-        "{params.shardscope} plan --topology {input.topology} --config-json {params.config:q} --out {output.json} 2> {log}"
+        "{params.shardscope} plan --topology {input.topology} --config-json {params.config:q} --out {output.json}"
+        " --jobs-dir {params.jobs} 2> {log}"

@@ -1,13 +1,15 @@
-"""Training runs: one job per planned (strategy, model, world size, placement); `shardscope train`
-launches torchrun and turns a failed run into an outcome row.
+"""Training runs: one job per planned (strategy, model, world size, placement), run by
+`shardscope job run` from the job's entry in the plan (model, sizing, dtype, budget, GPUs); the
+training launcher turns a failed run into an outcome row. Input: the job's own spec file, so a
+job reruns when, and only when, its spec changes (see collectives.smk).
 
 With cluster.nodes > 1, rule train_multinode runs the plan's multi-node jobs (ids ending in -mn)
-in one Slurm job of that many nodes (`shardscope train --nodes K`: srun, one torchrun agent per node)."""
+in one Slurm job of that many nodes (srun, one torchrun agent per node)."""
 
 
 rule train:
     input:
-        plan=f"{RESULTS}/plan/plan.json",
+        spec=JOB_SPEC,
     output:
         f"{RESULTS}/training/{{job}}.json",
     log:
@@ -19,25 +21,16 @@ rule train:
         measure=1,
         gpu=lambda wildcards: job_gpus("training", wildcards.job),
     params:
-        shardscope=SHARDSCOPE,
-        env=lambda wildcards: job_env("training", wildcards.job),
-        job=lambda wildcards: plan_job("training", wildcards.job),
-        model=lambda wildcards: json.dumps(sizing()["model"]) if isinstance(sizing()["model"], dict) else sizing()["model"],
-        size=lambda wildcards: sizing(),
-        budget=memory_budget_args(),
+        run=JOB_RUN,
     conda:
         ENVS
     shell:
-        "env {params.env} {params.shardscope} train --strategy {params.job[strategy]} --model {params.model:q}"
-        " --nproc {params.job[world_size]} --placement {params.job[placement]} --job-id {wildcards.job}"
-        " --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]} --dtype {params.size[dtype]}"
-        " --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget} --comm-profile"
-        " --out {output} --log {log}"
+        "{params.run} --id {wildcards.job} --out {output} --log {log}"
 
 
 rule train_multinode:
     input:
-        plan=f"{RESULTS}/plan/plan.json",
+        spec=JOB_SPEC,
     output:
         f"{RESULTS}/training/{{job}}.json",
     log:
@@ -53,17 +46,8 @@ rule train_multinode:
         tasks_per_gpu=0,
         gres=lambda wildcards: multinode_gres("training", wildcards.job),
     params:
-        shardscope=SHARDSCOPE,
-        env=lambda wildcards: job_env("training", wildcards.job, multinode_job),
-        job=lambda wildcards: multinode_job("training", wildcards.job),
-        model=lambda wildcards: json.dumps(sizing()["model"]) if isinstance(sizing()["model"], dict) else sizing()["model"],
-        size=lambda wildcards: sizing(),
-        budget=memory_budget_args(),
+        run=JOB_RUN,
     conda:
         ENVS
     shell:
-        "env {params.env} {params.shardscope} train --nodes {resources.nodes} --strategy {params.job[strategy]}"
-        " --model {params.model:q} --nproc {params.job[nproc_per_node]} --placement {params.job[placement]}"
-        " --job-id {wildcards.job} --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]}"
-        " --dtype {params.size[dtype]} --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget}"
-        " --comm-profile --out {output} --log {log}"
+        "{params.run} --id {wildcards.job} --out {output} --log {log}"

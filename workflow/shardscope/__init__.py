@@ -1,7 +1,11 @@
 """shardscope: which data-parallel strategy is fastest within memory on this machine, and why.
 
-One subpackage per pipeline stage (topology, plan, collectives, training, results,
-figures, paper); stages talk only through files and the DuckDB database.
+One subpackage per pipeline stage: topology, plan, jobs (run one planned job), collectives,
+training, emulated (fabrics in network namespaces), cluster (jobs across Slurm nodes),
+costmodel (predictions), diagnose (verdicts, doctor), results (the database), figures and
+paper. ``contracts`` holds what they share, torch-free: names, model shapes, typed job specs.
+Stages talk only through files -- ``plan.json`` above all -- and the DuckDB database
+(docs/design.md).
 """
 
 __version__ = "0.1.0"

@@ -11,18 +11,70 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from shardscope.errors import UserError
 
+#: The most GPUs a command accepts: a larger count is a typo, and the models' numbers stop meaning anything.
+MAX_GPUS = 100_000
+
 #: Stages whose ``commands.register`` adds subcommands, in the order ``--help`` lists them.
-STAGES = ("topology", "plan", "collectives", "training", "results", "figures", "paper", "costmodel", "emulated", "cluster", "diagnose")
+STAGES = ("topology", "plan", "jobs", "collectives", "training", "results", "figures", "paper", "costmodel", "emulated", "cluster", "diagnose")
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, ``shardscope: error: …``, with exit status 2.
+
+    argparse prints the whole usage block before an error; a user reads the one line and
+    ``--help``. Subparsers inherit the class (``add_subparsers`` uses the parent's type), so every
+    subcommand of :func:`build_parser` behaves the same.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print one line naming the problem (and, for a missing subcommand, the choices); exit 2."""
+        choices = self._subcommand_choices()
+        if choices and message.startswith("the following arguments are required"):
+            message = f"choose one of: {', '.join(choices)}"
+        command = self.prog.removeprefix("shardscope").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"shardscope: error: {where}{message} (see {self.prog} --help)\n")
+
+    def _subcommand_choices(self) -> list[str]:
+        """The names of this parser's subcommands, if it has any."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return list(action.choices)
+        return []
+
+
+def gpu_count(text: str) -> int:
+    """An argparse ``type`` for a GPU count: a whole number from 1 to :data:`MAX_GPUS`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"expected a whole number of GPUs from 1 to {MAX_GPUS}, got {text!r}")
+    return value
+
+
+def _version() -> str:
+    """The installed package's version (``shardscope --version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shardscope")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand (the public command-line contract)."""
     import importlib
 
-    parser = argparse.ArgumentParser(prog="shardscope", description="Which data-parallel strategy is fastest within memory on this machine, and why.")
+    parser = Parser(prog="shardscope", description="Which data-parallel strategy is fastest within memory on this machine, and why.")
+    parser.add_argument("--version", action="version", version=f"shardscope {_version()}",
+                        help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for stage in STAGES:
         importlib.import_module(f"shardscope.{stage}.commands").register(sub)
@@ -34,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     # One C++ op cache per environment (shardscope.training.launch.extensions_dir), inherited by
     # every torchrun rank this command starts; torch's default ~/.cache is shared by environments.
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, a usage error: its status, as from a command
+        return exc.code if isinstance(exc.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

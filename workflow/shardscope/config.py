@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,23 @@ def validate_config(config: dict[str, Any], schema_path: str | Path) -> None:
     error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise UserError(f"invalid config key {key_path(error.absolute_path)}: {_message(error)}")
+    check_topology_file(config)
+
+
+def check_topology_file(config: dict[str, Any], base: str | Path = ".") -> None:
+    """Raise UserError when ``topology.file`` is set but is not a readable file (relative to ``base``).
+
+    Checked with the config, so a typo stops the run before any job, not inside the topology rule.
+    """
+    name = (config.get("topology") or {}).get("file")
+    if not name:
+        return
+    path = Path(base) / name
+    expected = "expected a saved `nvidia-smi topo -m` / `rocm-smi --showtopo` output or a topology.json"
+    if not path.is_file():
+        raise UserError(f"invalid config key topology.file: {name} {'is not a file' if path.exists() else 'does not exist'}; {expected}")
+    if not os.access(path, os.R_OK):
+        raise UserError(f"invalid config key topology.file: {name} is not readable; {expected}")
 
 
 def config_hash(config: dict[str, Any]) -> str:

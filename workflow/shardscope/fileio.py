@@ -7,6 +7,7 @@ crash or a failed validation never leaves a partial file that a later step would
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -45,8 +46,37 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def dump_json(obj: Any) -> str:
-    """Serialise ``obj`` the one way every stage does: sorted keys, two-space indent."""
-    return json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"
+    """Serialise ``obj`` the one way every stage does: sorted keys, two-space indent.
+
+    NaN and infinities have no JSON spelling (``NaN`` in a file is invalid JSON that other tools
+    refuse), so they are refused with a UserError naming the first path that holds one; a
+    writer whose value is genuinely unknown writes ``None`` itself and says why.
+    """
+    try:
+        return json.dumps(obj, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
+    except ValueError:
+        where = non_finite_path(obj)
+        if where is None:
+            raise
+        raise UserError(f"refusing to write JSON with a non-finite number at {where}; expected finite numbers "
+                        "(JSON has no NaN or Infinity)") from None
+
+
+def non_finite_path(obj: Any, path: str = "$") -> str | None:
+    """The JSON path (``$.rows[3].busbw_gbps``) of the first NaN or infinity in ``obj``, or None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else f"{path} ({obj})"
+    if isinstance(obj, dict):
+        for key in sorted(obj, key=str):
+            found = non_finite_path(obj[key], f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(obj, list | tuple):
+        for index, item in enumerate(obj):
+            found = non_finite_path(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
@@ -63,6 +93,58 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise UserError(f"{path}: file not found") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+
+
+#: Input files larger than this are refused before they are read (raise it with ``--max-input-mib``):
+#: every nccl-tests log and NCCL log we know of is far smaller, and a file this size is read in
+#: under 5 s of CPU and 300 MB (``benchmarks/huge_inputs.py``); a huge file would cost minutes and gigabytes.
+DEFAULT_MAX_INPUT_MIB = 32.0
+#: The same for topology files (probe text, topology.json): the largest we know of (``nvidia-smi
+#: topo -m`` of 72 GPUs with their NICs) is well under 1 MiB, so a larger file is some other file.
+TOPOLOGY_MAX_INPUT_MIB = 4.0
+
+
+def check_input_size(path: str | os.PathLike[str], max_input_mib: float | None = None, what: str = "input file") -> int:
+    """The size of ``path`` in bytes; a UserError, before anything is read, when it is over the limit.
+
+    Also turns a missing path or a directory into one clear sentence.
+    """
+    limit = DEFAULT_MAX_INPUT_MIB if max_input_mib is None else max_input_mib
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if os.path.isdir(path):
+        raise UserError(f"{path}: cannot be read (it is a directory); expected {what}")
+    if info.st_size > limit * 2**20:
+        raise UserError(f"{path}: is {info.st_size / 2**20:.1f} MiB, over the {limit:g} MiB limit for {what}; "
+                        f"pass --max-input-mib {math.ceil(info.st_size / 2**20)} to read it anyway")
+    return info.st_size
+
+
+def read_input_bytes(path: str | os.PathLike[str], max_input_mib: float | None = None, what: str = "input file") -> bytes:
+    """The bytes of ``path`` after :func:`check_input_size` (missing, directory and too-large files refused)."""
+    check_input_size(path, max_input_mib, what)
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def read_input_text(path: str | os.PathLike[str], max_input_mib: float | None = None, what: str = "input file") -> str:
+    """:func:`read_input_bytes` decoded as UTF-8 (undecodable bytes become U+FFFD, for the parsers to name)."""
+    return read_input_bytes(path, max_input_mib, what).decode("utf-8", errors="replace")
+
+
+def add_max_input_flag(parser: Any, default_mib: float = DEFAULT_MAX_INPUT_MIB) -> None:
+    """Add ``--max-input-mib`` (the input size limit of :func:`check_input_size`) to an argparse parser.
+
+    ``default_mib`` is the limit the command applies without the flag (shown in the help).
+    """
+    parser.add_argument("--max-input-mib", type=float, default=None, metavar="MIB",
+                        help=f"refuse input files larger than this (default {default_mib:g} MiB)")
 
 
 def write_output(text: str, out: str | None) -> None:

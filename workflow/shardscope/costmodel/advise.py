@@ -143,7 +143,8 @@ def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machin
 def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gpu_name: str | None = None,
            memory_bytes: int | None = None, peak_tflops: float | None = None, nic_gbps: float | None = None,
            strategies: Sequence[str] = DEFAULT_STRATEGIES, assumptions: StepAssumptions | None = None,
-           calibrations: Mapping[str, Calibration] | None = None, source: str = "topology") -> Advice:
+           calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
+           nics: int | None = None) -> Advice:
     """Rank ``strategies`` for ``model`` on ``gpus`` GPUs of the machine in ``doc`` (a topology.json)."""
     assumptions = assumptions or StepAssumptions()
     try:
@@ -155,12 +156,13 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
         raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise UserError(f"--gpus must be a positive integer, got {gpus!r}")
-    machine = build_machine(doc, gpu_name=gpu_name, memory_bytes=memory_bytes, nic_gbps=nic_gbps, source=source)
+    machine = build_machine(doc, gpu_name=gpu_name, memory_bytes=memory_bytes, nic_gbps=nic_gbps, source=source, nics=nics)
     if machine.fabric == "cpu":
         raise UserError(f"{source}: the topology has no GPUs (fabric cpu); advise predicts GPU jobs — give a GPU topology")
     peak = peak_tflops * 1e12 if peak_tflops else peak_flops(machine.spec.reference_name)
     if not peak:
-        raise UserError(f"peak FLOP/s of {machine.spec.family} is not known; pass --peak-tflops (dense bf16)")
+        raise UserError(f"peak FLOP/s of {machine.spec.family} is not known; name the GPU with --gpu NAME "
+                        "or give its dense bf16 peak with --peak-tflops")
     nodes, per_node = _split(gpus, machine, source)
     placement = best_placement(machine, per_node)
     job = Job(machine, placement.members, nodes=nodes)

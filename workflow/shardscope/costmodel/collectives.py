@@ -14,6 +14,30 @@ Bandwidths come from the machine's cuts (:mod:`shardscope.costmodel.machine`):
   direction (NVIDIA/nccl#2140, nccl-tests doc/PERFORMANCE.md "In-Network Reduction"), at NCCL's
   ``nvlsEfficiency`` of the NVLink bandwidth: ``algbw = B_switch·eff·n/(n+1)``.
 
+Across nodes (``nodes > 1``) the network is one more cut (:meth:`Machine.network_gbps`: the NICs
+next to the job's GPUs × line rate × the NIC class's efficiency), and:
+
+- ``tree`` (all_reduce): NCCL's double binary tree between nodes (``ncclGetDtree`` in
+  src/graph/trees.cc: a binary tree over the nodes and its mirror, or its shift for an odd count,
+  each carrying half the data). The node that sends most carries :func:`tree_network_load` × S per
+  direction (1 on 2 nodes, 1.5 on 3, 2 from 4 on, against the ring's 2(n-1)/n), so its algbw is
+  ``network / load``, capped by the chain inside the node (NCCL's ``0.92·B/2``);
+- ``nvls_tree`` (all_reduce, Hopper/Blackwell NVSwitch nodes): NVLink SHARP inside each node and
+  the same tree between nodes: the smaller of the NVLS algbw and ``network / load``;
+- NCCL *chooses* with its own tuning model, which rates a tree at ``0.92·B/2`` whatever the node
+  count, so on large messages it keeps the ring across nodes; the time then comes from the
+  traffic of the algorithm it chose. ``algorithms`` (like ``NCCL_ALGO``) overrides the choice.
+  Checked against tests/data/published/ (``benchmarks/validation.py``): the InfiniBand 2-node
+  records are ring-like, but a 2-node p4dn (EFA) reaches twice the ring's busbw (NVIDIA/nccl#527,
+  the tree); that case is a known miss of this choice.
+
+``all_to_all`` is a pairwise exchange (NCCL runs it as send/recv to every peer): each rank sends
+S/n to each of the n-1 others, ``(g-1)·S/n`` inside its node over NVLink/PCIe (the weakest cut)
+and ``g·(N-1)·S/n`` over the network, where a GPU gets its share of the node's NICs (``all-to-all
+cannot aggregate the bandwidth of multiple NICs``, NVIDIA/nccl-tests#267); both run at once, so
+``time = max`` of the two. nccl-tests' busbw (x(n-1)/n) is then the per-GPU NIC bandwidth × N/(N-1)
+across nodes (the formula of NVIDIA/nccl-tests#130) and the intra-node bandwidth on one node.
+
 Protocols (NCCL): Simple at full bandwidth; LL128 at 0.92 on NVLink (Volta..Blackwell); LL at
 1/4 (all_reduce, reduce, any multi-node op) or 1/3, capped at ``llMaxBw``. Latencies are NCCL's
 ``baseLat + steps × hwLat`` tables (NVLink, PCI or network hops), in microseconds.
@@ -28,7 +52,7 @@ from dataclasses import dataclass
 from shardscope.collectives.factors import OPS, busbw_factor
 from shardscope.costmodel.machine import Machine
 
-ALGORITHMS = ("ring", "tree", "nvls")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pairwise")
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # NCCL src/graph/tuning.cc at commit b6475625 (NCCL 2.19): latencies in microseconds.
@@ -59,7 +83,8 @@ class Job:
     """GPU indices used in every node (the same in each)."""
     nodes: int = 1
     nvlink: bool = True
-    """False for the PCIe-forced transport (``NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0``)."""
+    """False for the PCIe-forced transport (``NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0``): no NVLink and no
+    peer-to-peer, so GPU pairs talk through host memory (:meth:`Machine.cut_gbps` with ``p2p=False``)."""
     cpu_ranks: int = 0
     """Processes on the ``cpu`` fabric (no GPUs); 0 otherwise."""
 
@@ -101,6 +126,10 @@ class Bandwidths:
     switch_gbps: float
     """Per-GPU NVSwitch bandwidth when NVLS applies, else 0."""
     nvls_efficiency: float
+    net_gbps: float = float("inf")
+    """Effective network bandwidth out of one node (inf on one node)."""
+    net_per_gpu_gbps: float = float("inf")
+    """One GPU's share of it when all GPUs talk across nodes at once (all-to-all)."""
 
 
 def job_bandwidths(job: Job) -> Bandwidths:
@@ -108,15 +137,57 @@ def job_bandwidths(job: Job) -> Bandwidths:
     machine = job.machine
     if machine.fabric == "cpu":
         return Bandwidths(CPU_GLOO_GBPS, CPU_GLOO_GBPS, "cpu", "cpu", 0.0, 0.0)
-    intra, intra_link = machine.ring_gbps(job.members, use_nvlink=job.nvlink)
+    intra, intra_link = machine.ring_gbps(job.members, use_nvlink=job.nvlink, p2p=job.nvlink)
     bus, link = intra, intra_link
     if job.nodes > 1:
         net = machine.network_gbps(len(job.members))
         if net < bus:
             bus, link = net, "net"
-    nvls_ok = job.nvlink and job.nodes == 1 and machine.fabric == "nvswitch" and machine.spec.nvls_efficiency > 0
+    nvls_ok = job.nvlink and machine.fabric == "nvswitch" and machine.spec.nvls_efficiency > 0
     switch = machine.switch_bandwidth(job.members) if nvls_ok else 0.0
-    return Bandwidths(bus, intra, link, intra_link, switch, machine.spec.nvls_efficiency if nvls_ok else 0.0)
+    net = machine.network_gbps(len(job.members)) if job.nodes > 1 else float("inf")
+    per_gpu = machine.nic_per_gpu_gbps(len(job.members)) if job.nodes > 1 else float("inf")
+    return Bandwidths(bus, intra, link, intra_link, switch, machine.spec.nvls_efficiency if nvls_ok else 0.0, net, per_gpu)
+
+
+def _btree(n: int, rank: int) -> tuple[int, list[int]]:
+    """(parent, children) of ``rank`` in NCCL's binary tree over ``n`` ranks (parent -1 at the root)."""
+    bit = 1
+    while bit < n and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return -1, ([bit >> 1] if n > 1 else [])
+    parent = (rank ^ bit) | (bit << 1)
+    if parent >= n:
+        parent = rank ^ bit
+    low = bit >> 1
+    children = [rank - low] if low else []
+    while low and rank + low >= n:
+        low >>= 1
+    if low:
+        children.append(rank + low)
+    return parent, children
+
+
+def tree_network_load(nodes: int) -> float:
+    """Bytes the busiest node sends over the network per byte of an all-reduce in NCCL's double binary tree.
+
+    Each of the two trees carries half the buffer: a node sends its half up to its parent
+    (reduce) and down to each child (broadcast). The second tree is the first mirrored (even
+    node count) or shifted by one (odd), as in NCCL's ``ncclGetDtree``.
+    """
+    if nodes < 2:
+        return 0.0
+    worst = 0.0
+    for r in range(nodes):
+        p1, c1 = _btree(nodes, r)
+        if nodes % 2:
+            p2, c2 = _btree(nodes, (r - 1) % nodes)
+        else:
+            p2, c2 = _btree(nodes, nodes - 1 - r)
+        links = (p1 >= 0) + len(c1) + (p2 >= 0) + len(c2)
+        worst = max(worst, 0.5 * links)
+    return worst
 
 
 @dataclass(frozen=True)
@@ -156,33 +227,69 @@ def _ring_latency_us(op: str, job: Job, hw: str, proto: str) -> float:
     return _BASE_LAT["ring"][proto] + (steps - inter) * _HW_LAT[hw]["ring"][proto] + inter * _HW_LAT["net"]["ring"][proto]
 
 
-def _candidates(op: str, job: Job, bw: Bandwidths) -> list[tuple[str, str, float, float]]:
-    """(algorithm, protocol, latency in s, algbw in GB/s) pairs NCCL would consider."""
+def _candidates(op: str, job: Job, bw: Bandwidths) -> list[tuple[str, str, float, float, float, str]]:
+    """(algorithm, protocol, latency in s, algbw NCCL's tuning expects, algbw the traffic allows, bottleneck).
+
+    The first algbw is how NCCL ranks the options; the second is what the chosen one reaches.
+    """
     n = job.world_size
     factor = busbw_factor(op, n)
     arch = job.machine.spec.arch
     hw = "nvlink" if bw.intra_link == "nvlink" else "pcie"
     ll_share = 0.25 if (op in ("all_reduce", "reduce") or job.nodes > 1) else 1.0 / 3.0
     ll_max = _LL_MAX.get(arch, 39.0)
+    if op == "all_to_all":
+        return [_pairwise(job, bw, hw)]
     protocols: dict[str, float] = {"Simple": bw.bus_gbps, "LL": min(ll_max, bw.bus_gbps * ll_share)}
     if hw == "nvlink" and arch in _LL128_ARCHS and bw.link != "net":
         protocols["LL128"] = bw.bus_gbps * 0.92
     out = []
     for proto, bus in protocols.items():
-        out.append(("ring", proto, _ring_latency_us(op, job, hw, proto) * 1e-6, bus / factor))
+        out.append(("ring", proto, _ring_latency_us(op, job, hw, proto) * 1e-6, bus / factor, bus / factor, bw.link))
     if op == "all_reduce" and n > 2:
         per_node = job.per_node
+        load = tree_network_load(job.nodes)
         for proto, scale in (("Simple", 0.92), ("LL", 0.92 / 3.8), ("LL128", 0.92 * (7.0 / 9.0 if job.nodes == 1 else 120.0 / 128.0))):
             if proto == "LL128" and "LL128" not in protocols:
                 continue
             lat = _BASE_LAT["tree"][proto] + 2 * ((per_node - 1) * _HW_LAT[hw]["tree"][proto]
                                                  + math.log2(job.nodes) * _HW_LAT["net"]["tree"][proto])
             bus = min(bw.bus_gbps * scale, ll_max) if proto == "LL" else bw.bus_gbps * scale
-            out.append(("tree", proto, lat * 1e-6, 0.5 * bus))
+            real, limit = 0.5 * bus, bw.link
+            if job.nodes > 1:
+                intra = (min(bw.intra_gbps * scale, ll_max) if proto == "LL" else bw.intra_gbps * scale) * 0.5 \
+                    if per_node > 1 else float("inf")
+                over_net = bw.net_gbps * (scale / 0.92) / load
+                real, limit = (over_net, "net") if over_net <= intra else (intra, bw.intra_link)
+            out.append(("tree", proto, lat * 1e-6, 0.5 * bus, real, limit))
     if op == "all_reduce" and bw.switch_gbps > 0 and n >= 2:
-        algbw = bw.switch_gbps * bw.nvls_efficiency * n / (n + 1)
-        out.append(("nvls", "Simple", _HW_LAT["nvlink"]["nvls"]["Simple"] * 1e-6, algbw))
+        per_node = job.per_node
+        nvls = bw.switch_gbps * bw.nvls_efficiency * per_node / (per_node + 1)
+        lat = _HW_LAT["nvlink"]["nvls"]["Simple"] * 1e-6
+        if job.nodes == 1:
+            out.append(("nvls", "Simple", lat, nvls, nvls, "nvlink"))
+        else:
+            over_net = bw.net_gbps / tree_network_load(job.nodes)
+            real, limit = (over_net, "net") if over_net <= nvls else (nvls, "nvlink")
+            lat += (_BASE_LAT["tree"]["Simple"] + 2 * math.log2(job.nodes) * _HW_LAT["net"]["tree"]["Simple"]) * 1e-6
+            out.append(("nvls_tree", "Simple", lat, real, real, limit))
     return out
+
+
+def _pairwise(job: Job, bw: Bandwidths, hw: str) -> tuple[str, str, float, float, float, str]:
+    """The all-to-all candidate (see the module docstring): intra-node and network shares at once."""
+    n, g, nodes = job.world_size, job.per_node, job.nodes
+    times = []
+    if g > 1:
+        times.append(((g - 1) / n / bw.intra_gbps, bw.intra_link))
+    if nodes > 1:
+        times.append((g * (nodes - 1) / n / bw.net_per_gpu_gbps, "net"))
+    per_byte, limit = max(times)
+    algbw = 1.0 / per_byte
+    steps = n - 1
+    inter = steps - (g - 1)
+    lat = _BASE_LAT["ring"]["Simple"] + (g - 1) * _HW_LAT[hw]["ring"]["Simple"] + inter * _HW_LAT["net"]["ring"]["Simple"]
+    return ("pairwise", "Simple", lat * 1e-6, algbw, algbw, limit)
 
 
 def predict_collective(op: str, size_bytes: int, job: Job, algorithms: Sequence[str] | None = None) -> CollectivePrediction:
@@ -206,11 +313,11 @@ def predict_collective(op: str, size_bytes: int, job: Job, algorithms: Sequence[
     allowed = tuple(algorithms) if algorithms else ALGORITHMS
     options = [c for c in _candidates(op, job, bw) if c[0] in allowed] or _candidates(op, job, bw)
     best = min(options, key=lambda c: c[2] + size_bytes / (c[3] * 1e9))
-    algorithm, protocol, latency_s, algbw = best
+    algorithm, protocol, latency_s, _, algbw, bottleneck = best
     time_s = latency_s + size_bytes / (algbw * 1e9)
     achieved = size_bytes / time_s / 1e9
     return CollectivePrediction(op, n, size_bytes, time_s, algorithm, protocol, achieved,
-                                achieved * busbw_factor(op, n), bw.link)
+                                achieved * busbw_factor(op, n), bottleneck)
 
 
 def peak_busbw_gbps(op: str, job: Job, algorithms: Sequence[str] | None = None) -> float:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Any
 
+from shardscope.cli import gpu_count
 from shardscope.collectives.factors import OPS
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, dump_json
@@ -29,7 +31,10 @@ def load_topology(spec: str) -> tuple[dict[str, Any], str]:
         return preset(spec.split(":", 1)[1]), spec
     from shardscope.topology.parse import parse_file
 
-    return parse_file(spec).to_dict(), spec
+    doc = parse_file(spec).to_dict()
+    for warning in doc.get("warnings", []):  # what the view may hide: said before anything is modeled on it
+        print(f"shardscope: warning: {spec}: {warning}", file=sys.stderr)
+    return doc, spec
 
 
 def _positive(kind: type, what: str) -> Any:
@@ -97,11 +102,12 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
     strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
-    machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source)
+    machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source,
+                            nics=args.nics)
     calibrations = _calibrations(args.calibrate, machine)
     result = advise(doc, args.model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
                     nic_gbps=args.nic_gbps, strategies=strategies, assumptions=assumptions, calibrations=calibrations,
-                    source=source)
+                    source=source, nics=args.nics)
     if args.out:
         topo_hash = topology_hash(doc)
         sweep = predict_sweep(result.machine, ("all_reduce", "all_gather", "reduce_scatter"), [args.gpus], DEFAULT_SIZES,
@@ -112,15 +118,50 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         print(dump_json(result.to_dict()), end="")
         return 0
     print(f"{result.model} on {result.gpus} x {result.machine.spec.family} ({result.machine.fabric}); modeled, not measured")
+    print(_assumptions_line(args.model, result.assumptions, result.ranking[0].memory_available_bytes))
     for p in result.ranking:
         fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[p.fits]
         print(f"  {p.strategy:>12}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  comm {p.comm_time_s:7.3f} s"
               f" (exposed {p.exposed_comm_time_s:6.3f} s)  memory {p.memory_total_bytes / 1e9:7.1f} GB  {fits}")
+    tie = _tie_line(result.ranking)
+    if tie:
+        print(tie)
     print()
     print(" ".join(result.explanation))
     for note in result.notes:
         print(f"note: {note}")
     return 0
+
+
+#: Step times closer than this (relative to the fastest) are a tie: the step model's MFU and
+#: overlap are assumptions, and moving either by a tenth moves a step time by more than this.
+TIE_MARGIN = 0.05
+
+
+def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None) -> str:
+    """What the ranking assumes, in one line: micro-batch, sequence length, MFU, overlap, usable memory."""
+    from shardscope.contracts.models import resolve_model
+
+    seq_len = assumptions.seq_len_for(resolve_model(model)[1])
+    usable = f"{usable_bytes / 1e9:.0f} GB" if usable_bytes else "unknown"
+    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, MFU {assumptions.mfu:g}, "
+            f"overlap {assumptions.overlap:g}, usable memory {assumptions.usable_fraction:.0%} of the GPU's ({usable})")
+
+
+def _tie_line(ranking: Any) -> str | None:
+    """One line naming the fitting strategies within :data:`TIE_MARGIN` of the fastest, with the margin; None if no tie."""
+    fitting = [p for p in ranking if p.fits is not False]
+    if len(fitting) < 2:
+        return None
+    best = fitting[0].step_time_s
+    tied = [p for p in fitting if p.step_time_s <= best * (1 + TIE_MARGIN)]
+    if len(tied) < 2:
+        return None
+    spread = (tied[-1].step_time_s - best) / best if best else 0.0
+    least = min(tied, key=lambda p: p.memory_total_bytes)
+    return (f"tie: {', '.join(p.strategy for p in tied)} are within {spread:.1%} of each other "
+            f"({best:.3f}-{tied[-1].step_time_s:.3f} s), inside the model's {TIE_MARGIN:.0%} margin; "
+            f"{least.strategy} holds the least memory of them ({least.memory_total_bytes / 1e9:.1f} GB)")
 
 
 def _cmd_predict_collectives(args: argparse.Namespace) -> int:
@@ -133,7 +174,7 @@ def _cmd_predict_collectives(args: argparse.Namespace) -> int:
     from shardscope.costmodel.sweep import default_world_sizes, predict_sweep
 
     doc, source = load_topology(args.topology)
-    machine = build_machine(doc, gpu_name=args.gpu, nic_gbps=args.nic_gbps, source=source)
+    machine = build_machine(doc, gpu_name=args.gpu, nic_gbps=args.nic_gbps, source=source, nics=args.nics)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     bad = [o for o in ops if o not in OPS]
     if bad or not ops:
@@ -200,10 +241,23 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
                    help="saved nvidia-smi topo -m / rocm-smi output or topology.json, 'auto' to probe, or preset:NAME")
     p.add_argument("--gpu", metavar="NAME", help="GPU model when the topology does not name it (e.g. H100, A100, L40S)")
     p.add_argument("--nic-gbps", type=_positive(float, "--nic-gbps"), help="NIC line rate in Gb/s for multi-node jobs")
+    p.add_argument("--nics", type=_positive(int, "--nics"), metavar="N",
+                   help="NICs per node a multi-node job uses (default: the topology's NICs next to GPUs, or the preset's)")
     p.add_argument("--calibrate", action="append", metavar="FILE",
                    help="measured rows on this topology: a collectives result, an imported or raw nccl-tests log (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
+
+
+def _cmd_accuracy(args: argparse.Namespace) -> int:
+    """``shardscope accuracy``: the model's stored predictions against the measurements of the same jobs."""
+    from shardscope.costmodel.ledger import format_ledger, ledger
+    from shardscope.results.store import connect_readonly
+
+    with connect_readonly(args.db) as con:
+        book = ledger(con)
+    print(dump_json(book.to_dict()) if args.json else format_ledger(book))
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -217,7 +271,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("advise", help="rank strategies by modeled step time among those that fit, and say why")
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b)")
-    p.add_argument("--gpus", type=_positive(int, "--gpus"), required=True, help="GPUs in the job (whole nodes when more than one node)")
+    p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs in the job (whole nodes when more than one node)")
     p.add_argument("--memory-gib", type=_positive(float, "--memory-gib"), help="GPU memory in GiB (overrides the topology and GPU table)")
     p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="dense bf16 peak TFLOP/s when the GPU is not in the table")
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="comma-separated strategies to rank")
@@ -227,7 +281,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overlap", type=_fraction, default=DEFAULT_OVERLAP,
                    help=f"share of communication that may hide behind compute (default {DEFAULT_OVERLAP})")
     p.add_argument("--usable-memory", type=_fraction, default=DEFAULT_USABLE_FRACTION,
-                   help=f"share of GPU memory for parameters, gradients and optimizer state (default {DEFAULT_USABLE_FRACTION})")
+                   help=f"share of GPU memory the whole modeled peak may use (default {DEFAULT_USABLE_FRACTION})")
     _topology_args(p)
     p.set_defaults(func=_cmd_advise)
 
@@ -236,11 +290,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = predict_sub.add_parser("collectives", help="busbw vs message size and GPU count, nccl-tests semantics")
     p.add_argument("--ops", default="all_reduce,all_gather,reduce_scatter", help="comma-separated collectives")
     p.add_argument("--gpus", type=_int_list, help="comma-separated world sizes (default: powers of two up to the GPU count)")
-    p.add_argument("--min-bytes", type=_positive(int, "--min-bytes"), default=1024)
-    p.add_argument("--max-bytes", type=_positive(int, "--max-bytes"), default=8 * _GIB)
+    p.add_argument("--min-bytes", type=_positive(int, "--min-bytes"), default=1024, help="smallest message in bytes (default 1024)")
+    p.add_argument("--max-bytes", type=_positive(int, "--max-bytes"), default=8 * _GIB, help="largest message in bytes (default 8 GiB)")
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
-    p.add_argument("--algorithm", choices=("ring", "tree", "nvls"), help="restrict NCCL's choice (like NCCL_ALGO)")
+    p.add_argument("--algorithm", choices=("ring", "tree", "nvls", "nvls_tree"), help="restrict NCCL's choice (like NCCL_ALGO)")
     _topology_args(p)
     p.set_defaults(func=_cmd_predict_collectives)
     p = predict_sub.add_parser("plan", help="collectives and strategy steps of every job of a plan.json (the pipeline's predictions)")
@@ -249,3 +303,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the predictions document")
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
     p.set_defaults(func=_cmd_predict_plan)
+
+    p = sub.add_parser("accuracy", help="the cost model's error: stored predictions against the measured jobs, per op and strategy")
+    p.add_argument("--db", required=True, help="results database (measurements and the predictions document collected with them)")
+    p.add_argument("--json", action="store_true", help="print the ledger as JSON")
+    p.set_defaults(func=_cmd_accuracy)

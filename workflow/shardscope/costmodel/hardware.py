@@ -67,6 +67,13 @@ INTEL_P2P_FACTOR = 5.0 / 6.0
 #: Network: NCCL models a 100 Gb/s NIC as 12 GB/s (``NET_BW``), 96% of the 12.5 GB/s line rate.
 NET_EFFICIENCY = 12.0 / 12.5
 
+#: Share of the NIC line rate a collective reaches, per NIC class. InfiniBand and RoCE: NCCL's
+#: ``NET_BW`` ratio above. AWS EFA (libfabric through aws-ofi-nccl): 0.56, derived from a
+#: measurement that is NOT in the validation set: one 100 Gb/s EFA per p3dn.24xlarge "gets
+#: 80Gb/s (10GB/s) on 2 nodes, but performance drops to 50-60Gb/s (6-8 GB/s) when using 8 to 32
+#: nodes" (sjeaugey, NVIDIA/nccl#235); the midpoint 7 GB/s of the 12.5 GB/s line rate is 0.56.
+NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY, "efa": 7.0 / 12.5}
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -130,31 +137,51 @@ _GB = 10**9
 # NIC rates: the NVIDIA reference node of each generation (DGX-1 EDR 100, DGX A100 HDR 200,
 # DGX H100 NDR 400, DGX B200 XDR 400 per GPU) — used only for multi-node jobs without --nic-gbps.
 _TABLE: tuple[tuple[str, str, str, int, int | None, str | None, float], ...] = (
-    (r"GB300|B300", "B300", "blackwell", 5, 288 * _GB, None, 800.0),
-    (r"GB200|B200", "B200", "blackwell", 5, 180 * _GB, "B200", 400.0),
+    (r"GB300", "GB300", "blackwell", 6, 288 * _GB, "GB300", 800.0),
+    (r"B300", "B300", "blackwell", 6, 288 * _GB, "B300", 800.0),
+    (r"GB200", "GB200", "blackwell", 5, 186 * _GB, "GB200", 400.0),
+    (r"B200", "B200", "blackwell", 5, 180 * _GB, "B200", 400.0),
     (r"GH200", "GH200", "hopper", 5, 96 * _GB, "GH200", 400.0),
     (r"H200", "H200", "hopper", 5, 141 * _GB, "H200", 400.0),
     (r"H100 NVL", "H100 NVL", "hopper", 5, 94 * _GB, "H100 NVL", 400.0),
     (r"H100 PCIe", "H100 PCIe", "hopper", 5, 80 * _GB, "H100 PCIe", 400.0),
     (r"H100", "H100 SXM", "hopper", 5, 80 * _GB, "H100", 400.0),
-    (r"H800", "H800", "hopper", 5, 80 * _GB, "H100", 400.0),
-    (r"\bH20\b", "H20", "hopper", 5, 96 * _GB, None, 400.0),
-    (r"A800", "A800", "ampere", 4, 80 * _GB, "A100", 200.0),
+    (r"H800", "H800", "hopper", 5, 80 * _GB, "H800", 400.0),
+    (r"\bH20\b", "H20", "hopper", 5, 96 * _GB, "H20", 400.0),
+    (r"A800", "A800", "ampere", 4, 80 * _GB, "A800", 200.0),
     (r"A100", "A100", "ampere", 4, 80 * _GB, "A100", 200.0),
     (r"V100", "V100", "volta", 3, 32 * _GB, "V100", 100.0),
-    (r"P100", "P100", "pascal", 3, 16 * _GB, None, 100.0),
-    (r"RTX 2080 Ti", "RTX 2080 Ti", "turing", 3, 11 * _GB, None, 100.0),
-    (r"RTX 6000 Ada|L40S|L40\b", "L40S-class (Ada)", "ada", 4, 48 * _GB, "L40S", 200.0),
-    (r"RTX 4090", "RTX 4090", "ada", 4, 24 * _GB, None, 100.0),
-    (r"RTX 5090", "RTX 5090", "blackwell", 5, 32 * _GB, None, 100.0),
+    (r"P100", "P100", "pascal", 3, 16 * _GB, "P100", 100.0),
+    (r"\bT4\b", "T4", "turing", 3, 16 * _GB, "T4", 100.0),
+    (r"RTX 2080 Ti", "RTX 2080 Ti", "turing", 3, 11 * _GB, "RTX 2080 Ti", 100.0),
+    (r"RTX PRO 6000", "RTX PRO 6000 Blackwell", "blackwell", 5, 96 * _GB, "RTX PRO 6000", 400.0),
+    (r"RTX 6000 Ada", "RTX 6000 Ada", "ada", 4, 48 * _GB, "RTX 6000 Ada", 200.0),
+    (r"L40S", "L40S", "ada", 4, 48 * _GB, "L40S", 200.0),
+    (r"L40\b", "L40", "ada", 4, 48 * _GB, "L40", 200.0),
+    (r"\bL20\b", "L20", "ada", 4, 48 * _GB, "L20", 200.0),
+    (r"RTX 4090", "RTX 4090", "ada", 4, 24 * _GB, "RTX 4090", 100.0),
+    (r"RTX 5090", "RTX 5090", "blackwell", 5, 32 * _GB, "RTX 5090", 100.0),
     (r"\bL4\b", "L4", "ada", 4, 24 * _GB, "L4", 100.0),
-    (r"A6000|A5000|\bA40\b|3090", "GA102 (A6000/A40/3090)", "ga10x", 4, 48 * _GB, None, 100.0),
-    (r"A10G|\bA10\b", "A10", "ga10x", 4, 24 * _GB, "A10", 100.0),
-    (r"1080|1070|TITAN X", "GeForce 10 series", "pascal", 3, 11 * _GB, None, 100.0),
-    (r"MI300X", "MI300X", "cdna", 5, 192 * _GB, None, 400.0),
-    (r"MI300A", "MI300A", "cdna", 5, 128 * _GB, None, 200.0),
-    (r"MI250|MI210", "MI200", "cdna", 4, 64 * _GB, None, 200.0),
+    (r"A6000", "RTX A6000", "ga10x", 4, 48 * _GB, "A6000", 100.0),
+    (r"\bA40\b", "A40", "ga10x", 4, 48 * _GB, "A40", 100.0),
+    (r"A5000", "RTX A5000", "ga10x", 4, 24 * _GB, "A5000", 100.0),
+    (r"3090", "RTX 3090", "ga10x", 4, 24 * _GB, "RTX 3090", 100.0),
+    (r"A10G", "A10G", "ga10x", 4, 24 * _GB, "A10G", 100.0),
+    (r"\bA10\b", "A10", "ga10x", 4, 24 * _GB, "A10", 100.0),
+    (r"1080|1070|TITAN X", "GeForce 10 series", "pascal", 3, 11 * _GB, "GTX 1080", 100.0),
+    (r"MI325X", "MI325X", "cdna", 5, 256 * _GB, "MI325X", 400.0),
+    (r"MI300X", "MI300X", "cdna", 5, 192 * _GB, "MI300X", 400.0),
+    (r"MI300A", "MI300A", "cdna", 5, 128 * _GB, "MI300A", 200.0),
+    (r"MI250X", "MI250X", "cdna", 4, 128 * _GB, "MI250X", 200.0),
+    (r"MI250", "MI250", "cdna", 4, 128 * _GB, "MI250", 200.0),
+    (r"MI210", "MI210", "cdna", 4, 64 * _GB, "MI210", 200.0),
 )
+
+
+def known_gpu_names() -> list[str]:
+    """The GPU families the table knows (for messages that list close matches)."""
+    return [row[1] for row in _TABLE]
+
 
 _SIZE_IN_NAME = re.compile(r"(\d{2,3})\s?GB", re.IGNORECASE)
 
@@ -170,7 +197,7 @@ def spec_for_name(name: str | None) -> GpuSpec | None:
                 memory = int(size.group(1)) * _GB
             # No NVLink on GeForce 10 boards joined by PCIe: the arch still sets the link rate if bridged.
             return GpuSpec(family=family, arch=arch, pcie_generation=gen, memory_bytes=memory,
-                           reference_name=ref or name, nic_gbps=nic)
+                           reference_name=ref, nic_gbps=nic)
     return None
 
 

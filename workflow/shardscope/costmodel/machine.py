@@ -12,7 +12,11 @@ that bound on the machines it was built for). The capacity of a cut is
   the CPU sockets' link when every path across the cut is ``SYS``.
 
 NCCL does not add PCIe to NVLink inside one collective, so a cut with NVLinks is counted at its
-NVLink capacity only. Multi-node jobs add a network cut (NICs per node × line rate × 0.96).
+NVLink capacity only. Multi-node jobs add a network cut: the NICs one node's GPUs use (at most
+one per GPU: NCCL puts each ring channel on the NIC nearest its GPU) × line rate × the NIC
+class's efficiency (:data:`~shardscope.costmodel.hardware.NIC_EFFICIENCY`). The NIC count, rate
+and class come from the topology's ``nics`` (those next to a GPU), its ``network`` block
+(``{"nics", "gbps", "kind"}``, written by presets) or the ``--nics``/``--nic-gbps`` overrides.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 from shardscope.costmodel.hardware import (
     INTEL_P2P_FACTOR,
-    NET_EFFICIENCY,
+    NIC_EFFICIENCY,
     GpuSpec,
     cpu_inter_socket,
     infer_spec,
@@ -35,6 +39,8 @@ from shardscope.errors import UserError
 from shardscope.topology.model import Link, classify_fabric, max_nvlinks
 
 _THROUGH_CPU = ("PHB", "NODE", "SYS", "SOC")
+#: Path codes of two GPUs behind one PCIe switch (no host bridge between them).
+_SAME_SWITCH = ("PIX", "PXB")
 #: Largest set whose cuts are all enumerated; larger sets use single-GPU, island and socket cuts.
 EXACT_CUT_LIMIT = 12
 
@@ -64,12 +70,21 @@ class Machine:
     numa: Mapping[int, int | None] = field(default_factory=dict)
     """Per GPU, its NUMA node when known: the PCIe path of NVLinked pairs, which the matrix hides."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    nic_kind: str = "ib"
+    """``ib``, ``roce`` or ``efa``: sets the share of the line rate reached (``NIC_EFFICIENCY``)."""
 
     def __post_init__(self) -> None:
         if self.fabric != "cpu" and not self.gpus:
             raise ValueError("a GPU machine needs at least one GPU")
         if self.inter_socket_gbps <= 0 or self.nic_gbps <= 0:
             raise ValueError("inter-socket and NIC bandwidths must be positive")
+        if self.nic_kind not in NIC_EFFICIENCY:
+            raise ValueError(f"unknown NIC kind {self.nic_kind!r}; expected one of {', '.join(NIC_EFFICIENCY)}")
+
+    @property
+    def nic_efficiency(self) -> float:
+        """Share of the NIC line rate a collective reaches on this machine's NIC class."""
+        return NIC_EFFICIENCY[self.nic_kind]
 
     @property
     def gpu_count(self) -> int:
@@ -113,8 +128,15 @@ class Machine:
             capacity = min(capacity, self.inter_socket_gbps)
         return capacity, "pcie"
 
-    def ring_gbps(self, members: Sequence[int], use_nvlink: bool = True) -> tuple[float, str]:
-        """(bus bandwidth a ring over ``members`` can reach, the link type of its weakest cut)."""
+    def ring_gbps(self, members: Sequence[int], use_nvlink: bool = True, p2p: bool = True) -> tuple[float, str]:
+        """(bus bandwidth a ring over ``members`` can reach, the link type of its weakest cut).
+
+        ``p2p=False`` (``NCCL_P2P_DISABLE=1``, or peer access unavailable): GPU pairs talk through host
+        memory (NCCL's SHM transport), so each rank's send goes up to the root complex and its receive
+        comes back down. The ``k`` members behind one PCIe switch (joined by ``PIX``/``PXB`` paths)
+        then share the switch's uplink, one GPU link wide, in each direction: at most ``link / k``
+        each, where P2P would stay inside the switch.
+        """
         members = list(members)
         if len(members) < 2:
             return float("inf"), "local"
@@ -124,7 +146,28 @@ class Machine:
             capacity = self.cut_gbps(side, other, use_nvlink)
             if capacity[0] < best[0]:
                 best = capacity
+        if not p2p and best[1] == "pcie":
+            for group in self._switch_groups(members):
+                if len(group) > 1:
+                    shared = min(self.pcie_gbps[g] for g in group) / len(group)
+                    best = min(best, (shared, "pcie"))
         return best
+
+    def _switch_groups(self, members: Sequence[int]) -> list[list[int]]:
+        """Members behind a common PCIe switch: connected components of the ``PIX``/``PXB`` paths among them."""
+        left, groups = list(members), []
+        while left:
+            group, frontier = [left.pop(0)], None
+            frontier = list(group)
+            while frontier:
+                g = frontier.pop()
+                near = [h for h in left if self.code(g, h) in _SAME_SWITCH]
+                for h in near:
+                    left.remove(h)
+                group += near
+                frontier += near
+            groups.append(sorted(group))
+        return groups
 
     def _cuts(self, members: list[int]) -> Iterable[tuple[int, ...]]:
         """Sides of the cuts to test: all of them for small sets (the first member fixed on one side)."""
@@ -145,10 +188,17 @@ class Machine:
             return 0.0
         return min(self.switch_gbps[g] for g in members)
 
+    def rails_used(self, gpus_per_node: int) -> int:
+        """NICs one node's job uses: one per GPU at most (a NIC without a GPU next to it is idle)."""
+        return max(1, min(self.rail_nics or 1, gpus_per_node))
+
     def network_gbps(self, gpus_per_node: int) -> float:
-        """Effective bandwidth out of one node for a multi-node ring: rails used × NIC line rate × 0.96."""
-        rails = max(1, min(self.rail_nics or 1, gpus_per_node))
-        return rails * self.nic_gbps / 8.0 * NET_EFFICIENCY
+        """Effective bandwidth out of one node for a multi-node ring: rails used × NIC line rate × efficiency."""
+        return self.rails_used(gpus_per_node) * self.nic_gbps / 8.0 * self.nic_efficiency
+
+    def nic_per_gpu_gbps(self, gpus_per_node: int) -> float:
+        """Effective network bandwidth of one GPU when every GPU talks to other nodes at once (all-to-all)."""
+        return self.network_gbps(gpus_per_node) / max(1, gpus_per_node)
 
 
 def nvl_groups(machine: Machine, members: Sequence[int] | None = None) -> list[list[int]]:
@@ -220,19 +270,24 @@ def _classify(gpus: tuple[int, ...], link_docs: list[Mapping[str, Any]], gpu_doc
 
 
 def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_bytes: int | None = None,
-                  nic_gbps: float | None = None, source: str = "topology") -> Machine:
+                  nic_gbps: float | None = None, source: str = "topology", nics: int | None = None) -> Machine:
     """A :class:`Machine` from a topology.json document, with optional user overrides.
 
     ``gpu_name`` replaces what the topology says (or does not say) about the GPU model;
-    ``memory_bytes`` the GPU memory; ``nic_gbps`` the NIC line rate. Never fails on a
-    well-formed topology: unknown values fall back to documented assumptions, noted in ``notes``.
+    ``memory_bytes`` the GPU memory; ``nic_gbps`` the NIC line rate; ``nics`` the NICs per node
+    a multi-node job can use. Never fails on a well-formed topology: unknown values fall back to
+    documented assumptions, noted in ``notes``.
     """
     if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus", []), list):
         raise UserError(f"{source}: not a topology.json document (expected an object with a 'gpus' list)")
+    if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or nics < 1):
+        raise UserError(f"--nics must be a positive integer (NICs per node), got {nics!r}")
+    if nic_gbps is not None and not (isinstance(nic_gbps, (int, float)) and nic_gbps > 0):
+        raise UserError(f"--nic-gbps must be a positive line rate in Gb/s, got {nic_gbps!r}")
     notes: list[str] = []
     spec = spec_for_name(gpu_name) if gpu_name else None
     if gpu_name and spec is None:
-        raise UserError(f"--gpu {gpu_name!r} is not a GPU model the cost model knows (e.g. 'H100', 'A100', 'L40S', 'V100')")
+        raise UserError(unknown_gpu_message(gpu_name))
     gpu_docs = [g for g in doc.get("gpus", []) if isinstance(g, Mapping)]
     if spec is None and not gpu_docs:
         spec = GpuSpec(family="CPU processes (gloo)", arch="unknown", pcie_generation=4, memory_bytes=None,
@@ -278,8 +333,15 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
     socket_bw, intel, why = cpu_inter_socket(dict(doc.get("cpu") or {}), spec.pcie_generation)
     if "assumed" in why and any(codes.get(p) in ("SYS", "SOC") for p in codes):
         notes.append(f"{why}: {socket_bw:g} GB/s between sockets")
-    nics = [n for n in doc.get("nics", []) if isinstance(n, Mapping)]
-    rails = sum(1 for n in nics if str(n.get("nearest_code") or "").upper() in ("PIX", "PXB") and n.get("nearest_gpus"))
+    nic_docs = [n for n in doc.get("nics", []) if isinstance(n, Mapping)]
+    rails = sum(1 for n in nic_docs if str(n.get("nearest_code") or "").upper() in ("PIX", "PXB") and n.get("nearest_gpus"))
+    network = doc.get("network") if isinstance(doc.get("network"), Mapping) else {}
+    if isinstance(network.get("nics"), int) and network["nics"] > 0:
+        rails = int(network["nics"])
+    rails = nics or rails
+    line_rate = nic_gbps or (float(network["gbps"]) if isinstance(network.get("gbps"), (int, float)) and network["gbps"] > 0
+                             else spec.nic_gbps)
+    kind = str(network.get("kind") or "ib")
     memory = memory_bytes
     if memory is None:
         sizes = [int(g["memory_bytes"]) for g in gpu_docs if isinstance(g.get("memory_bytes"), int) and g["memory_bytes"] > 0]
@@ -288,4 +350,17 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
             notes.append(f"GPU memory not in the topology: {spec.memory_bytes / 1e9:g} GB assumed for {spec.family}")
     return Machine(gpus=gpus, spec=spec, fabric=fabric, switch_gbps=switch, nvlink_gbps=nvlink, path_code=codes,
                    pcie_gbps=pcie, inter_socket_gbps=socket_bw, intel_cpu=intel, rail_nics=rails,
-                   nic_gbps=nic_gbps or spec.nic_gbps, memory_bytes=memory, numa=numa, notes=tuple(notes))
+                   nic_gbps=line_rate, memory_bytes=memory, numa=numa, notes=tuple(notes),
+                   nic_kind=kind if kind in NIC_EFFICIENCY else "ib")
+
+
+def unknown_gpu_message(name: str) -> str:
+    """One sentence for a GPU name the table does not know: the close matches and the flags to use."""
+    import difflib
+
+    from shardscope.costmodel.hardware import known_gpu_names
+
+    close = difflib.get_close_matches(name, known_gpu_names(), n=3, cutoff=0.4)
+    hint = f" (close matches: {', '.join(close)})" if close else ""
+    return (f"--gpu {name!r} is not a GPU model the cost model knows{hint}; pass a known --gpu name, or "
+            "--peak-tflops (dense bf16) and --memory-gib for another GPU")

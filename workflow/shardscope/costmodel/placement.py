@@ -37,7 +37,7 @@ class Placement:
 
 
 def _score(machine: Machine, members: tuple[int, ...], use_nvlink: bool) -> tuple[float, float, tuple[int, ...]]:
-    ring, _ = machine.ring_gbps(members, use_nvlink)
+    ring, _ = machine.ring_gbps(members, use_nvlink, p2p=use_nvlink)
     return (ring, machine.switch_bandwidth(members) if use_nvlink else 0.0, tuple(-g for g in members))
 
 
@@ -54,7 +54,7 @@ def _candidates(machine: Machine, n: int) -> list[tuple[int, ...]]:
 
 
 def _make(machine: Machine, members: tuple[int, ...], use_nvlink: bool) -> Placement:
-    ring, link = machine.ring_gbps(members, use_nvlink)
+    ring, link = machine.ring_gbps(members, use_nvlink, p2p=use_nvlink)
     return Placement(tuple(members), ring, link)
 
 

@@ -19,8 +19,8 @@ Overlap is explicit: a collective issued in forward (backward) can hide behind f
 (backward) compute, at most ``overlap`` of its time and at most the length of that compute;
 the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``.
 
-Memory is :func:`shardscope.training.memory_model.predict_memory` (parameters, gradients,
-optimizer state; no activations) against ``usable_fraction`` of the GPU memory.
+Memory is the whole modeled peak (:func:`whole_peak_bytes`: the ZeRO paper's model states plus
+activations and buffers) against ``usable_fraction`` of the GPU memory.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ DEFAULT_MFU = 0.45
 #: a neutral midpoint between no overlap (0) and perfect overlap (1); set it from
 #: ``summary.comm_share`` of measured runs or pass ``--overlap``.
 DEFAULT_OVERLAP = 0.5
-#: Share of GPU memory the parameters, gradients and optimizer state may use; the rest is left
-#: for activations, NCCL buffers and the allocator, which the memory model does not count.
+#: Share of GPU memory the whole modeled peak may use; the rest is headroom for the allocator's
+#: cache and NCCL, until an overhead fraction calibrated from measured runs replaces it.
 DEFAULT_USABLE_FRACTION = 0.9
 DDP_BUCKET_BYTES = 25 * 2**20
 PHASES = ("forward", "backward", "after_step")
@@ -175,6 +175,19 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions) -> list[Me
     return out + [Message("reduce_scatter", p * e, 1, "backward") for p in units]
 
 
+def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions) -> int:
+    """The memory criterion of "fits": the whole modeled peak per GPU (model states, activations, buffers).
+
+    Model states are the ZeRO paper's for ``a.dtype``; activations and buffers are those of
+    :func:`shardscope.training.memory_peak.predict_peak` at ``a.micro_batch`` and the sequence length.
+    """
+    from shardscope.training.memory_peak import StepShape, predict_peak
+
+    held = predict_memory(cfg.param_count(), strategy, gpus, dtype=a.dtype)
+    shape = StepShape(micro_batch=a.micro_batch, seq_len=a.seq_len_for(cfg), dtype=a.dtype)
+    return predict_peak(strategy, cfg, gpus, shape, held=held).peak_bytes
+
+
 def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_flops: float,
                  collective_time: Callable[[str, int], float], memory_bytes: int | None,
                  a: StepAssumptions | None = None) -> StepPrediction:
@@ -192,7 +205,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     windows = {"forward": compute / 3.0, "backward": 2.0 * compute / 3.0, "after_step": 0.0}
     exposed = sum(t - min(a.overlap * t, windows[phase]) for phase, t in per_phase.items())
     comm = sum(per_phase.values())
-    memory = predict_memory(cfg.param_count(), strategy, gpus, dtype=a.dtype)
+    memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a)}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
     fits = None if available is None else memory["total_bytes"] <= available
     return StepPrediction(strategy=strategy, model=model, param_count=cfg.param_count(), gpus=gpus,

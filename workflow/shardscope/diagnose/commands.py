@@ -7,8 +7,9 @@ pipeline's ``doctor`` and ``verdicts`` rules and ``shardscope collect``.
 from __future__ import annotations
 
 import argparse
+import sys
 
-from shardscope.fileio import atomic_write_json, dump_json
+from shardscope.fileio import add_max_input_flag, atomic_write_json, dump_json
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -29,12 +30,18 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_verdict(args: argparse.Namespace) -> int:
     from shardscope.diagnose.evaluate import evaluate, format_verdicts
 
+    from shardscope.diagnose import inputs
+
+    inputs.max_input_mib = args.max_input_mib
     topology, name = None, None
     if args.topology:
         from shardscope.costmodel.commands import load_topology
 
         topology, name = load_topology(args.topology)
     doc = evaluate(args.files, topology, name, gpu=args.gpu, nic_gbps=args.nic_gbps, transport=args.transport)
+    for sweep in doc["sweeps"]:
+        for note in sweep.get("input_notes") or []:
+            print(f"shardscope: note: {note}", file=sys.stderr)
     if topology is not None:
         from shardscope.costmodel.documents import topology_hash
 
@@ -49,7 +56,7 @@ def _cmd_verdict(args: argparse.Namespace) -> int:
 def _cmd_nccl_log(args: argparse.Namespace) -> int:
     from shardscope.diagnose.nccl_log import summarize_files, transport_flags
 
-    summary = summarize_files(args.files)
+    summary = summarize_files(args.files, args.max_input_mib)
     topology = None
     if args.topology:
         from shardscope.costmodel.commands import load_topology
@@ -92,6 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=("default", "pcie"), help="transport label of nccl-tests logs")
     p.add_argument("--json", action="store_true", help="print the shardscope.verdicts/1 document")
     p.add_argument("--out", metavar="FILE", help="also write the shardscope.verdicts/1 document to FILE (for shardscope collect)")
+    add_max_input_flag(p)
     p.set_defaults(func=_cmd_verdict)
 
     p = sub.add_parser("nccl-log", help="what NCCL did: transports, channels, NVLS, variables, algorithms")
@@ -100,4 +108,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the job's transport label, to flag a PCIe-forced job that used NVLink")
     p.add_argument("--topology", metavar="FILE|auto|preset:NAME", help="topology, to tell P2P over NVLink from PCIe")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_max_input_flag(p)
     p.set_defaults(func=_cmd_nccl_log)

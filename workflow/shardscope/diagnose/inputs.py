@@ -12,11 +12,15 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from shardscope.diagnose.sweep_summary import normalise_rows
+from shardscope.diagnose.sweep_summary import normalise_rows_noted
 from shardscope.errors import UserError
+from shardscope.fileio import read_input_text
+
+#: Size limit (MiB) for the files ``shardscope verdict`` reads; None is the default of
+#: :data:`shardscope.fileio.DEFAULT_MAX_INPUT_MIB` (the command's ``--max-input-mib`` sets it).
+max_input_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class Sweep:
     """NCCL_* settings of the run (environment of our jobs; what NCCL logged for nccl-tests)."""
     nccl_log: Mapping[str, Any] | None = None
     """:func:`shardscope.diagnose.nccl_log.parse_nccl_log` of the NCCL lines in the file, if any."""
+    input_notes: tuple[str, ...] = ()
+    """What was done to the file's rows: left out (bad size or time), printed busbw flagged, rank count source."""
 
     @property
     def nodes(self) -> int:
@@ -83,21 +89,40 @@ def sweep_from_document(doc: Mapping[str, Any], source: str) -> Sweep:
     if isinstance(env.get("nccl_env"), Mapping):
         nccl_env.update({k: str(v.get("value") if isinstance(v, Mapping) else v) for k, v in env["nccl_env"].items()})
     log = doc.get("nccl_log") if isinstance(doc.get("nccl_log"), Mapping) else None
+    normalised, notes = normalise_rows_noted(rows, op, world_size, source)
     return Sweep(source=source, kind="collectives", op=op, world_size=world_size,
-                 rows=normalise_rows(rows, op, world_size, source), hosts=(str(host),) if host else (),
+                 rows=_some_rows(normalised, source), hosts=(str(host),) if host else (),
                  members=members, pci_bus_ids=tuple(env.get("device_pci_bus_ids") or ()),
                  device_names=tuple(str(d) for d in env.get("devices") or ()), placement=job.get("placement"),
                  transport=str(job.get("transport") or "default"), backend=env.get("backend"), env=dict(env),
-                 nccl_env=tuple(sorted(nccl_env.items())), nccl_log=log)
+                 nccl_env=tuple(sorted(nccl_env.items())), nccl_log=log, input_notes=tuple(notes))
 
 
-def sweep_from_nccl_tests(path: str, transport: str = "default", placement: str | None = None) -> Sweep:
-    """A :class:`Sweep` from an nccl-tests log or ``-J`` file, read by the collectives stage's importer."""
-    from shardscope.collectives.nccl_tests import read_nccl_tests
+def _some_rows(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """``rows`` unless every row was left out, which is a UserError rather than an empty verdict."""
+    if not rows:
+        raise UserError(f"{source}: no row has a positive finite size and time; expected measured collective rows")
+    return rows
+
+
+def sweep_from_nccl_tests(path: str, transport: str = "default", placement: str | None = None,
+                          text: str | None = None) -> Sweep:
+    """A :class:`Sweep` from an nccl-tests log or ``-J`` file, read by the collectives stage's importer.
+
+    ``text`` is the file's content when the caller has read it already (it is read once). A log
+    whose rank count is unknown is a UserError: busbw cannot be recomputed without it.
+    """
+    from shardscope.collectives.nccl_tests import parse_nccl_tests
     from shardscope.diagnose.nccl_log import parse_nccl_log
 
-    result = read_nccl_tests(path)
-    log = parse_nccl_log(Path(path).read_text(encoding="utf-8", errors="replace"))
+    if text is None:
+        text = read_input_text(path, max_input_mib, "a collectives result or an nccl-tests log")
+    result = parse_nccl_tests(text, str(path))
+    if result.world_size is None:
+        raise UserError(f"{path}: the rank count of this nccl-tests log is unknown (no device lines, command line or "
+                        "usable busbw/algbw); expected a log that tells it (import it with "
+                        "`shardscope collectives import --world-size N --out FILE` and pass that file)")
+    log = parse_nccl_log(text.splitlines())
     hosts = tuple(str(d.get("host")) for d in result.devices if d.get("host"))
     per_host: dict[str, set[int]] = {}
     for device in result.devices:
@@ -105,24 +130,19 @@ def sweep_from_nccl_tests(path: str, transport: str = "default", placement: str 
             per_host.setdefault(str(device.get("host")), set()).add(device["device"])
     sets = {tuple(sorted(v)) for v in per_host.values()}
     members = sets.pop() if len(sets) == 1 else None
-    rows = [dict(row, in_place=row["placement_mode"] == "in_place") for row in result.rows]
+    rows = [dict(row, in_place=row["placement_mode"] == "in_place") for row in result.rows if row["size_bytes"] > 0]
+    normalised, notes = normalise_rows_noted(rows, result.op, result.world_size, str(path))
     return Sweep(source=str(path), kind="nccl-tests", op=result.op, world_size=result.world_size,
-                 rows=normalise_rows(rows, result.op, result.world_size, str(path)), hosts=hosts, members=members,
+                 rows=_some_rows(normalised, str(path)), hosts=hosts, members=members,
                  pci_bus_ids=tuple(str(d.get("bus_id")) for d in result.devices if d.get("bus_id")),
                  device_names=tuple(sorted({str(d["name"]) for d in result.devices if d.get("name")})),
                  placement=placement, transport=transport, backend="nccl", nccl_env=tuple(sorted(log.env.items())),
-                 nccl_log=log.to_dict() if log.lines_read else None)
+                 nccl_log=log.to_dict() if log.lines_read else None, input_notes=tuple([*result.notes, *notes]))
 
 
 def load_sweep(path: str) -> Sweep:
     """A sweep from ``path``: a collectives job JSON document, else an nccl-tests log or -J file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory; expected a collectives result or an nccl-tests log") from None
+    text = read_input_text(path, max_input_mib, "a collectives result or an nccl-tests log")
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)
@@ -132,17 +152,19 @@ def load_sweep(path: str) -> Sweep:
             return sweep_from_document(doc, str(path))
         if isinstance(doc, dict) and doc.get("kind") == "collectives_import":
             return _sweep_from_import(doc, str(path))
-    return sweep_from_nccl_tests(str(path))
+    return sweep_from_nccl_tests(str(path), text=text)
 
 
 def _sweep_from_import(doc: Mapping[str, Any], source: str) -> Sweep:
     """A sweep from ``shardscope collectives import --out`` output."""
     devices = [d for d in doc.get("devices") or [] if isinstance(d, Mapping)]
-    op, world_size = str(doc.get("op")), int(doc.get("world_size") or 0)
-    if world_size < 1:
-        raise UserError(f"{source}: world_size is missing; expected a collectives_import document")
+    op, world_size = str(doc.get("op")), doc.get("world_size")
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise UserError(f"{source}: world_size is {world_size!r}; expected the rank count of the imported log "
+                        "(re-import it with `shardscope collectives import --world-size N --out FILE`)")
+    normalised, notes = normalise_rows_noted(doc.get("rows") or [], op, world_size, source)
     return Sweep(source=source, kind="nccl-tests", op=op, world_size=world_size,
-                 rows=normalise_rows(doc.get("rows") or [], op, world_size, source),
+                 rows=_some_rows(normalised, source), input_notes=tuple(notes),
                  hosts=tuple(str(d.get("host")) for d in devices if d.get("host")),
                  device_names=tuple(sorted({str(d["name"]) for d in devices if d.get("name")})),
                  placement=doc.get("placement"), transport=str(doc.get("transport") or "default"), backend="nccl")

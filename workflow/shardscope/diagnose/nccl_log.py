@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,8 +128,9 @@ def _add_pair(pairs: dict[tuple[int, int, str], dict[str, Any]], src: int, dst: 
     pairs[key]["channels"] += 1
 
 
-def parse_nccl_log(text: str) -> NcclLogSummary:
-    """Read an ``NCCL_DEBUG=INFO`` log (one rank's file, or many ranks interleaved)."""
+def parse_nccl_log(text: str | Iterable[str]) -> NcclLogSummary:
+    """Read an ``NCCL_DEBUG=INFO`` log (one rank's file, or many ranks interleaved): its text, or its lines
+    (any iterable, so a file can be streamed)."""
     out = NcclLogSummary()
     transports: Counter[str] = Counter()
     algos: Counter[str] = Counter()
@@ -142,14 +143,15 @@ def parse_nccl_log(text: str) -> NcclLogSummary:
     gdr_values: set[int] = set()
     max_channel = -1
     counts: dict[str, int] = {}
-    for raw in text.splitlines():
+    for raw in text.splitlines() if isinstance(text, str) else text:
         line = raw.rstrip()
         if "NCCL" not in line and " via " not in line and "NVLS" not in line and "Bytes -> Algo" not in line:
             continue
         out.lines_read += 1
-        if out.version is None and (m := _VERSION.search(line)):
+        # literal tests before each regex: a huge log is mostly these lines, and a regex per line costs seconds
+        if out.version is None and "NCCL version" in line and (m := _VERSION.search(line)):
             out.version = m[1]
-        if m := _CONNECTION.search(line):
+        if " via " in line and (m := _CONNECTION.search(line)):
             kind, read, gdr = classify_transport(m["via"])
             transports[kind] += 1
             out.p2p_read |= read and kind.startswith("P2P")
@@ -254,17 +256,32 @@ def merge(summaries: Iterable[NcclLogSummary]) -> NcclLogSummary:
     return out
 
 
-def summarize_files(paths: Iterable[str | Path]) -> NcclLogSummary:
-    """The merged summary of NCCL log files (one per rank, as ``NCCL_DEBUG_FILE`` writes them)."""
+#: Longest piece of a line read at once: a file without newlines is read in pieces, never whole.
+_LINE_CHUNK = 1 << 16
+
+
+def _stream_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a text file, read one at a time (at most :data:`_LINE_CHUNK` characters each)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        while line := handle.readline(_LINE_CHUNK):
+            yield line
+
+
+def summarize_files(paths: Iterable[str | Path], max_input_mib: float | None = None) -> NcclLogSummary:
+    """The merged summary of NCCL log files (one per rank, as ``NCCL_DEBUG_FILE`` writes them).
+
+    Each file's size is checked first (``max_input_mib``, see :func:`shardscope.fileio.check_input_size`)
+    and the file is streamed, so memory stays small whatever the file holds.
+    """
+    from shardscope.fileio import check_input_size
+
     summaries = []
     for path in paths:
+        check_input_size(path, max_input_mib, "an NCCL_DEBUG=INFO log file")
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            raise UserError(f"{path}: file not found") from None
-        except IsADirectoryError:
-            raise UserError(f"{path}: is a directory; expected an NCCL_DEBUG=INFO log file") from None
-        summary = parse_nccl_log(text)
+            summary = parse_nccl_log(_stream_lines(path))
+        except OSError as exc:
+            raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
         if summary.lines_read == 0:
             raise UserError(f"{path}: has no NCCL log lines; expected output of a run with NCCL_DEBUG=INFO")
         summaries.append(summary)

@@ -111,25 +111,54 @@ class SweepSummary:
 
 
 def normalise_rows(rows: Iterable[Mapping[str, Any]], op: str, world_size: int, run: str) -> list[dict[str, Any]]:
-    """Rows reduced to ``size_bytes``, ``time_s``, ``busbw_gbps`` and ``run``.
+    """Rows reduced to ``size_bytes``, ``time_s``, ``busbw_gbps`` and ``run`` (see :func:`normalise_rows_noted`)."""
+    return normalise_rows_noted(rows, op, world_size, run)[0]
+
+
+def normalise_rows_noted(rows: Iterable[Mapping[str, Any]], op: str, world_size: int,
+                         run: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows reduced to ``size_bytes``, ``time_s``, ``busbw_gbps`` and ``run``, and notes on what was left out.
 
     busbw is recomputed from size and time so that nccl-tests logs and our own documents are
     compared the same way; rows in place and out of place become two runs (``run:in_place``).
+    A row whose size or time is not a positive finite number cannot be summarised and is left
+    out, named in one note; a printed busbw that disagrees with size/time by more than 2% is
+    flagged in another (the recomputed value is used; nothing is judged on the printed one).
     """
     if op not in OPS:
         raise UserError(f"{run}: unknown collective {op!r}; expected one of {', '.join(OPS)}")
     out = []
-    for row in rows:
+    dropped: list[str] = []
+    inconsistent: list[str] = []
+    for index, row in enumerate(rows):
         try:
-            size, time_s = int(row["size_bytes"]), float(row["time_s"])
+            size, time_s = float(row["size_bytes"]), float(row["time_s"])
         except (KeyError, TypeError, ValueError):
-            raise UserError(f"{run}: a row lacks a numeric size_bytes or time_s; expected collective result rows") from None
-        if size <= 0 or not time_s > 0:
+            raise UserError(f"{run}: rows[{index}] lacks a numeric size_bytes or time_s; expected collective result rows") from None
+        if not (math.isfinite(size) and size > 0 and math.isfinite(time_s) and time_s > 0):
+            dropped.append(f"rows[{index}] (size_bytes {row['size_bytes']}, time_s {row['time_s']})")
             continue
+        busbw = busbw_gbps(op, world_size, int(size), time_s)
+        printed = row.get("busbw_gbps")
+        if isinstance(printed, int | float) and not isinstance(printed, bool) and (
+                not math.isfinite(printed) or not math.isclose(printed, busbw, rel_tol=0.02, abs_tol=0.02)):
+            inconsistent.append(f"rows[{index}] ({printed} vs {busbw:.4g})")
         mode = "in_place" if row.get("in_place") or row.get("placement_mode") == "in_place" else "out_of_place"
-        out.append({"size_bytes": size, "time_s": time_s, "busbw_gbps": busbw_gbps(op, world_size, size, time_s),
-                    "run": f"{run}:{mode}"})
-    return out
+        out.append({"size_bytes": int(size), "time_s": time_s, "busbw_gbps": busbw, "run": f"{run}:{mode}"})
+    notes = []
+    if dropped:
+        notes.append(f"{run}: {len(dropped)} row(s) left out, with a size or time that is not a positive finite number: "
+                     + _first(dropped))
+    if inconsistent:
+        notes.append(f"{run}: {len(inconsistent)} row(s) print a busbw that does not match size/time on {world_size} ranks "
+                     f"(printed vs recomputed GB/s): {_first(inconsistent)}; the recomputed value is used")
+    return out, notes
+
+
+def _first(items: list[str], most: int = 3) -> str:
+    """The first few items of a list for one sentence."""
+    shown = ", ".join(items[:most])
+    return shown if len(items) <= most else f"{shown} and {len(items) - most} more"
 
 
 def _by_size(rows: Sequence[Mapping[str, Any]], key: str) -> dict[int, list[float]]:

@@ -3,7 +3,8 @@
 **Expected** busbw comes from the cost model (:mod:`shardscope.costmodel`): the same machine
 (:func:`~shardscope.costmodel.machine.build_machine` on the topology), the same GPUs, nodes and
 transport, and NCCL's own choice of algorithm and protocol (:func:`predict_collective`) at each
-measured size; the plateau is compared with the model's large-message limit (:func:`peak_busbw_gbps`).
+measured size; the plateau is compared with the model's large-message limit (:data:`PEAK_SIZE`), and the
+**bottleneck** named is what limits the algorithm NCCL is modeled to run there (:func:`bottleneck_link`).
 
 **Physical ceiling**: the nominal (raw) rate of the links the job crosses, above which no
 algorithm can go: the model's bottleneck bandwidth scaled back from *effective* to *raw*
@@ -35,7 +36,6 @@ from typing import Any
 from shardscope.costmodel.collectives import (
     Job,
     job_bandwidths,
-    peak_busbw_gbps,
     predict_collective,
 )
 from shardscope.costmodel.hardware import (
@@ -52,6 +52,8 @@ LOW_LATENCY_REGION = 0.35
 SUSPICIOUS_MARGIN = 1.05
 ABOVE_MODEL = 1.15
 BANDWIDTH_REGION = 0.90
+#: The message size whose modeled busbw is the large-message limit (what ``peak_busbw_gbps`` uses).
+PEAK_SIZE = 1 << 40
 
 THRESHOLDS = {
     "low_plateau_fraction": LOW_PLATEAU,
@@ -77,7 +79,7 @@ class Expectation:
     plateau_gbps: float | None = None
     ceiling_gbps: float | None = None
     link: str | None = None
-    """``nvlink``, ``pcie`` or ``net``: what the model's weakest cut is made of."""
+    """``nvlink``, ``pcie`` or ``net``: what bounds the algorithm NCCL is modeled to run on large messages."""
     members: tuple[int, ...] = ()
     nodes: int = 1
     transport: str = "default"
@@ -147,14 +149,28 @@ def expectation(machine: Machine | None, sweep: Sweep, gpus: Sequence[Mapping[st
         return Expectation(False, CPU_REASON, transport=sweep.transport), None
     if machine is None:
         return Expectation(False, "no topology given (pass --topology FILE|auto|preset:NAME)", transport=sweep.transport), None
-    if machine.fabric == "single" or sweep.world_size < 2:
-        return Expectation(False, "a single GPU: there is no link between ranks", transport=sweep.transport), None
+    if sweep.world_size < 2:
+        return Expectation(False, "one rank: there is no link between ranks", transport=sweep.transport), None
+    if machine.fabric == "single" and sweep.nodes == 1:
+        return Expectation(False, f"{sweep.world_size} ranks on one host whose topology has a single GPU: there is no "
+                           "GPU-to-GPU link to model", transport=sweep.transport), None
     job, notes = resolve_job(machine, sweep, gpus)
     if job is None:
-        return Expectation(False, "; ".join(notes), transport=sweep.transport), None
-    bw = job_bandwidths(job)
-    return Expectation(True, None, peak_busbw_gbps(sweep.op, job), physical_ceiling(sweep.op, job), bw.link,
+        what = f"{sweep.world_size} ranks across {sweep.nodes} nodes" if sweep.nodes > 1 else f"{sweep.world_size} ranks"
+        return Expectation(False, f"{what}: " + "; ".join(notes), transport=sweep.transport), None
+    peak = predict_collective(sweep.op, PEAK_SIZE, job)
+    return Expectation(True, None, peak.busbw_gbps, physical_ceiling(sweep.op, job), bottleneck_link(sweep.op, job),
                        job.members, job.nodes, sweep.transport, notes + list(machine.notes)), job
+
+
+def bottleneck_link(op: str, job: Job) -> str:
+    """What bounds ``op`` on large messages: the cut that limits the algorithm NCCL is modeled to run.
+
+    Not the ring's weakest cut: across nodes a tree or NVLS-tree can be bound by the NICs where the
+    ring would be bound by NVLink (or the reverse), so the verdict names the network where the NICs
+    limit the run (``net``) and the node's links where they do not.
+    """
+    return predict_collective(op, PEAK_SIZE, job).bottleneck
 
 
 def row_verdicts(summary: SweepSummary, op: str, job: Job, exp: Expectation) -> list[dict[str, Any]]:
@@ -242,6 +258,7 @@ def verdict_for_group(sweeps: Sequence[Sweep], machine: Machine | None, topology
         "nodes": first.nodes, "hosts": sorted(set(first.hosts)), "placement": first.placement,
         "transport": first.transport, "nccl_env": dict(first.nccl_env), "summary": summary.to_dict(),
         "expected": asdict(exp), "nccl_log": first.nccl_log, "nccl_flags": _log_flags(first, topology),
+        "input_notes": [note for s in sweeps for note in s.input_notes],
     }
     if not exp.known or job is None:
         out.update(verdict="unknown", reason=exp.reason, pct_of_expected=None, rows=[], hints=[])

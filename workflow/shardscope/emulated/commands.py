@@ -122,7 +122,7 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix", help="namespace name prefix (default: config emulated.prefix or ssfab-)")
     p.add_argument("--subnet", help="private IPv4 range of the hosts (default: config emulated.subnet or 10.213.0.0/24)")
     p.add_argument("--timeout-s", type=float, help="stop the job after this many seconds (default 600)")
-    p.add_argument("--job-id")
+    p.add_argument("--job-id", help="job id stored with the result (default: derived from the flags)")
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--log", required=True, help="log of every rank")
 
@@ -134,12 +134,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = fsub.add_parser("list", help="the presets and their links")
     p.add_argument("--config-json", help="the pipeline config (or its emulated section) as JSON")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the presets as JSON")
     p.set_defaults(func=_cmd_list)
 
     p = fsub.add_parser("check", help="can this machine build emulated fabrics? (exit status 1 if not)")
     p.add_argument("--delay", action="store_true", help="also require link delays (the netem qdisc)")
-    p.add_argument("--prefix", default="ssfab-")
+    p.add_argument("--prefix", default="ssfab-", help="namespace prefix to test with (default ssfab-)")
     p.set_defaults(func=_cmd_check)
 
     p = fsub.add_parser("cleanup", help="remove namespaces (and their processes and links) left by killed jobs")
@@ -149,32 +149,34 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = fsub.add_parser("collectives", help="time one collective over an emulated fabric")
     _job_flags(p)
-    p.add_argument("--op", required=True)
-    p.add_argument("--min-bytes", "-b", type=int, default=65536)
-    p.add_argument("--max-bytes", "-e", type=int, default=4 * 1024 * 1024)
-    p.add_argument("--factor", "-f", type=int, default=4)
-    p.add_argument("--warmup", "-w", type=int, default=1)
-    p.add_argument("--iters", "-n", type=int, default=3)
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--check", action="store_true")
+    p.add_argument("--op", required=True, help="the collective, e.g. all_reduce, all_gather, reduce_scatter")
+    p.add_argument("--min-bytes", "-b", type=int, default=65536, help="smallest message in bytes")
+    p.add_argument("--max-bytes", "-e", type=int, default=4 * 1024 * 1024, help="largest message in bytes")
+    p.add_argument("--factor", "-f", type=int, default=4, help="size multiplier between messages")
+    p.add_argument("--warmup", "-w", type=int, default=1, help="untimed iterations per size")
+    p.add_argument("--iters", "-n", type=int, default=3, help="timed iterations per size")
+    p.add_argument("--dtype", default="float32", help="element dtype (default float32)")
+    p.add_argument("--check", action="store_true", help="verify every result against the expected values")
     p.set_defaults(func=_cmd_collectives)
 
     p = fsub.add_parser("train", help="one training job over an emulated fabric; failures become outcome rows")
     _job_flags(p)
-    p.add_argument("--strategy", required=True)
-    p.add_argument("--model", default="tiny")
-    p.add_argument("--micro-batch", type=int, default=2)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"])
-    p.add_argument("--memory-budget-bytes", type=int)
+    p.add_argument("--strategy", required=True, help="ddp, fsdp, fsdp_grad_op or zero0..zero3")
+    p.add_argument("--model", default="tiny", help="model preset (default tiny)")
+    p.add_argument("--micro-batch", type=int, default=2, help="sequences per rank and step")
+    p.add_argument("--seq-len", type=int, default=64, help="tokens per sequence")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps")
+    p.add_argument("--steps", type=int, default=5, help="timed steps")
+    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="parameter dtype")
+    p.add_argument("--memory-budget-bytes", type=int, help="outcome over_budget when a rank's peak exceeds this")
     p.set_defaults(func=_cmd_train)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m shardscope.emulated ARGS`` = ``shardscope fabric ARGS`` (before the CLI lists the stage)."""
-    parser = argparse.ArgumentParser(prog="shardscope")
+    from shardscope.cli import Parser
+
+    parser = Parser(prog="shardscope")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["fabric", *(sys.argv[1:] if argv is None else argv)])
     try:

@@ -27,8 +27,8 @@ def _cmd_reference(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands to the ``shardscope`` parser."""
     p = sub.add_parser("figures", help="regenerate every figure from the database")
-    p.add_argument("--db", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--db", required=True, help="the results database")
+    p.add_argument("--out", required=True, help="folder for the figures, their data and captions")
     ref = p.add_mutually_exclusive_group()
     ref.add_argument("--reference-db", help="draw the reference runs of this database (default: the bundled ones)")
     ref.add_argument("--no-reference", action="store_true", help="draw the database's own runs only")

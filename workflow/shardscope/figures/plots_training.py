@@ -48,8 +48,47 @@ def _held_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
     ax.set_ylabel(f"training state per rank ({unit})")
 
 
+#: Categories of the whole peak (issue 18): the training state, then activations and buffers at the peak.
+_PEAK_PARTS = [*MEMORY_PARTS, ("activation_bytes", "activations"), ("buffer_bytes", "buffers")]
+_PEAK_COLORS = sns.color_palette("deep", len(_PEAK_PARTS))
+
+
+def _capacity_line(ax: plt.Axes, capacity: pd.Series, scale: float) -> None:
+    if len(capacity):
+        ax.axhline(float(capacity.iloc[0]) / scale, color="black", ls="--", lw=1.2)
+        ax.annotate(f"GPU capacity {capacity.iloc[0] / 1e9:.0f} GB", (0.01, float(capacity.iloc[0]) / scale),
+                    xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points", fontsize="small")
+
+
+def _whole_peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> bool:
+    """Tracked peak per rank by category, measured (solid) beside the implementation model (pale); False without tracker data."""
+    if "tracked_peak_bytes" not in sub or sub.loc[sub["method"] == "measured", "tracked_peak_bytes"].isna().all():
+        return False
+    measured = sub[sub["method"] == "measured"].set_index("strategy").reindex(strategies)
+    modeled = sub[(sub["method"] == "modeled") & (sub["memory_model"] == "implementation")].set_index("strategy").reindex(strategies)
+    capacity = measured["capacity_bytes"].dropna()
+    top = max(float(measured["tracked_peak_bytes"].max()), float(modeled["tracked_peak_bytes"].max() or 0),
+              float(capacity.max()) if len(capacity) else 0.0)
+    unit, scale = memory_unit(top)
+    x = np.arange(len(strategies))
+    for offset, rows, alpha in ((-0.2, measured, 1.0), (0.2, modeled, 0.45)):  # modeled: pale (hatching is slow to save)
+        bottom = np.zeros(len(strategies))
+        for (col, _), color in zip(_PEAK_PARTS, _PEAK_COLORS):
+            values = rows[col].fillna(0).to_numpy(dtype=float) / scale
+            ax.bar(x + offset, values, 0.38, bottom=bottom, color=color, alpha=alpha, edgecolor="white", lw=0.5)
+            bottom += values
+    _capacity_line(ax, capacity, scale)
+    ax.set_xticks(x, [strategy_name(s) for s in strategies])
+    ax.grid(axis="x", visible=False)
+    ax.set_ylabel(f"tracked tensor peak per rank ({unit})")
+    return True
+
+
 def _peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
     """Measured peak per rank: the training state stacked under the rest; the GPU's capacity as a line."""
+    if _whole_peak_panel(ax, sub, strategies):
+        ax.set_title("whole peak: measured (solid) | modeled (pale), activations and buffers included", fontsize="medium")
+        return
     measured = sub[sub["method"] == "measured"].set_index("strategy").reindex(strategies)
     if measured["rest_bytes"].isna().all():
         ax.axis("off")
@@ -66,10 +105,7 @@ def _peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
         bottom += values
     rest = measured["rest_bytes"].fillna(0).clip(lower=0).to_numpy(dtype=float) / scale
     ax.bar(x, rest, 0.5, bottom=bottom, color=_REST_COLOR, edgecolor="white", lw=0.5)
-    if len(capacity):
-        ax.axhline(float(capacity.iloc[0]) / scale, color="black", ls="--", lw=1.2)
-        ax.annotate(f"GPU capacity {capacity.iloc[0] / 1e9:.0f} GB", (0.01, float(capacity.iloc[0]) / scale),
-                    xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points", fontsize="small")
+    _capacity_line(ax, capacity, scale)
     method = measured["peak_memory_method"].dropna()
     how = f" ({method.iloc[0]})" if len(method) else ""
     ax.set_xticks(x, [strategy_name(s) for s in strategies])
@@ -127,12 +163,12 @@ def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
         sub = sub if len(hosts) <= 1 else _median_per_strategy(sub)
         strategies = _ordered(sub["strategy"])
         _held_panel(top, sub, strategies)
-        _peak_panel(bottom, sub, strategies)
         dtype = sub["dtype"].dropna()
         top.set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {where}\n"
                       "parameters, gradients, optimizer state: measured | ZeRO paper | implementation", fontsize="medium")
         bottom.set_title("measured peak = training state + the rest", fontsize="medium")
-    handles = [Patch(facecolor=c, label=label) for (_, label), c in zip(MEMORY_PARTS, _PART_COLORS)]
+        _peak_panel(bottom, sub, strategies)
+    handles = [Patch(facecolor=c, label=label) for (_, label), c in zip(_PEAK_PARTS, _PEAK_COLORS)]
     handles += [Patch(facecolor=_REST_COLOR, label="the rest of the peak (activations, buffers, runtime)"),
                 Patch(facecolor="white", edgecolor="black", label="measured (solid)"),
                 Patch(facecolor="white", edgecolor="black", hatch="///", label="ZeRO-paper model (modeled)"),

@@ -169,6 +169,9 @@ def measured_memory(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                    t.dtype, t.strategy, max(m.param_bytes) AS param_bytes, max(m.grad_bytes) AS grad_bytes,
                    max(m.optim_bytes) AS optim_bytes, max(m.param_bytes + m.grad_bytes + m.optim_bytes) AS held_bytes,
                    max(m.peak_memory_bytes) AS peak_memory_bytes, any_value(t.peak_memory_method) AS peak_memory_method,
+                   max(m.activation_bytes) AS activation_bytes, max(m.buffer_bytes) AS buffer_bytes,
+                   max(m.tracked_peak_bytes) AS tracked_peak_bytes, any_value(t.micro_batch) AS micro_batch,
+                   any_value(t.seq_len) AS seq_len,
                    any_value(r.device_type) AS device_type, any_value(r.devices) AS devices,
                    max(r.gpu_memory_bytes) AS gpu_memory_bytes
             FROM training_runs t JOIN training_memory m USING (run_id) JOIN all_runs r USING (run_id)
@@ -205,6 +208,22 @@ def _modeled_memory(model: str, n_params: int, strategy: str, world_size: int, d
         return None
 
 
+def _modeled_transient(rec: dict, states: dict[str, int], on_gpu: bool) -> dict[str, float | None]:
+    """Modeled activations, buffers and whole peak beside one memory model's states (issue 18); None where the
+    run's model is not a preset or its shape is unknown."""
+    from shardscope.contracts.models import resolve_model
+    from shardscope.training.memory_peak import StepShape, predict_peak
+
+    none = {"activation_bytes": None, "buffer_bytes": None, "tracked_peak_bytes": None}
+    try:
+        _, cfg = resolve_model(rec["model"])
+        shape = StepShape(micro_batch=int(rec["micro_batch"]), seq_len=int(rec["seq_len"]), dtype=rec["dtype"] or "float32")
+    except (ValueError, TypeError):
+        return none
+    terms = predict_peak(rec["strategy"], cfg, int(rec["world_size"]), shape, held=states, device="gpu" if on_gpu else "cpu")
+    return {"activation_bytes": terms.activation_bytes, "buffer_bytes": terms.buffer_bytes, "tracked_peak_bytes": terms.peak_bytes}
+
+
 def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Measured bytes held beside two models for the same model, world size and dtype.
 
@@ -231,8 +250,8 @@ def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                                     rec["dtype"] or "float32")
             if model is None:
                 continue
-            rows.append({**rec, "method": "modeled", "memory_model": name, "param_bytes": model["param_bytes"],
-                         "grad_bytes": model["grad_bytes"], "optim_bytes": model["optim_bytes"],
+            rows.append({**rec, **_modeled_transient(rec, model, capacity is not None), "method": "modeled", "memory_model": name,
+                         "param_bytes": model["param_bytes"], "grad_bytes": model["grad_bytes"], "optim_bytes": model["optim_bytes"],
                          "held_bytes": model["total_bytes"], "peak_memory_bytes": None, "peak_memory_method": None,
                          "rest_bytes": None, "capacity_bytes": capacity})
     columns = [c for c in measured.columns if c not in ("device_type", "devices", "gpu_memory_bytes")]

@@ -17,10 +17,10 @@ def _cmd_paper(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands to the ``shardscope`` parser."""
     p = sub.add_parser("paper", help="render the report from paper/ with numbers and figures from the database")
-    p.add_argument("--db", required=True)
-    p.add_argument("--figures", required=True)
-    p.add_argument("--source", default="paper/report.md")
-    p.add_argument("--out", required=True)
+    p.add_argument("--db", required=True, help="the results database")
+    p.add_argument("--figures", required=True, help="folder written by `shardscope figures`")
+    p.add_argument("--source", default="paper/report.md", help="the report template (default paper/report.md)")
+    p.add_argument("--out", required=True, help="the HTML report to write")
     ref = p.add_mutually_exclusive_group()
     ref.add_argument("--reference-db", help="list the reference runs of this database (default: the bundled ones)")
     ref.add_argument("--no-reference", action="store_true", help="report the database's own runs only")

@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardscope.contracts.jobs import CollectiveJob, TrainingJob
 from shardscope.errors import UserError
 from shardscope.plan.placement import describe, placements
+from shardscope.plan.specs import job_entry
 
 #: The placement name of every multi-node job.
 MULTI_NODE = "multi_node"
@@ -78,12 +80,14 @@ def cluster_shape(topology: dict[str, Any], config: dict[str, Any]) -> ClusterSh
 
 
 def multinode_section(topology: dict[str, Any], config: dict[str, Any], shape: ClusterShape, env: dict[str, str],
-                      model_name: str) -> dict[str, Any]:
+                      model_name: str, collective_settings: dict[str, Any], training_settings: dict[str, Any]) -> dict[str, Any]:
     """The ``multi_node`` section of ``plan.json``: the shape, the GPUs each node uses, and the jobs.
 
     ``env`` is what every job sets (the default transport's variables); ``model_name`` the
-    planned model's name, as single-node training job ids carry it.
+    planned model's name, as single-node training job ids carry it; the settings are what every
+    collective and training job shares (:func:`shardscope.plan.planner.collective_settings`).
     """
+
     place = placements(topology, shape.nproc_per_node)[0]
     fields = {
         "placement": MULTI_NODE,
@@ -94,13 +98,15 @@ def multinode_section(topology: dict[str, Any], config: dict[str, Any], shape: C
     }
     n, label = shape.world_size, shape.label
     collectives = [
-        {"job_id": f"{op}-ws{n}-{label}-{MULTI_NODE}-default{JOB_SUFFIX}", "op": op, "world_size": n,
-         "transport": "default", **fields, "env": dict(env)}
+        job_entry(CollectiveJob, {"job_id": f"{op}-ws{n}-{label}-{MULTI_NODE}-default{JOB_SUFFIX}", "op": op,
+                                  "world_size": n, "transport": "default", **fields, "env": dict(env),
+                                  **collective_settings})
         for op in config["collectives"]["ops"]
     ]
     training = [
-        {"job_id": f"{strategy}-{model_name}-ws{n}-{label}-{MULTI_NODE}{JOB_SUFFIX}", "strategy": strategy,
-         "model": model_name, "world_size": n, **fields, "env": dict(env)}
+        job_entry(TrainingJob, {"job_id": f"{strategy}-{model_name}-ws{n}-{label}-{MULTI_NODE}{JOB_SUFFIX}",
+                                "strategy": strategy, "model": model_name, "world_size": n, **fields,
+                                "env": dict(env), **training_settings})
         for strategy in config["training"]["strategies"]
     ]
     return {

@@ -32,17 +32,42 @@ includes ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so CUDA numbers GPUs as nvidia-smi an
 
 With ``cluster.nodes`` above 1 the plan also has a ``multi_node`` section: jobs across that
 many Slurm nodes, placement ``multi_node`` (see :mod:`shardscope.plan.multinode`).
+
+Every job is complete: its entry is the JSON form of a typed spec
+(:mod:`shardscope.contracts.jobs`) with the sweep or sizing, dtype, limits, environment and
+GPUs, so ``shardscope job run`` needs nothing but the plan. The planner also decides the jobs
+of the stages that depend on what this machine has (:mod:`shardscope.plan.machine`): the
+nccl-tests peer (``nccl_tests``: needs ``all_reduce_perf`` on the PATH and GPUs) and the
+emulated fabrics (``emulated``: needs root, ``ip`` and ``tc``); a stage that cannot run here
+is listed under ``skipped`` with one sentence saying why.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from shardscope.contracts.jobs import CollectiveJob, TrainingJob
 from shardscope.errors import UserError
+from shardscope.plan.machine import MachineProbe, emulated_section, peer_section
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
+from shardscope.plan.specs import collective_settings, job_entry, training_settings
 
-__all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "world_sizes"]
+__all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
+
+#: Top-level config keys the planner reads (the plan rule's params hold only these, so an edit
+#: elsewhere -- a figure option, the database path -- does not re-plan).
+PLANNER_KEYS = ("world_sizes", "collectives", "training", "cluster", "cpu", "gpu", "emulated")
+
+
+def planner_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``config`` that :func:`make_plan` reads: :data:`PLANNER_KEYS`, and of a
+    disabled ``emulated`` section only ``enabled`` (its presets and timeouts plan nothing then)."""
+    subset = {key: config[key] for key in PLANNER_KEYS if key in config}
+    emulated = subset.get("emulated")
+    if isinstance(emulated, dict) and emulated.get("enabled") is not True:
+        subset["emulated"] = {"enabled": False}
+    return subset
 
 #: NCCL variables that force traffic off NVLink (and NVLink SHARP) onto PCIe / shared memory.
 PCIE_TRANSPORT_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
@@ -115,20 +140,25 @@ def _placement_fields(place: Placement) -> dict[str, Any]:
     return {"placement": place.name, "devices": list(place.devices), "cuda_visible_devices": place.cuda_visible_devices}
 
 
-def make_plan(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: MachineProbe | None = None) -> dict[str, Any]:
     """The ``plan.json`` document: every collective and training job with its GPUs and environment.
 
     Besides the jobs, ``placements`` lists each (world size, placement) with its GPUs and
     what it spans (islands, NUMA nodes, the code of its slowest link), for figures and report.
     With ``cluster.nodes`` above 1, ``multi_node`` holds the jobs across nodes
     (:func:`shardscope.plan.multinode.multinode_section`); the key is absent otherwise.
+    ``machine`` says what this machine has for the nccl-tests peer and the emulated fabrics
+    (default: look, with :func:`shutil.which` and the emulated stage's own check).
     """
+    machine = machine or MachineProbe()
     shape = cluster_shape(topology, config)
     profile = device_profile(topology, config)
     on_gpu = _gpu_count(topology) > 0
     sizes = world_sizes(topology, config)
     train_sizes = training_world_sizes(sizes, config)
     by_size = {n: placements(topology, n) for n in sizes}
+    shared_collective = collective_settings(config, profile)
+    shared_training = training_settings(config, profile)
     collectives = []
     for n in sizes:
         if n < 2:
@@ -136,22 +166,22 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
         for place in by_size[n]:
             for transport in transports(topology, config):
                 for op in config["collectives"]["ops"]:
-                    collectives.append({
+                    collectives.append(job_entry(CollectiveJob, {
                         "job_id": f"{op}-ws{n}-{place.name}-{transport}",
-                        "op": op, "world_size": n, "transport": transport, **_placement_fields(place),
-                        "env": _job_env(topology, transport),
-                    })
+                        "op": op, "world_size": n, "nodes": 1, "nproc_per_node": n, "transport": transport,
+                        **_placement_fields(place), "env": _job_env(topology, transport), **shared_collective,
+                    }))
     model = profile["model"]
     model_name = model if isinstance(model, str) else model.get("name", "custom")
     training = []
     for n in train_sizes:
         place = by_size[n][0]
         for strategy in config["training"]["strategies"]:
-            training.append({
+            training.append(job_entry(TrainingJob, {
                 "job_id": f"{strategy}-{model_name}-ws{n}-{place.name}",
-                "strategy": strategy, "model": model_name, "world_size": n, **_placement_fields(place),
-                "env": _job_env(topology, "default"),
-            })
+                "strategy": strategy, "model": model_name, "world_size": n, "nodes": 1, "nproc_per_node": n,
+                **_placement_fields(place), "env": _job_env(topology, "default"), **shared_training,
+            }))
     plan = {
         "schema": "shardscope.plan/1",
         "device": "gpu" if on_gpu else "cpu",
@@ -166,5 +196,10 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
         "training": training,
     }
     if shape is not None:
-        plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name)
+        plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name,
+                                               shared_collective, shared_training)
+    skipped: list[dict[str, str]] = []
+    plan["nccl_tests"] = peer_section(plan, shared_collective, machine, skipped)
+    plan["emulated"] = emulated_section(config, machine, skipped)
+    plan["skipped"] = skipped
     return plan

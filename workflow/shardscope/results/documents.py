@@ -138,13 +138,20 @@ def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]
             import_doc = {**doc, "job": {"job_id": f"nccl-tests:{doc['source_file']}", "placement": doc.get("placement"),
                                          "transport": doc.get("transport")},
                           "env": {"devices": [d.get("name") or "" for d in doc.get("devices", [])],
-                                  "nccl_tests_version": doc.get("version"), "nccl_tests_generation": doc.get("generation")}}
+                                  "nccl_tests_version": doc.get("version"), "nccl_tests_generation": doc.get("generation"),
+                                  **({"world_size_source": doc["world_size_source"]} if doc.get("world_size_source") else {})}}
             source = doc.get("source", "nccl-tests")
             return {"runs": [_run_row(import_doc, path, run_id, doc["world_size"], source)],
                     "collectives": _collective_rows(doc["rows"], run_id)}
         return _training_tables(doc, path, run_id)
     except KeyError as exc:
         raise UserError(f"{path}: missing field {exc.args[0]!r} in a {kind} document") from None
+
+
+#: Per-rank keys of a training document kept in ``training_memory`` (the tracker's are absent in older documents).
+_RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "comm_time_share",
+                     "activation_bytes", "buffer_bytes", "activation_peak_bytes", "tracked_peak_bytes", "tracked_peak_phase",
+                     "reserved_minus_allocated_bytes", "max_reserved_bytes", "num_alloc_retries", "num_ooms")
 
 
 def memory_prediction(run_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
@@ -187,7 +194,7 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "runs": [_run_row(doc, path, run_id, job["world_size"], "measured")],
         "training_runs": [run],
         "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss")}} for s in doc.get("steps", [])],
-        "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "comm_time_share")}}
+        "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in _RANK_MEMORY_KEYS}}
                             for r in doc.get("ranks", [])],
         "memory_predictions": [prediction] if prediction else [],
     }
@@ -234,8 +241,8 @@ def consistency_errors(doc: dict[str, Any], kind: str, path: str) -> list[str]:
         where = "job." if kind == "collectives" else ""
         for i, row in enumerate(doc["rows"]):
             for field in ("op", "world_size"):
-                if row[field] != owner[field]:
-                    errors.append(f"{path}: field rows[{i}].{field}: {row[field]!r} differs from {where}{field} {owner[field]!r}")
+                if row.get(field) != owner[field]:  # a row's world_size may be left out (null) only with the document's
+                    errors.append(f"{path}: field rows[{i}].{field}: {row.get(field)!r} differs from {where}{field} {owner[field]!r}")
     elif kind == "training":
         world_size = doc["job"]["world_size"]  # a world size below 1 is reported by the runs schema
         for i, rank in enumerate(doc.get("ranks", []) if world_size >= 1 else []):

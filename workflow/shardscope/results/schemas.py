@@ -83,10 +83,13 @@ class RunsSchema(_Table):
         parsed = pd.to_datetime(series, errors="coerce", utc=True, format="ISO8601")
         return series.isna() | parsed.notna()
 
-    @pa.dataframe_check(error="a job result or imported log (kind collectives, training, collectives_import) needs a world_size")
+    @pa.dataframe_check(error="a job result (kind collectives, training) needs a world_size")
     def jobs_have_a_world_size(cls, df: pd.DataFrame) -> Series[bool]:
-        """Predictions, verdicts and doctor documents span several world sizes or none; jobs have exactly one."""
-        return df["world_size"].notna() | ~df["kind"].isin(JOB_KINDS)
+        """Predictions, verdicts and doctor documents span several world sizes or none; jobs have exactly one.
+
+        An imported log may not tell its rank count: its world_size is null, and its rows keep their printed busbw.
+        """
+        return df["world_size"].notna() | ~df["kind"].isin(JOB_KINDS) | (df["kind"] == "collectives_import")
 
 
 class CollectivesSchema(_Table):
@@ -94,7 +97,7 @@ class CollectivesSchema(_Table):
 
     run_id: Series[str]
     op: Series[str] = pa.Field(isin=OPS)
-    world_size: Series[int] = pa.Field(ge=1)
+    world_size: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)  # None: an imported log that did not tell it
     dtype: Series[str]
     size_bytes: Series[int] = pa.Field(gt=0)
     time_s: Series[float] = pa.Field(gt=0)
@@ -120,7 +123,10 @@ class CollectivesSchema(_Table):
 
     @pa.dataframe_check(error="busbw_gbps must equal algbw_gbps times the op's nccl-tests factor for world_size")
     def busbw_matches_factor(cls, df: pd.DataFrame) -> Series[bool]:
-        """Bus bandwidth is algorithm bandwidth times the op's factor (all_reduce 2(n-1)/n, …)."""
+        """Bus bandwidth is algorithm bandwidth times the op's factor (all_reduce 2(n-1)/n, …).
+
+        Rows whose world size is null (an import whose log did not tell it) keep their printed busbw: not checked.
+        """
         return busbw_matches(df)
 
     @pa.dataframe_check(error="check_ok must be true exactly when wrong is 0")
@@ -203,6 +209,17 @@ class TrainingMemorySchema(_Table):
     optim_bytes: Series[int] = pa.Field(ge=0)
     peak_memory_bytes: Series[int] = pa.Field(gt=0)
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)  # of a profiled step, where profiled
+    # Tensor tracker of one untimed step (shardscope.training.memtrack); null in older documents.
+    activation_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    buffer_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    activation_peak_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    tracked_peak_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    tracked_peak_phase: Series[str] = pa.Field(nullable=True)
+    # CUDA allocator counters (null on CPU and in older documents).
+    reserved_minus_allocated_bytes: Series[int] = pa.Field(nullable=True)
+    max_reserved_bytes: Series[int] = pa.Field(ge=0, nullable=True)
+    num_alloc_retries: Series[int] = pa.Field(ge=0, nullable=True)
+    num_ooms: Series[int] = pa.Field(ge=0, nullable=True)
 
     class Config:
         strict = True
@@ -264,7 +281,7 @@ class TopologiesSchema(_Table):
 
     @pa.dataframe_check(error="fabric cpu needs gpu_count 0, fabric single needs gpu_count 1, any other fabric at least 2 GPUs")
     def fabric_matches_gpu_count(cls, df: pd.DataFrame) -> Series[bool]:
-        """The fabric class is defined by the GPU count for zero and one GPU (DESIGN.md)."""
+        """The fabric class is defined by the GPU count for zero and one GPU (docs/design.md)."""
         n, fabric = df["gpu_count"], df["fabric"]
         return ((fabric == "cpu") & (n == 0)) | ((fabric == "single") & (n == 1)) | (~fabric.isin(["cpu", "single"]) & (n >= 2))
 

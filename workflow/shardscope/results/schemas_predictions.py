@@ -22,8 +22,8 @@ from shardscope.contracts.names import STRATEGIES
 MODELED_RTOL = 1e-6
 #: What the model's weakest cut is made of (``cpu``: gloo placeholders, no physical link).
 BOTTLENECKS = ("nvlink", "pcie", "net", "cpu")
-#: NCCL's algorithms (``calibrated:`` when fitted to measured rows) and gloo for CPU processes.
-ALGORITHM_PATTERN = r"^(calibrated:)?(ring|tree|nvls|gloo)$"
+#: NCCL's algorithms (``calibrated:`` when fitted to measured rows; ``pairwise``: all-to-all) and gloo for CPU processes.
+ALGORITHM_PATTERN = r"^(calibrated:)?(ring|tree|nvls|nvls_tree|pairwise|gloo)$"
 PROTOCOLS = ("LL", "LL128", "Simple", "tcp")
 TRANSPORTS = ("default", "pcie")
 _HASH = {"min_value": 64, "max_value": 64}

@@ -84,7 +84,8 @@ def document_shapes() -> dict[str, dict[str, Any]]:
             "properties": {
                 "schema": {"const": "shardscope.collectives-import/1"},
                 "source_file": {"type": "string", "minLength": 1}, "op": {"type": "string"},
-                "world_size": {"type": "integer"}, "source": {"type": "string"}, "placement": _STR, "transport": _STR, **_LABELS,
+                # null: the log did not tell its rank count (world_size_source "unknown"); busbw stays as printed
+                "world_size": _INT, "source": {"type": "string"}, "placement": _STR, "transport": _STR, **_LABELS,
                 "devices": {"type": "array", "items": {"type": "object", "properties": {"name": _STR}}},
                 "rows": {"type": "array", "minItems": 1, "items": collective_row},
             },

@@ -9,10 +9,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from shardscope.fileio import atomic_write_bytes, atomic_write_text, dump_json, write_output
+from shardscope.fileio import TOPOLOGY_MAX_INPUT_MIB, add_max_input_flag, atomic_write_bytes, atomic_write_text, dump_json, write_output
 
 RAW_DIR = "raw"
 
@@ -26,10 +28,22 @@ def _validated_with_raw(doc: dict[str, Any], out: str | None, raw_names: list[st
     return validate_topology(doc, out if out not in (None, "-") else "topology.json on stdout")
 
 
+def _print_warnings(warnings: list[str], name: str) -> None:
+    """Each warning of a topology on stderr, one line each (the document keeps them too)."""
+    for warning in warnings:
+        print(f"shardscope: warning: {name}: {warning}", file=sys.stderr)
+
+
 def _cmd_topology_detect(args: argparse.Namespace) -> int:
     from shardscope.topology.detect import detect
 
     detection = detect()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible and detection.topology.gpus:
+        from shardscope.topology.views import visible_devices_warning
+
+        detection.topology.warnings.append(visible_devices_warning(visible))
+    _print_warnings(detection.topology.warnings, "this machine")
     doc = _validated_with_raw(detection.topology.to_dict(), args.out, list(detection.raw))
     if args.out not in (None, "-"):
         raw_dir = Path(args.out).parent / RAW_DIR
@@ -43,7 +57,9 @@ def _cmd_topology_parse(args: argparse.Namespace) -> int:
     from shardscope.topology.parse import parse_file
 
     source = Path(args.file)
-    doc = _validated_with_raw(parse_file(source).to_dict(), args.out, [source.name])
+    topology = parse_file(source, args.max_input_mib)  # refuses a file over the size limit before reading it
+    _print_warnings(topology.warnings, args.file)
+    doc = _validated_with_raw(topology.to_dict(), args.out, [source.name])
     if args.out not in (None, "-"):
         atomic_write_bytes(Path(args.out).parent / RAW_DIR / source.name, source.read_bytes())
     write_output(dump_json(doc), args.out)
@@ -57,7 +73,7 @@ def _cmd_topology_show(args: argparse.Namespace) -> int:
     if args.file:
         from shardscope.topology.parse import parse_file
 
-        doc = parse_file(args.file).to_dict()
+        doc = parse_file(args.file, args.max_input_mib).to_dict()
         name = args.file
     else:
         from shardscope.topology.detect import detect
@@ -76,10 +92,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="write topology.json here (raw probe text goes to raw/ beside it)")
     p.set_defaults(func=_cmd_topology_detect)
     p = topo.add_parser("parse", help="parse saved nvidia-smi topo -m / rocm-smi --showtopo output")
-    p.add_argument("file")
+    p.add_argument("file", help="saved `nvidia-smi topo -m` or `rocm-smi --showtopo` output")
     p.add_argument("--out", help="write topology.json here (a copy of FILE goes to raw/ beside it)")
+    add_max_input_flag(p, TOPOLOGY_MAX_INPUT_MIB)
     p.set_defaults(func=_cmd_topology_parse)
     p = topo.add_parser("show", help="summarise a topology: fabric, GPUs, islands, NUMA nodes, nearest NICs")
     p.add_argument("file", nargs="?", help="topology.json or saved probe text (default: probe this machine)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="text for people, json for scripts")
+    add_max_input_flag(p, TOPOLOGY_MAX_INPUT_MIB)
     p.set_defaults(func=_cmd_topology_show)

@@ -23,6 +23,11 @@ _GPU = re.compile(r"^GPU(\d+)$")
 #: What a link cell may hold: X, NV<n>, or an upper-case path code (PIX, PXB, PHB, NODE, SYS, SOC…).
 _CODE = re.compile(r"^(X|NV\d+|[A-Z][A-Z0-9]{1,7})$")
 EXPECTED_CODES = "X, NV#, PIX, PXB, PHB, NODE or SYS"
+#: The most NVLinks one GPU pair can have (every current GPU drives at most 18 in total).
+MAX_PAIR_NVLINKS = 18
+_NV = re.compile(r"^NV(\d+)$")
+#: Characters no printed matrix holds: undecodable bytes (U+FFFD) and control characters other than tab.
+_NOT_TEXT = re.compile(r"[\ufffd\x00-\x08\x0b-\x1f\x7f]")
 
 
 def is_link_code(cell: str) -> bool:
@@ -33,12 +38,28 @@ def is_link_code(cell: str) -> bool:
 def check_matrix(matrix: Matrix, source_name: str) -> list[str]:
     """Raise :class:`UserError` when the matrix is not a complete square table; return notes on NICs."""
     where = f"{source_name}: "
+    _check_text(matrix, where)
     _check_gpu_columns(matrix, where)
     _check_rows_present(matrix, where)
     for label, cells in matrix.rows:
         _check_row(matrix, label, cells, where)
     _check_uniform_gpu_rows(matrix, where)
     return _check_symmetry(matrix, where)
+
+
+def _check_text(matrix: Matrix, where: str) -> None:
+    """Every header name and cell is text: a cell holding undecodable bytes would be read as a value."""
+    for column in [*matrix.devices, *matrix.extras]:
+        if _NOT_TEXT.search(column):
+            raise UserError(f"{where}the matrix header names a column {ascii(column)}, which holds bytes that are not "
+                            "text; expected device names and column titles")
+    for label, cells in matrix.rows:
+        names = [*matrix.devices, *(matrix.extras if _GPU.match(label) else [])]
+        for index, cell in enumerate(cells):
+            if _NOT_TEXT.search(cell):
+                column = names[index] if index < len(names) else f"cell {index + 1}"
+                raise UserError(f"{where}row {label}, column {column} holds {ascii(cell)}, which has bytes that are not "
+                                "text; expected a link code or a printed value (the file is damaged)")
 
 
 def _gpu_columns(matrix: Matrix) -> list[str]:
@@ -99,6 +120,12 @@ def _check_row(matrix: Matrix, label: str, cells: list[str], where: str) -> None
             raise UserError(
                 f"{where}row {label}, column {column} holds {cell!r}, which is not a link code; expected "
                 f"{EXPECTED_CODES} (a cell is missing or the row is shifted)"
+            )
+        nv = _NV.match(cell)
+        if nv and not 1 <= int(nv.group(1)) <= MAX_PAIR_NVLINKS:
+            raise UserError(
+                f"{where}row {label}, column {column} holds {cell}; expected NV1 to NV{MAX_PAIR_NVLINKS} "
+                "(no GPU has more NVLinks to one peer)"
             )
         if column == label and cell != "X":
             raise UserError(

@@ -103,13 +103,21 @@ class Topology:
     pcie_only_view: bool = False
     notes: list[str] = field(default_factory=list)
     fabric_override: str | None = None
+    #: What the view may hide (``topo -mp``, a flattened VM view, a slice) and input values that were
+    #: not used; see :mod:`shardscope.topology.views`. Printed by the commands, not only stored.
+    warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        """Record, once, when the matrix cannot tell an NVSwitch from direct NVLinks."""
+        """Record, once, when the matrix cannot tell an NVSwitch from direct NVLinks, and what the view may hide."""
+        from shardscope.topology.views import view_warnings
+
         if self.fabric_override is None:
             note = fabric_note([g.index for g in self.gpus], self.links, nvlink_budgets(self.gpus))
             if note is not None and note not in self.notes:
                 self.notes.append(note)
+        for warning in view_warnings(self.gpus, self.links, self.fabric, self.pcie_only_view):
+            if warning not in self.warnings:
+                self.warnings.append(warning)
 
     @property
     def islands(self) -> list[list[int]]:
@@ -118,7 +126,7 @@ class Topology:
 
     @property
     def fabric(self) -> str:
-        """The fabric class of DESIGN.md derived from the GPUs and links."""
+        """The fabric class (docs/design.md) derived from the GPUs and links."""
         if self.fabric_override is not None:
             return self.fabric_override
         return classify_fabric([g.index for g in self.gpus], self.links, nvlink_budgets(self.gpus))
@@ -138,6 +146,7 @@ class Topology:
             "cpu": dict(self.cpu),
             "pcie_only_view": self.pcie_only_view,
             "notes": list(self.notes),
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
             "source": dict(self.source),
         }
 
@@ -213,7 +222,7 @@ def _over_budget(gpu_indices: list[int], links: list[Link], budgets: Mapping[int
 
 
 def classify_fabric(gpu_indices: list[int], links: list[Link], budgets: Mapping[int, int] | None = None) -> str:
-    """Fabric class from the NVLink graph (see DESIGN.md for the meaning of each).
+    """Fabric class from the NVLink graph (see docs/design.md and topology.schema.json for the meaning of each).
 
     All pairs NVLinked is ``nvswitch`` when some GPU's NVLink counts over its peers exceed
     its budget (``budgets`` by GPU index, :data:`DEFAULT_NVLINK_BUDGET` where missing): no GPU
@@ -258,4 +267,5 @@ def from_dict(doc: dict[str, Any]) -> Topology:
         pcie_only_view=bool(doc.get("pcie_only_view", False)),
         notes=list(doc.get("notes", [])),
         fabric_override=doc.get("fabric"),
+        warnings=list(doc.get("warnings", [])),
     )

@@ -89,6 +89,7 @@ def parse_nvidia_smi(text: str, source_name: str) -> Topology:
     if matrix is None:
         raise UserError(no_matrix_message(lines, source_name))
     check_notes = check_matrix(matrix, source_name)
+    value_warnings = _unread_values(matrix)
     gpus, numa_nodes, numa_notes = _numa(_gpus(matrix))
     links = _links(matrix, gpus)
     pcie_only = is_pcie_only_view(text, links)
@@ -104,6 +105,7 @@ def parse_nvidia_smi(text: str, source_name: str) -> Topology:
         accelerator="nvidia",
         pcie_only_view=pcie_only,
         notes=notes,
+        warnings=value_warnings,
     )
 
 
@@ -216,6 +218,20 @@ def _value(matrix: Matrix, row: str, column: str) -> str | None:
     """An extra column's value for ``row``; None when absent or ``N/A``."""
     value = matrix.values.get(row, {}).get(column)
     return None if value is None or value in _MISSING else value
+
+
+def _unread_values(matrix: Matrix) -> list[str]:
+    """Warnings for NUMA cells that are neither a node number nor N/A (``NaN``, ``0x1``): they are not used."""
+    warnings = []
+    for label in matrix.codes:
+        if not _GPU.match(label):
+            continue
+        for column in ("NUMA Affinity", "GPU NUMA ID"):
+            value = _value(matrix, label, column)
+            if value is not None and not value.isdigit():
+                warnings.append(f"row {label}, column {column} holds {value!r}, which is not a NUMA node number; "
+                                "the GPU's NUMA node is read as unknown from it")
+    return warnings
 
 
 def _int_or_none(value: str | None) -> int | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import codecs
 import json
 import os
-from pathlib import Path
+import re
 
 from shardscope.errors import UserError
+from shardscope.fileio import TOPOLOGY_MAX_INPUT_MIB, read_input_bytes
 from shardscope.topology.model import Topology, from_dict
 from shardscope.topology.document import validate_topology
 from shardscope.topology.nvidia_smi import parse_nvidia_smi
@@ -21,12 +22,14 @@ from shardscope.topology.rocm_smi import LINK_TYPE_TABLE, parse_rocm_smi
 
 _ROCM_MARKERS = ("ROCm System Management Interface", LINK_TYPE_TABLE)
 _TEXT_CONTROLS = "\t\n\r\x0b\x0c\x1b"
+#: What is not text: the replacement character of undecodable bytes, and control characters other than _TEXT_CONTROLS.
+_NOT_TEXT = re.compile("[\ufffd" + "".join(re.escape(chr(c)) for c in range(1, 32) if chr(c) not in _TEXT_CONTROLS) + "]")
 EXPECTED_INPUT = "saved 'nvidia-smi topo -m' or 'rocm-smi --showtopo' output, or a topology.json"
 
 
-def parse_file(path: str | os.PathLike[str]) -> Topology:
-    """Parse the topology saved in ``path`` (nvidia-smi, rocm-smi or topology.json)."""
-    return parse_text(read_text(path), str(path))
+def parse_file(path: str | os.PathLike[str], max_input_mib: float | None = None) -> Topology:
+    """Parse the topology saved in ``path`` (nvidia-smi, rocm-smi or topology.json); see :func:`read_text`."""
+    return parse_text(read_text(path, max_input_mib), str(path))
 
 
 def parse_text(text: str, source_name: str) -> Topology:
@@ -48,18 +51,15 @@ def sniff_format(text: str) -> str:
     return "nvidia-smi"
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """The file's text, refusing empty and binary files with one clear sentence.
+def read_text(path: str | os.PathLike[str], max_input_mib: float | None = None) -> str:
+    """The file's text, refusing empty, binary and too large files with one clear sentence.
 
-    UTF-8 (with or without a byte-order mark) and UTF-16 (Windows shell redirects; with a
-    byte-order mark, or recognised by its pattern of zero bytes) are decoded.
+    The size is checked before anything is read (``max_input_mib``, default
+    :data:`shardscope.fileio.TOPOLOGY_MAX_INPUT_MIB`). UTF-8 (with or without a byte-order mark)
+    and UTF-16 (Windows shell redirects; with a byte-order mark, or recognised by its pattern
+    of zero bytes) are decoded.
     """
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    data = read_input_bytes(path, TOPOLOGY_MAX_INPUT_MIB if max_input_mib is None else max_input_mib, EXPECTED_INPUT)
     if not data.strip():
         raise UserError(f"{path}: the file is empty; expected {EXPECTED_INPUT}")
     text = decode_text(data)
@@ -98,8 +98,7 @@ def _looks_like_text(text: str) -> bool:
     """No NUL, and at most 2% undecodable or control characters (tabs, newlines and ESC allowed)."""
     if "\x00" in text:
         return False
-    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in _TEXT_CONTROLS))
-    return bad <= 0.02 * len(text)
+    return len(_NOT_TEXT.findall(text)) <= 0.02 * len(text)
 
 
 def _from_json(text: str, source_name: str) -> Topology:

@@ -41,7 +41,8 @@ def parse_rocm_smi(text: str, source_name: str) -> Topology:
         raise UserError(
             f"{source_name}: no '{LINK_TYPE_TABLE}' table found; expected complete 'rocm-smi --showtopo' output"
         )
-    numa = parse_numa(sections.get("Numa Nodes", []))
+    numa_lines = sections.get("Numa Nodes", [])
+    numa = parse_numa(numa_lines)
     indices = sorted({a for a, _ in link_types})
     links = _links(indices, link_types)
     return Topology(
@@ -51,6 +52,7 @@ def parse_rocm_smi(text: str, source_name: str) -> Topology:
         source={"method": "rocm-smi", "file": source_name},
         accelerator="amd",
         notes=[XGMI_NOTE] if any(link.code in GPU_FABRIC_LINKS for link in links) else [],
+        warnings=unread_numa_lines(numa_lines),
     )
 
 
@@ -137,6 +139,20 @@ def parse_numa(lines: list[str]) -> dict[int, int]:
         if match and int(match.group(3)) >= 0:
             found[match.group(2)][int(match.group(1))] = int(match.group(3))
     return {**found["Affinity"], **found["Node"]}
+
+
+_NUMA_ANY = re.compile(r"^GPU\s*\[?\s*(\d+)\s*\]?\s*:\s*\(Topology\)\s*Numa (?:Node|Affinity):\s*(.*?)\s*$")
+
+
+def unread_numa_lines(lines: list[str]) -> list[str]:
+    """Warnings for ``Numa Node:`` values that are not a number (``NaN``…): that GPU's NUMA node stays unknown."""
+    warnings = []
+    for line in lines:
+        match = _NUMA_ANY.match(line.strip())
+        if match and not re.fullmatch(r"-?\d+", match.group(2)):
+            warnings.append(f"GPU{match.group(1)}'s NUMA line holds {match.group(2)!r}, which is not a NUMA node "
+                            "number; its NUMA node is read as unknown")
+    return warnings
 
 
 def _links(indices: list[int], link_types: Table) -> list[Link]:

@@ -52,7 +52,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
     Keys: ``fabric``, ``fabric_meaning``, ``accelerator``, ``source``, ``gpus`` (index, name,
     memory_bytes, numa_node, island, nearest_nics as ``{name, device}``, nearest_nic_code),
     ``islands`` (gpus and the NVLink codes inside), ``numa_nodes`` (id, cpus, cores, gpus),
-    ``cpu`` and ``notes``.
+    ``cpu``, ``notes`` and ``warnings`` (what the view may hide; see :mod:`shardscope.topology.views`).
     """
     gpus = doc["gpus"]
     island_of = {g: i for i, isl in enumerate(doc["islands"]) for g in isl}
@@ -80,6 +80,7 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
         ],
         "cpu": dict(doc.get("cpu", {})),
         "notes": list(doc.get("notes", [])) + _derived_notes(doc),
+        "warnings": list(doc.get("warnings", [])),
     }
 
 
@@ -165,6 +166,9 @@ def render_text(summary: dict[str, Any]) -> str:
         cpus = f"CPUs {node['cpus']}" + (f" ({node['cores']})" if node.get("cores") else "") if node.get("cpus") else ""
         members = f"GPU {ranges(node['gpus'])}" if node["gpus"] else ("no GPU" if gpus else "")
         lines.append("  " + "  ".join(f for f in (f"node {node['id']}:", members, cpus) if f))
+    if summary.get("warnings"):
+        lines.append("warnings:")
+        lines += [f"  ! {warning}" for warning in summary["warnings"]]
     if summary["notes"]:
         lines.append("notes:")
         lines += [f"  - {note}" for note in summary["notes"]]

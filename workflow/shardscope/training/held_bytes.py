@@ -93,6 +93,15 @@ def innermost_optimizer(optimizer: Any) -> torch.optim.Optimizer:
 
 def measure_held_bytes(model: nn.Module, optimizer: Any) -> HeldBytes:
     """Count parameters, gradients and optimizer state held by this rank, each storage once."""
+    return held_bytes_and_ptrs(model, optimizer)[0]
+
+
+def held_bytes_and_ptrs(model: nn.Module, optimizer: Any) -> tuple[HeldBytes, set[int]]:
+    """:func:`measure_held_bytes` and the data pointers of the storages it counted.
+
+    Why the pointers: the tensor tracker (:mod:`shardscope.training.memtrack`) must leave the
+    training state out of activations and buffers, and knows storages only by where they are.
+    """
     param_bytes, param_keys = count_storages(model_param_tensors(model))
     inner = innermost_optimizer(optimizer)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -104,5 +113,6 @@ def measure_held_bytes(model: nn.Module, optimizer: Any) -> HeldBytes:
     for attr in _DEEPSPEED_MASTER_ATTRS:
         masters += list(_tensors(getattr(optimizer, attr, None)))
     states = list(_tensors(list(inner.state.values())))
-    optim_bytes, _ = count_storages(masters + states, exclude=param_keys | grad_keys)
-    return HeldBytes(param_bytes=param_bytes, grad_bytes=grad_bytes, optim_bytes=optim_bytes)
+    optim_bytes, optim_keys = count_storages(masters + states, exclude=param_keys | grad_keys)
+    ptrs = {ptr for ptr, _ in param_keys | grad_keys | optim_keys}
+    return HeldBytes(param_bytes=param_bytes, grad_bytes=grad_bytes, optim_bytes=optim_bytes), ptrs

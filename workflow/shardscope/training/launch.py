@@ -13,6 +13,7 @@ returns non-zero.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from shardscope.training.worker import SCHEMA, error_path
 
 if TYPE_CHECKING:
     from shardscope.cluster.slurm import Allocation
+    from shardscope.training.job import TrainJob
 
 
 #: DeepSpeed's CPU shared-memory comm op: the one C++ extension a CPU ZeRO job builds.
@@ -111,6 +113,30 @@ def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int,
         "steps": [],
         "ranks": [],
     }
+
+
+def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = False, comm_profile: bool = False) -> list[str]:
+    """The training worker's flags for ``job`` (without ``--out``): what the worker rebuilds the same job from."""
+    model = job.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
+    args = ["--strategy", job.strategy, "--model", model, "--micro-batch", str(job.micro_batch),
+            "--seq-len", str(job.seq_len), "--warmup", str(job.warmup), "--steps", str(job.steps),
+            "--dtype", job.dtype, "--placement", placement, "--seed", str(job.seed)]
+    if job.memory_budget_bytes is not None:
+        args += ["--memory-budget-bytes", str(job.memory_budget_bytes)]
+    if job_id:
+        args += ["--job-id", job_id]
+    if cpu:
+        args.append("--cpu")
+    if comm_profile:
+        args.append("--comm-profile")
+    return args
+
+
+def cuda_available() -> bool:
+    """Whether this process sees a CUDA device (the job then trains on GPUs)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def launch_command(nproc: int, nodes: int, worker_args: list[str], allocation: Allocation | None = None,

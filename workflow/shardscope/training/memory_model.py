@@ -5,7 +5,8 @@ For Ψ parameters on N GPUs with mixed-precision Adam: 16-bit parameters (2Ψ) a
 holds all of it on every GPU (16Ψ); ZeRO-1 shards the optimizer state (4Ψ + 12Ψ/N), ZeRO-2
 also the gradients (2Ψ + 14Ψ/N), ZeRO-3 and FSDP also the parameters (16Ψ/N). Without a
 master copy (K = 8) Mistral-7B under DDP needs 2+2+8 bytes x 7.24 B = 87 GB, the seed
-article's figure; with it, 116 GB. Activations and buffers are not modelled.
+article's figure; with it, 116 GB. Activations, buffers and the whole peak are modeled in
+:mod:`shardscope.training.memory_peak` on top of these model states.
 
 The bytes per parameter are an explicit, switchable assumption (:class:`BytesPerParam`);
 every number here is *modeled*, never measured.

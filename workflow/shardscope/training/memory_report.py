@@ -49,3 +49,38 @@ def format_memory_table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{row['strategy']:>13}  {cells}  {'yes' if row['fits'] else 'no':>4}  "
                      f"{_estimate_cell(row.get('deepspeed_estimate'), unit, scale)}")
     return "\n".join(lines) + "\n"
+
+
+def format_peak_table(rows: list[dict[str, Any]]) -> str:
+    """The whole modeled peak per strategy, every term, and the largest micro-batch that fits the GPU.
+
+    Rows start with ``peak`` so that they read as a second table under the model states one.
+    """
+    if not rows or "peak" not in rows[0]:
+        return ""
+    first = rows[0]["peak"]["assumptions"]
+    scale_rows = [{"total_bytes": r["peak"]["peak_bytes"]} for r in rows]
+    unit, scale = _unit(scale_rows)
+    lines = [
+        "",
+        f"whole peak per GPU (modeled): seq {first['seq_len']}, micro-batch {first['micro_batch']}, "
+        f"activation checkpointing {first['checkpointing']}, attention {first['attention']}, "
+        f"overhead {first['overhead_fraction']:g} of the peak (calibrated from a measured run, 0 if not)",
+        "  activations: the tensors autograd saves (per block and the output side); buffers: the temporaries of "
+        "the peak phase (logits, gradient buckets, gathered parameters, optimizer step)",
+        f"{'':5}{'strategy':>13}  {'states':>11}  {'activations':>11}  {'buffers':>11}  {'overhead':>11}  {'peak':>11}  "
+        f"{'phase':>8}  fits  largest micro-batch",
+    ]
+    for row in rows:
+        peak = row["peak"]
+        cells = "  ".join(f"{peak[k] / scale:8.2f} {unit}" for k in
+                          ("state_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes", "peak_bytes"))
+        lines.append(f"peak {row['strategy']:>13}  {cells}  {peak['peak_phase']:>8}  {'yes' if row['peak_fits'] else 'no':>4}  "
+                     f"{row['largest_micro_batch']}")
+    lines.append("terms per phase (peak phase first):")
+    for row in rows:
+        phases = row["peak"]["phases"]
+        order = [row["peak"]["peak_phase"]] + [p for p in phases if p != row["peak"]["peak_phase"]]
+        parts = "; ".join(f"{name}: " + ", ".join(f"{k} {v / scale:.2f}" for k, v in phases[name].items() if v) for name in order)
+        lines.append(f"  phases of {row['strategy']}: {parts} ({unit})")
+    return "\n".join(lines) + "\n"

@@ -1,25 +1,63 @@
 """Dense peak matrix FLOP/s by GPU name, for MFU (model FLOPs utilisation).
 
-Vendor datasheet numbers for 16-bit tensor-core math without sparsity. A device not in the
+Vendor datasheet numbers for 16-bit (bf16, else fp16) tensor math with fp32 accumulation and
+without sparsity, per GPU. GeForce cards are listed at their fp32-accumulate rate (the rate
+mixed-precision training gets; the fp16-accumulate rate is twice it). GPUs without 16-bit
+tensor cores (GeForce 10, P100) are listed at their fp16/fp32 vector rate. A device not in the
 table has no MFU rather than a guessed one; CPUs have none.
+
+Sources: NVIDIA datasheets (A100, H100, H200, H800, H20, L40S, L40, L20, L4, A10, A10G, A40,
+RTX A6000/A5000, T4, V100, B200, B300 and GB200 NVL72: per-GPU value = the board's dense
+figure, half the "with sparsity" one), the Ada and Blackwell GeForce/RTX PRO architecture
+white papers (RTX 4090 165.2, RTX 5090 209.5, RTX 6000 Ada 364.2, RTX PRO 6000 503.8 TFLOP/s),
+the Ampere GA102 and Turing white papers (RTX 3090 71, RTX 2080 Ti 56.9), AMD Instinct
+datasheets (MI300X/MI325X 1307.4, MI300A 980.6, MI250X 383, MI250 362.1, MI210 181 TFLOP/s).
 """
 
 from __future__ import annotations
 
 # (substring of the device name, bf16/fp16 dense peak FLOP/s); first match wins, most specific first.
 _PEAKS: tuple[tuple[str, float], ...] = (
+    ("GB300", 2500e12),
+    ("B300", 2250e12),
+    ("GB200", 2500e12),
+    ("B200", 2250e12),
     ("GH200", 989.4e12),
     ("H200", 989.4e12),
     ("H100 NVL", 835e12),
     ("H100 PCIe", 756e12),
     ("H100", 989.4e12),
-    ("B200", 2250e12),
+    ("H800", 989.4e12),
+    ("H20", 148e12),
+    ("A800", 312e12),
     ("A100", 312e12),
+    ("RTX PRO 6000", 503.8e12),
+    ("RTX 6000 Ada", 364.2e12),
     ("L40S", 362e12),
+    ("L40", 181e12),
+    ("L20", 119.5e12),
     ("A10G", 70e12),
     ("A10", 125e12),
     ("L4", 121e12),
     ("V100", 125e12),
+    ("T4", 65e12),
+    ("RTX 4090", 165.2e12),
+    ("RTX 5090", 209.5e12),
+    ("RTX 3090", 71e12),
+    ("3090", 71e12),
+    ("RTX 2080 Ti", 56.9e12),
+    ("A6000", 154.8e12),
+    ("A5000", 111.1e12),
+    ("A40", 149.7e12),
+    ("P100", 18.7e12),
+    ("GTX 1080", 11.3e12),
+    ("1080", 11.3e12),
+    ("MI325X", 1307.4e12),
+    ("MI300X", 1307.4e12),
+    ("MI300A", 980.6e12),
+    ("MI250X", 383e12),
+    ("MI250", 362.1e12),
+    ("MI210", 181e12),
 )
 
 

@@ -27,6 +27,13 @@ from shardscope.device import DistContext, Timer, environment, init_distributed,
 from shardscope.fileio import atomic_write_json
 from shardscope.training.held_bytes import measure_held_bytes
 from shardscope.training.job import TrainJob
+from shardscope.training.memtrack import (
+    cuda_memory_counters,
+    dump_oom_snapshot,
+    memory_categories,
+    record_memory_history,
+    tracked_step,
+)
 from shardscope.training.modeled import modeled_block
 from shardscope.training.model import parse_model_spec, synthetic_batch
 from shardscope.training.peak_flops import peak_flops
@@ -116,6 +123,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     step_rows = [{"step": i, "step_time_s": t, "loss": loss_value}
                  for i, (t, loss_value) in enumerate(zip(slowest_rank_s(local_s, ctx), losses))]
     peak, peak_method = peak_memory_bytes(ctx)
+    memory = _tracked_memory(prepared, cfg, args, ctx)
     comm_share = None
     if args.comm_profile:
         from shardscope.training.comm_profile import comm_time_share
@@ -126,7 +134,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
         except RuntimeError as exc:  # a profiler that cannot start (no CUPTI) leaves the share unmeasured
             print(f"rank {ctx.rank}: communication profile failed, comm_time_share is null: {exc}", file=sys.stderr)
     per_rank = [None] * ctx.world_size
-    dist.all_gather_object(per_rank, {"rank": ctx.rank, **held.to_dict(), "peak_memory_bytes": peak, "comm_time_share": comm_share})
+    dist.all_gather_object(per_rank, {"rank": ctx.rank, **held.to_dict(), "peak_memory_bytes": peak, "comm_time_share": comm_share,
+                                      **memory})
     tokens_per_step = job.tokens_per_step
     median_s = statistics.median(r["step_time_s"] for r in step_rows)
     tokens_per_s = tokens_per_step / median_s
@@ -168,10 +177,26 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "peak_memory_method": peak_method,
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
             "modeled": modeled_block(args.strategy, cfg.param_count(), ctx.world_size, args.dtype, per_rank),
+            "memory_categories": memory_categories(per_rank),
         },
         "steps": step_rows,
         "ranks": per_rank,
     }
+
+
+def _tracked_memory(prepared: Prepared, cfg: Any, args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
+    """This rank's memory by category from one extra, untimed step under the tensor tracker (and CUDA's counters)."""
+    tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, args.warmup + args.steps, ctx.rank, ctx.device)
+    synchronize(ctx)
+    tracked, held_then = tracked_step(prepared, tokens)
+    synchronize(ctx)
+    state = held_then.param_bytes + held_then.grad_bytes + held_then.optim_bytes
+    out: dict[str, Any] = {"activation_bytes": tracked.activation_bytes, "buffer_bytes": tracked.buffer_bytes,
+                           "activation_peak_bytes": tracked.activation_peak_bytes,
+                           "tracked_peak_bytes": state + tracked.transient_peak_bytes, "tracked_peak_phase": tracked.peak_phase}
+    out.update(cuda_memory_counters(ctx.device) if ctx.is_cuda else
+               {"reserved_minus_allocated_bytes": None, "max_reserved_bytes": None, "num_alloc_retries": None, "num_ooms": None})
+    return out
 
 
 def _mean_or_none(values: Any) -> float | None:
@@ -195,13 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     try:
         ctx = init_distributed(prefer_gpu=not args.cpu)
+        if ctx.is_cuda:
+            record_memory_history()
         doc = train(args, ctx)
         if ctx.rank == 0:
             atomic_write_json(args.out, doc)
         dist.barrier()
     except BaseException as exc:  # noqa: BLE001 - every failure becomes data for the launcher
         is_oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-        atomic_write_json(error_path(args.out, rank), {"rank": rank, "oom": is_oom, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        snapshot = dump_oom_snapshot(f"{args.out}.rank{rank}.oom_snapshot.pickle") if is_oom else None
+        atomic_write_json(error_path(args.out, rank), {"rank": rank, "oom": is_oom, "error": f"{type(exc).__name__}: {exc}",
+                                                       "traceback": traceback.format_exc(), "memory_snapshot": snapshot})
         sys.stderr.write(traceback.format_exc())
         sys.stderr.flush()
         os._exit(1)

@@ -1,0 +1,143 @@
+"""The whole-peak memory model: activations against tracked tensors, buffers, micro-batch search, CLI."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from shardscope.cli import main
+from shardscope.contracts.models import PRESETS, ModelConfig
+from shardscope.training.memory_peak import (
+    OptimizerAssumption,
+    StepShape,
+    activation_bytes,
+    calibrate_overhead,
+    largest_micro_batch,
+    logits_bytes,
+    predict_peak,
+)
+
+GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vocab_size=512, max_seq_len=256)
+
+
+def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy: str) -> Any:
+    """Forward + backward of the real GPT under the tensor tracker, in this process (world size 1)."""
+    torch = pytest.importorskip("torch")
+    from shardscope.training.memtrack import TensorMemoryTracker, param_ptrs
+    from shardscope.training.model import GPT
+
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    if policy == "bf16":
+        model = model.to(torch.bfloat16)
+    tokens = torch.randint(0, cfg.vocab_size, (micro_batch, seq + 1))
+    tracker = TensorMemoryTracker()
+
+    def forward_done(*_: Any) -> None:
+        tracker.mark_forward_end(param_ptrs(model))
+        tracker.phase("backward")
+
+    handle = model.register_forward_hook(forward_done)
+    try:
+        with tracker:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=policy == "autocast"):
+                loss = model(tokens)
+            loss.backward()
+            state = [p for p in model.parameters()] + [p.grad for p in model.parameters()]
+            tracker.set_state({t.untyped_storage().data_ptr() for t in state})
+    finally:
+        handle.remove()
+    return tracker.result()
+
+
+@pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96)], ids=["tiny", "gqa"])
+def test_activations_match_the_tensors_autograd_saves(policy: str, cfg: ModelConfig, micro_batch: int, seq: int) -> None:
+    tracked = _tracked_single_process(cfg, micro_batch, seq, policy)
+    shape = StepShape(micro_batch=micro_batch, seq_len=seq, dtype="float32" if policy == "fp32" else "bfloat16")
+    modeled = activation_bytes(cfg, shape, policy)["total"]
+    assert abs(tracked.activation_peak_bytes / modeled - 1) < 0.01, (tracked.activation_peak_bytes, modeled)
+    assert abs(tracked.forward_buffer_peak_bytes / logits_bytes(cfg, shape, policy) - 1) < 0.10
+
+
+def test_activations_grow_with_tokens_and_shrink_with_checkpointing() -> None:
+    cfg = PRESETS["mistral-7b"]
+    base = activation_bytes(cfg, StepShape(1, 2048, "bfloat16"), "bf16")["total"]
+    assert activation_bytes(cfg, StepShape(2, 2048, "bfloat16"), "bf16")["total"] == pytest.approx(2 * base, rel=0.01)
+    full = activation_bytes(cfg, StepShape(1, 2048, "bfloat16", checkpointing="full"), "bf16")["total"]
+    assert full < base / 5
+    eager = activation_bytes(cfg, StepShape(1, 2048, "bfloat16", attention="eager"), "bf16")["total"]
+    assert eager - base >= cfg.n_layers * cfg.n_heads * 2048 * 2048 * 2  # the probabilities, 2 bytes each
+
+
+def test_peak_is_states_plus_the_largest_phase() -> None:
+    cfg = PRESETS["mistral-7b"]
+    terms = predict_peak("zero3", cfg, 8, StepShape(1, 4096, "bfloat16"), states="paper")
+    phases = {name: sum(parts.values()) for name, parts in terms.phases.items()}
+    assert terms.peak_phase == max(phases, key=phases.get)
+    assert terms.peak_bytes == terms.state_bytes + phases[terms.peak_phase]
+    assert terms.state_bytes == 16 * cfg.param_count() // 8
+    assert terms.phases["backward"]["gathered_params"] > 0 and terms.phases["backward"]["reduce_bucket"] > 0
+
+
+def test_optimizer_assumptions_change_the_optimizer_bytes() -> None:
+    cfg, shape = PRESETS["llama-1b"], StepShape(1, 1024, "bfloat16")
+    adam = predict_peak("zero1", cfg, 8, shape, states="paper")
+    eight_bit = predict_peak("zero1", cfg, 8, shape, states="paper", optimizer=OptimizerAssumption("adamw_8bit"))
+    offload = predict_peak("zero1", cfg, 8, shape, states="paper", optimizer=OptimizerAssumption(offload="cpu"))
+    assert adam.optim_bytes - eight_bit.optim_bytes == pytest.approx((8 - 2 - 8 / 2048) * cfg.param_count() / 8, rel=1e-6)
+    assert offload.optim_bytes == 0 and offload.phases["step"]["optimizer_temporaries"] == 0
+
+
+def test_overhead_is_calibrated_not_guessed() -> None:
+    cfg, shape = PRESETS["tiny"], StepShape(2, 64)
+    bare = predict_peak("ddp", cfg, 2, shape, device="cpu")
+    fraction = calibrate_overhead(int(bare.peak_bytes * 1.25), bare)
+    assert fraction == pytest.approx(0.2)
+    calibrated = predict_peak("ddp", cfg, 2, shape, device="cpu", overhead_fraction=fraction)
+    assert calibrated.peak_bytes == pytest.approx(bare.peak_bytes * 1.25, rel=1e-6)
+    assert calibrate_overhead(bare.peak_bytes // 2, bare) == 0.0  # a model that over-counts gets none
+
+
+def test_largest_micro_batch_is_the_boundary() -> None:
+    cfg, shape = PRESETS["mistral-7b"], StepShape(1, 4096, "bfloat16")
+    capacity = 80 * 10**9
+    mb = largest_micro_batch("zero3", cfg, 8, capacity, shape, states="paper")
+    assert mb >= 1
+    assert predict_peak("zero3", cfg, 8, StepShape(mb, 4096, "bfloat16"), states="paper").peak_bytes <= capacity
+    assert predict_peak("zero3", cfg, 8, StepShape(mb + 1, 4096, "bfloat16"), states="paper").peak_bytes > capacity
+    assert largest_micro_batch("ddp", cfg, 8, capacity, shape, states="paper") == 0
+
+
+def test_memory_cli_prints_every_term_and_the_largest_micro_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory", "--model", "mistral-7b", "--gpus", "8", "--seq-len", "4096", "--micro-batch", "1",
+                 "--no-deepspeed-estimate", "--json"]) == 0
+    rows = {r["strategy"]: r for r in json.loads(capsys.readouterr().out)}
+    zero3 = rows["zero3"]
+    peak = zero3["peak"]
+    assert peak["peak_bytes"] == peak["state_bytes"] + peak["activation_bytes"] + peak["buffer_bytes"] + peak["overhead_bytes"]
+    assert peak["assumptions"]["seq_len"] == 4096 and peak["method"] == "modeled"
+    assert rows["ddp"]["largest_micro_batch"] == 0 and zero3["largest_micro_batch"] >= 1 and zero3["peak_fits"]
+    assert main(["memory", "--model", "mistral-7b", "--gpus", "8", "--activation-checkpointing", "full", "--no-deepspeed-estimate"]) == 0
+    out = capsys.readouterr().out
+    assert "activation checkpointing full" in out and "largest micro-batch" in out
+    (line,) = [x for x in out.splitlines() if x.startswith("peak") and "zero3" in x]
+    assert line.split()[-1].isdigit() and int(line.split()[-1]) > zero3["largest_micro_batch"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(["--seq-len", "5000"], "--seq-len must be between 1 and the model's maximum sequence length 4096"),
+     (["--micro-batch", "0"], "--micro-batch must be a positive integer"),
+     (["--activation-checkpointing", "some"], "--activation-checkpointing must be one of none, full"),
+     (["--attention", "flash2"], "--attention must be one of sdpa, eager"),
+     (["--optimizer", "sgd"], "--optimizer must be one of"),
+     (["--overhead-fraction", "1.5"], "--overhead-fraction")],
+)
+def test_bad_input_names_the_flag_and_exits_2(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
+    assert main(["memory", "--model", "mistral-7b", "--gpus", "8", "--no-deepspeed-estimate", *args]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and fragment in lines[0], err

@@ -1,0 +1,99 @@
+"""Run one planned job: build its launcher's command from its spec, and start it.
+
+- collective: ``python -m shardscope.collectives`` under torchrun (``--standalone`` on one
+  node; srun + one torchrun agent per node across nodes, :mod:`shardscope.cluster.launch`),
+  inside the wall-clock guard (:mod:`shardscope.collectives.guard`);
+- training: the training launcher (:func:`shardscope.training.launch.launch`), which turns a
+  failed run into an outcome row;
+- nccl-tests peer: ``all_reduce_perf`` inside the guard; its output (the log) is copied to ``out``.
+
+Each job's environment (GPU numbering, transport knobs, visible GPUs) comes from the spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from shardscope.contracts.jobs import CollectiveJob, JobSpec, PeerJob, TrainingJob
+from shardscope.errors import UserError
+from shardscope.fileio import atomic_write_bytes
+from shardscope.plan.jobs import find_job, load_plan
+
+
+def env_words(env: dict[str, str]) -> list[str]:
+    """``NAME=value`` words for ``env(1)``, sorted."""
+    return [f"{name}={value}" for name, value in sorted(env.items())]
+
+
+def collective_worker_args(job: CollectiveJob, out: str) -> list[str]:
+    """The collective worker's flags for ``job`` (named after nccl-tests' where one exists)."""
+    sweep = job.sweep
+    args = ["--op", job.op, "--job-id", job.job_id, "--placement", job.placement, "--transport", job.transport,
+            "--dtype", job.dtype, "-b", str(sweep.min_bytes), "-e", str(sweep.max_bytes), "-f", str(sweep.factor),
+            "-w", str(sweep.warmup), "-n", str(sweep.iters)]
+    if job.check:
+        args.append("--check")
+    return [*args, "--timeout-s", f"{job.timeout_s:g}", "--out", out]
+
+
+def collective_command(job: CollectiveJob, out: str) -> list[str]:
+    """``env VARS torchrun ... -m shardscope.collectives FLAGS``, across the Slurm job's nodes when ``nodes`` > 1."""
+    from shardscope.cluster.launch import LaunchSpec, build_launch_command
+    from shardscope.cluster.slurm import current_allocation
+
+    spec = LaunchSpec(nproc_per_node=job.nproc_per_node, nodes=job.nodes)
+    allocation = current_allocation() if job.nodes > 1 else None
+    launch = build_launch_command(spec, "shardscope.collectives", collective_worker_args(job, out), allocation)
+    return ["env", *env_words(job.launch_env()), *launch]
+
+
+def run_collective(job: CollectiveJob, out: str, log: str) -> int:
+    """The collective sweep under the guard; the guard's exit status (0, the worker's, or 124 past ``wall_s``)."""
+    from shardscope.collectives.guard import run_guarded
+
+    return run_guarded(collective_command(job, out), job.job_id, log, job.wall_s)
+
+
+def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:
+    """The training launcher for ``job``: always a result at ``out`` (a failed run is an outcome row)."""
+    from shardscope.training.job import TrainJob
+    from shardscope.training.launch import cuda_available, launch, worker_args
+
+    try:
+        train = TrainJob(strategy=job.strategy, model=job.model_spec, nproc=job.nproc_per_node,
+                         micro_batch=job.micro_batch, seq_len=job.seq_len, warmup=job.warmup, steps=job.steps,
+                         dtype=job.dtype, memory_budget_bytes=job.memory_budget_bytes, seed=job.seed)
+    except ValueError as exc:
+        raise UserError(f"{where}: job {job.job_id!r}: {exc}") from None
+    os.environ.update(job.launch_env())  # before torch looks for GPUs, and inherited by every rank
+    flags = worker_args(train, job.placement, job.job_id, comm_profile=job.comm_profile)
+    described = {"job_id": job.job_id, "strategy": job.strategy, "model": train.model_name, "placement": job.placement}
+    return launch(job.nproc_per_node, flags, described, out, log, cpu=not cuda_available(), nodes=job.nodes)
+
+
+def run_peer(job: PeerJob, out: str, log: str) -> int:
+    """``all_reduce_perf`` with our sweep on the job's GPUs under the guard; its table (the log) copied to ``out``."""
+    from shardscope.collectives.guard import run_guarded
+    from shardscope.collectives.peer import peer_command
+
+    command = peer_command(job.binary, job.world_size, dataclasses.asdict(job.sweep), job.dtype, job.check)
+    status = run_guarded(["env", *env_words(job.launch_env()), *command], job.job_id, log, job.wall_s)
+    if status == 0:
+        atomic_write_bytes(out, Path(log).read_bytes())
+    return status
+
+
+def run_job(plan_path: str, job_id: str, out: str, log: str) -> int:
+    """Run job ``job_id`` of the plan at ``plan_path``; its result goes to ``out``, its output to ``log``.
+
+    A job that is not planned, or whose entry is invalid, is a :class:`UserError` naming the plan,
+    the job and the field, before anything starts or is written.
+    """
+    job: JobSpec = find_job(load_plan(plan_path), job_id, plan_path)
+    if isinstance(job, CollectiveJob):
+        return run_collective(job, out, log)
+    if isinstance(job, TrainingJob):
+        return run_training(job, out, log, plan_path)
+    return run_peer(job, out, log)

@@ -1,0 +1,108 @@
+"""Stages that run only where this machine allows: the nccl-tests peer and the emulated fabrics.
+
+The planner decides them, once, where the plan rule runs (the node the jobs run on), and writes
+the outcome into ``plan.json``: the jobs under ``nccl_tests`` and ``emulated``, and for a stage
+that cannot run here one entry under ``skipped`` with the sentence that says why. The rules
+only read the plan; nothing is probed while Snakemake parses the workflow.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardscope.contracts.jobs import PeerJob
+from shardscope.errors import UserError
+from shardscope.plan.specs import job_entry
+
+#: The nccl-tests binary of the peer jobs.
+PEER_BINARY = "all_reduce_perf"
+
+
+def _emulated_problem(need_delay: bool, prefix: str) -> str | None:
+    from shardscope.emulated.netns import support_problem
+
+    return support_problem(need_delay=need_delay, prefix=prefix)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineProbe:
+    """How the planner looks at this machine (injected by tests)."""
+
+    which: Callable[[str], str | None] = field(default=shutil.which)
+    """Finds a program on the PATH (:func:`shutil.which`)."""
+    emulated_problem: Callable[[bool, str], str | None] = field(default=_emulated_problem)
+    """Why emulated fabrics (with link delays when the flag is set) cannot be built here, or None."""
+
+
+def peer_section(plan: dict[str, Any], settings: dict[str, Any], machine: MachineProbe,
+                 skipped: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """One nccl-tests peer job per planned (world size, placement) of the default transport.
+
+    ``settings`` are the collective jobs' shared dtype, sweep, check and limits. Off GPU, or
+    without ``all_reduce_perf`` on the PATH, no job is planned and ``skipped`` says why.
+    """
+    if plan.get("device") != "gpu":
+        skipped.append({"stage": "nccl_tests", "reason": "nccl-tests peer skipped: the plan runs CPU processes, "
+                                                         "and nccl-tests measures GPUs"})
+        return []
+    binary = machine.which(PEER_BINARY)
+    if binary is None:
+        skipped.append({"stage": "nccl_tests", "reason": f"nccl-tests peer skipped: {PEER_BINARY} is not on the "
+                                                         "PATH of the node the plan was made on"})
+        return []
+    from shardscope.collectives.peer import peer_job_id
+
+    jobs: dict[str, dict[str, Any]] = {}
+    for job in plan["collectives"]:
+        if job["transport"] != "default" or job["world_size"] < 2:
+            continue
+        job_id = peer_job_id(job["world_size"], job["placement"])
+        if job_id not in jobs:
+            jobs[job_id] = job_entry(PeerJob, {
+                "job_id": job_id, "binary": binary, "world_size": job["world_size"], "nodes": 1,
+                "nproc_per_node": job["world_size"], "placement": job["placement"], "devices": job["devices"],
+                "cuda_visible_devices": job["cuda_visible_devices"], "env": job["env"], "dtype": settings["dtype"],
+                "sweep": settings["sweep"], "check": settings["check"], "wall_s": settings["wall_s"]})
+    return list(jobs.values())
+
+
+def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The emulated-fabric jobs: each (preset, placement) with each op and strategy of config ``emulated``.
+
+    None when the stage is off. Presets this machine cannot build (no root, no ``ip``/``tc``,
+    no netem for delayed links) are left out and ``skipped`` says why; an unknown preset name
+    is a :class:`UserError` naming ``emulated.presets``.
+    """
+    section = config.get("emulated") or {}
+    if section.get("enabled") is not True:
+        return []
+    from shardscope.emulated.presets import all_presets
+
+    known = all_presets(section)
+    names = section.get("presets", ["fast", "pcie_like", "nvl_groups"])
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UserError(f"config key emulated.presets: unknown fabric {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
+    presets = [known[name] for name in names]
+    prefix = section.get("prefix", "ssfab-")
+    problem = machine.emulated_problem(False, prefix)
+    if problem:
+        skipped.append({"stage": "emulated", "reason": f"emulated fabrics skipped: {problem}"})
+        return []
+    delayed = [p.name for p in presets if p.needs_delay]
+    problem = machine.emulated_problem(True, prefix) if delayed else None
+    if problem:
+        skipped.append({"stage": "emulated", "reason": f"emulated fabrics {', '.join(delayed)} skipped: {problem}"})
+        presets = [p for p in presets if not p.needs_delay]
+    jobs = []
+    for preset in presets:
+        for placement in preset.placements:
+            jobs += [{"kind": "emulated_collective", "job_id": f"{preset.name}-{placement}-{op}", "preset": preset.name,
+                      "placement": placement, "op": op} for op in section.get("ops", [])]
+            jobs += [{"kind": "emulated_training", "job_id": f"{preset.name}-{placement}-{strategy}",
+                      "preset": preset.name, "placement": placement, "strategy": strategy}
+                     for strategy in section.get("strategies", [])]
+    return jobs

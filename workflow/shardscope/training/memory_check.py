@@ -1,0 +1,65 @@
+"""Measured memory categories of a training run beside the modeled terms (torch-free).
+
+The tensor tracker (:mod:`shardscope.training.memtrack`) stores, per rank, parameters,
+gradients, optimizer state, activations (largest alive during the step) and the buffers alive
+at the step's peak; :mod:`shardscope.training.memory_peak` models the same terms for the run's
+shape. The rank that decides what fits is the largest; each ratio is measured / modeled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardscope.contracts.models import ModelConfig
+from shardscope.training.memory_peak import PeakTerms, StepShape, predict_peak
+
+#: (measured key in a rank's record, modeled attribute of :class:`PeakTerms`)
+CATEGORIES = (("param_bytes", "param_bytes"), ("grad_bytes", "grad_bytes"), ("optim_bytes", "optim_bytes"),
+              ("activation_peak_bytes", "activation_forward_end"), ("buffer_bytes", "buffer_bytes"),
+              ("tracked_peak_bytes", "peak_bytes"))
+
+
+def modeled_for_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> PeakTerms:
+    """The modeled peak of the job a result document describes (its strategy, shape, dtype, world size)."""
+    job = doc["job"]
+    cfg = ModelConfig(**job["model_config"])
+    shape = StepShape(micro_batch=int(job["micro_batch"]), seq_len=int(job["seq_len"]), dtype=job["dtype"])
+    device = "gpu" if any("cuda" in str(d).lower() or "nvidia" in str(d).lower() for d in doc.get("env", {}).get("devices", [])) else "cpu"
+    return predict_peak(job["strategy"], cfg, int(job["world_size"]), shape, states="implementation",
+                        overhead_fraction=overhead_fraction, device=device)
+
+
+def _modeled_value(terms: PeakTerms, name: str) -> int:
+    if name == "activation_forward_end":
+        return int(terms.assumptions["activations_at_forward_end"])
+    return int(getattr(terms, name))
+
+
+def compare_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> dict[str, Any]:
+    """Per category: measured (largest rank), modeled, and their ratio; plus both peaks' phases.
+
+    Buffers are measured at the run's peak, so they are set against the modeled buffers of the
+    phase the run peaked in; the whole peak is set against the modeled peak, whatever its phase.
+    """
+    terms = modeled_for_job(doc, overhead_fraction)
+    ranks = doc["ranks"]
+    peak_rank = max(ranks, key=lambda r: r.get("tracked_peak_bytes") or 0)
+    out: dict[str, Any] = {"strategy": doc["job"]["strategy"], "seq_len": doc["job"]["seq_len"],
+                           "model": doc["job"]["model"], "modeled_phase": terms.peak_phase,
+                           "measured_phase": peak_rank.get("tracked_peak_phase"), "categories": {}}
+    for measured_key, modeled_name in CATEGORIES:
+        values = [r[measured_key] for r in ranks if r.get(measured_key) is not None]
+        if measured_key == "buffer_bytes":
+            values = [peak_rank[measured_key]] if peak_rank.get(measured_key) is not None else []
+        if not values:
+            continue
+        measured, modeled = max(values), _modeled_value(terms, modeled_name)
+        if measured_key == "buffer_bytes" and out["measured_phase"] in terms.phases:
+            # buffers are compared in the phase the run peaked in (where they were counted); the
+            # tracker's "backward" is the model's head ("backward") or blocks ("backward_blocks") part
+            names = [n for n in terms.phases if n.split("_")[0] == out["measured_phase"]]
+            parts = max((terms.phases[n] for n in names), key=lambda phase: sum(phase.values()))
+            modeled = sum(v for k, v in parts.items() if k != "activations")
+        out["categories"][measured_key] = {"measured": measured, "modeled": modeled,
+                                           "ratio": measured / modeled if modeled else None}
+    return out

@@ -1,0 +1,450 @@
+"""The whole per-GPU peak of one training step, term by term (modeled, torch-free).
+
+``peak = model states + max over phases(activations + buffers alive then) + overhead``
+
+Every term is counted from what :class:`shardscope.training.model.GPT` and the strategies in
+:mod:`shardscope.training.strategies` keep alive, with ``T = micro_batch x seq_len`` tokens per
+GPU, hidden ``h``, KV width ``kv = n_kv_heads x head_dim``, FFN ``f``, vocabulary ``V``, ``a`` heads:
+
+activations (saved for backward, alive when forward returns)
+    Per block, fp32: ``4T(9h + 3kv + 4f + a + 2) + 8·s·head_dim`` bytes: the block input and
+    the mid-block residual, each RMSNorm's normalised and scaled outputs, rotated q and k, the
+    fused KV projection (v is a view of it), the attention output and its re-layout copy, the
+    MLP's gate, silu, up and product, one fp32 ``rsqrt`` per norm, the fused kernel's
+    log-sum-exp per head, and the rotary cos/sin tables. bf16 under autocast (DDP): the fp32
+    residual stream and norms, bf16 casts of each matmul input, and the bf16 copy of every
+    weight autocast makes (saved by the matmuls): ``T(30h + 6kv + 8f + 4a + 8) + 2·W_block``.
+    Pure bf16 (DeepSpeed, FSDP's mixed precision): ``T(30h + 6kv + 8f + 4a + 8)`` (each norm
+    upcasts its input twice, and both fp32 copies are saved). The output
+    side: the final norm, the head's input and the fp32 log-softmax ``4TV``. Derived by
+    listing the tensors and confirmed exactly with the tensor tracker at world size 1.
+    Eager attention adds the ``T·a·s`` probabilities per block (and k, v repeated to all heads
+    under GQA); SDPA/flash keeps none. Full checkpointing keeps each block's input and one
+    block's activations while that block is recomputed in backward.
+buffers (temporary, by phase)
+    forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's gathered flat
+    buffer and its unsharded embedding/head copies; ``fsdp_grad_op`` keeps every unit unsharded
+    plus one gather buffer.
+    backward, the head's (the log-softmax output consumed): the logits' gradient; DDP the
+    head weight's gradient before it is copied into its bucket view; ZeRO-1/2 the reduce
+    bucket (``reduce_bucket_size`` elements, allocated whole); ZeRO-3 every parameter reused
+    within ``stage3_max_reuse_distance`` (1e9 elements) still gathered, plus the bucket.
+    backward, inside the blocks (the output side's activations gone): FSDP the root unsharded
+    plus three block-sized buffers (gathered flat buffer, unsharded parameters, unsharded
+    gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
+    (:func:`zero1_backward`). backward, at its end (ZeRO-2/3 when one bucket holds every
+    gradient, as the worker's ``max(Ψ, 1e6)`` elements do below 5e8 parameters, reduced only then): every gradient whole beside the bucket (and ZeRO-3's
+    gathered parameters), no activations left.
+    step: the optimizer's temporaries (see :func:`step_temporaries`).
+overhead
+    what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
+    fraction of the modeled peak, *calibrated* from a measured run
+    (:func:`calibrate_overhead`), 0 until calibrated — never guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from shardscope.contracts.models import ModelConfig
+from shardscope.contracts.names import STRATEGIES
+
+ATTENTION_KERNELS = ("sdpa", "eager")
+CHECKPOINTING = ("none", "full")
+OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_8bit")
+OFFLOAD = ("none", "cpu")
+#: DeepSpeed's ``reduce_bucket_size`` as :func:`shardscope.training.strategies.prepare_deepspeed` sets it.
+DEEPSPEED_BUCKET_CAP = 500_000_000
+DEEPSPEED_BUCKET_FLOOR = 1_000_000
+#: DeepSpeed's default ``stage3_max_reuse_distance``: a gathered parameter reused within this many
+#: elements is not released, so a model smaller than it stays gathered from forward to backward.
+DEEPSPEED_REUSE_DISTANCE = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one step of one GPU computes on: the shape of its activations."""
+
+    micro_batch: int
+    seq_len: int
+    dtype: str = "float32"
+    attention: str = "sdpa"
+    checkpointing: str = "none"
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ValueError(f"attention kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {self.attention!r}")
+        if self.checkpointing not in CHECKPOINTING:
+            raise ValueError(f"activation checkpointing must be one of {', '.join(CHECKPOINTING)}, got {self.checkpointing!r}")
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per GPU per micro-batch."""
+        return self.micro_batch * self.seq_len
+
+
+def compute_policy(strategy: str, dtype: str) -> str:
+    """How a strategy computes in ``dtype``: ``fp32``, ``autocast`` (DDP: fp32 weights, bf16 matmuls) or ``bf16``."""
+    if dtype == "float32":
+        return "fp32"
+    return "autocast" if strategy == "ddp" else "bf16"
+
+
+def block_weights(cfg: ModelConfig) -> int:
+    """Matmul weights of one block (the RMSNorm gains excluded)."""
+    kv = cfg.n_kv_heads * cfg.head_dim
+    return 2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff
+
+
+def block_params(cfg: ModelConfig) -> int:
+    """Parameters of one block: its matmuls and two norm gains."""
+    return block_weights(cfg) + 2 * cfg.d_model
+
+
+def root_params(cfg: ModelConfig) -> int:
+    """Parameters outside the blocks: embedding, head (unless tied) and the final norm."""
+    return cfg.param_count() - cfg.n_layers * block_params(cfg)
+
+
+def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
+    """Bytes one block saves for backward (see the module docstring for the list)."""
+    t, s = shape.tokens, shape.seq_len
+    h, f, a, hd = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.head_dim
+    kv = cfg.n_kv_heads * hd
+    if policy == "fp32":
+        out, e = 4 * t * (9 * h + 3 * kv + 4 * f + a + 2) + 2 * 2 * s * (hd // 2) * 4, 4
+    elif policy == "autocast":
+        out, e = t * (30 * h + 6 * kv + 8 * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2 + 2 * block_weights(cfg), 2
+    else:
+        out, e = t * (30 * h + 6 * kv + 8 * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
+    if shape.attention == "eager":
+        out += t * a * s * e  # the softmax probabilities, saved for the matmul with v
+        if cfg.n_kv_heads != cfg.n_heads:
+            out += 2 * t * (h - kv) * e  # k and v repeated to every query head
+    return out
+
+
+def head_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
+    """Bytes the output side saves: final norm, head input, fp32 log-softmax, targets and token ids."""
+    t, h, v = shape.tokens, cfg.d_model, cfg.vocab_size
+    ids = 8 * t + 8 * shape.micro_batch * (shape.seq_len + 1)
+    if policy == "fp32":
+        return 4 * t * (3 * h + 1 + v) + ids
+    if policy == "autocast":
+        return t * (10 * h + 4 + 4 * v) + 2 * h * v + ids
+    return t * (12 * h + 4 + 4 * v) + ids
+
+
+def residual_bytes(shape: StepShape, cfg: ModelConfig, policy: str) -> int:
+    """One block's input, all that full checkpointing keeps of it."""
+    return shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
+
+
+def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
+    """Activations alive when forward returns: ``blocks`` and ``head`` parts and their ``total``."""
+    per_block = block_activation_bytes(cfg, shape, policy)
+    if shape.checkpointing == "full":
+        blocks = cfg.n_layers * residual_bytes(shape, cfg, policy) + per_block
+    else:
+        blocks = cfg.n_layers * per_block
+    head = head_activation_bytes(cfg, shape, policy)
+    kept = residual_bytes(shape, cfg, policy) if shape.checkpointing == "full" else per_block
+    recomputed = per_block if shape.checkpointing == "full" else 0
+    return {"blocks": blocks, "head": head, "total": blocks + head, "per_block": per_block,
+            "kept_per_block": kept, "recomputed": recomputed}
+
+
+def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
+    """The logits while the loss is computed: fp32, or bf16 plus the fp32 copy the loss takes."""
+    return shape.tokens * cfg.vocab_size * (4 if policy == "fp32" else 6)
+
+
+def deepspeed_bucket_elements(n_params: int) -> int:
+    """``reduce_bucket_size`` as the worker configures DeepSpeed (the parameter count, within [1e6, 5e8])."""
+    return int(min(DEEPSPEED_BUCKET_CAP, max(n_params, DEEPSPEED_BUCKET_FLOOR)))
+
+
+@dataclass(frozen=True)
+class OptimizerAssumption:
+    """What the optimizer keeps per parameter, and where."""
+
+    name: str = "adamw"
+    """``adamw`` (fp32 moments), ``adamw_bf16`` (bf16 moments), ``adamw_8bit`` (bitsandbytes-style 8-bit moments)."""
+    offload: str = "none"
+    """``cpu``: moments and master weights live in host memory (ZeRO-Offload); the GPU keeps none."""
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.name!r}")
+        if self.offload not in OFFLOAD:
+            raise ValueError(f"optimizer offload must be one of {', '.join(OFFLOAD)}, got {self.offload!r}")
+
+    @property
+    def moment_bytes(self) -> float:
+        """Bytes per parameter of Adam's two moments: 8 (fp32), 4 (bf16), 2 + ~0.03 (8-bit, one fp32 scale per 2048-block)."""
+        return {"adamw": 8.0, "adamw_bf16": 4.0, "adamw_8bit": 2.0 + 2 * 4 / 2048}[self.name]
+
+
+def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, device: str) -> int:
+    """Bytes the optimizer step allocates for a moment.
+
+    torch's AdamW on CPU runs per tensor (``foreach`` only on accelerators): ``denom`` and its
+    scaled copy, two of the largest local tensor. On GPU the ``foreach`` path keeps one
+    temporary per local parameter (``exp_avg_sq.sqrt()`` for all of them): 4 bytes per local
+    parameter. DeepSpeed's ZeRO-1/2/3 then copy the updated fp32 partition into the 16-bit
+    parameters through one partition-sized buffer.
+    """
+    largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
+    sharded = strategy in ("fsdp", "fsdp_grad_op", "zero3", "zero1", "zero2")
+    local = cfg.param_count() // gpus if sharded else cfg.param_count()
+    if device == "cpu":
+        per_tensor = -(-largest // gpus) if strategy in ("fsdp", "fsdp_grad_op") else largest
+        temp = 2 * 4 * (local if strategy in ("zero1", "zero2", "zero3") else per_tensor)
+    else:
+        temp = 4 * local
+    return temp
+
+
+def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: int, policy: str) -> dict[str, dict[str, int]]:
+    """Buffers each phase holds besides the activations, by name (see the module docstring).
+
+    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward:
+    the log-softmax output consumed, the logits' gradient alive) and ``backward_blocks`` (inside
+    the blocks' backward, the output side's activations gone).
+    """
+    e_param = 4 if policy in ("fp32", "autocast") else 2
+    e_grad = e_param
+    block = block_params(cfg) * e_param
+    root = root_params(cfg) * e_param
+    forward: dict[str, int] = {"logits": logits_bytes(cfg, shape, policy)}
+    head: dict[str, int] = {"logits_grad": shape.tokens * cfg.vocab_size * 4}
+    blocks: dict[str, int] = {}
+    if strategy in ("ddp", "zero0"):  # autograd's head gradient before it is copied into the bucket view
+        head["head_weight_grad"] = cfg.vocab_size * cfg.d_model * e_grad
+    elif strategy in ("zero1", "zero2"):
+        bucket = deepspeed_bucket_elements(cfg.param_count()) * e_grad
+        head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
+    elif strategy == "fsdp":
+        forward["root_gather_and_unsharded"] = 2 * root
+        head["root_unsharded"] = blocks["root_unsharded"] = root
+        blocks["block_gather_params_grads"] = 3 * block
+    elif strategy == "fsdp_grad_op":
+        forward["all_units_unsharded"] = head["all_units_unsharded"] = blocks["all_units_unsharded"] = cfg.param_count() * e_param
+        forward["block_gather"] = block
+        blocks["block_grads"] = block
+    elif strategy == "zero3":
+        gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE) * e_param
+        bucket = deepspeed_bucket_elements(cfg.param_count()) * e_grad
+        forward["gathered_params"] = head["gathered_params"] = blocks["gathered_params"] = gathered
+        head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
+    return {"forward": forward, "backward": head, "backward_blocks": blocks}
+
+
+def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: int) -> dict[str, int]:
+    """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
+
+    Stage 1 keeps every full gradient until the end of backward (it partitions only the
+    optimizer state), so after the head and ``k + 1`` blocks the gradients of those are alive
+    beside the activations of the ``L - k`` blocks not yet freed (a block's gradients exist
+    before its activations go); at the end, all gradients and no activations.
+    """
+    head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
+    block_grads = block_params(cfg) * e_grad
+    cap = bucket if bucket < cfg.param_count() * e_grad else None  # a full bucket is reduced: no more piles up
+    def grads(nbytes: int) -> int:
+        return min(nbytes, cap) if cap is not None else nbytes
+    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + (k + 1) * block_grads),
+                   "activations": (cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"]}
+                  for k in range(cfg.n_layers)]
+    candidates.append({"reduce_bucket": bucket, "full_grads_so_far": grads(cfg.param_count() * e_grad), "activations": 0})
+    return max(candidates, key=lambda parts: sum(parts.values()))
+
+
+@dataclass(frozen=True)
+class PeakTerms:
+    """Every term of the modeled peak of one GPU (bytes) and the phase it happens in."""
+
+    strategy: str
+    param_bytes: int
+    grad_bytes: int
+    optim_bytes: int
+    activation_bytes: int
+    buffer_bytes: int
+    """Buffers alive in the peak phase."""
+    overhead_bytes: int
+    peak_bytes: int
+    peak_phase: str
+    phases: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per phase, each buffer term and the activations then (the whole breakdown)."""
+    assumptions: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_bytes(self) -> int:
+        """Parameters, gradients and optimizer state."""
+        return self.param_bytes + self.grad_bytes + self.optim_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary (``shardscope memory --json``)."""
+        return dict(asdict(self), state_bytes=self.state_bytes, method="modeled")
+
+
+def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states: str,
+                 optimizer: OptimizerAssumption) -> dict[str, int]:
+    """Parameter, gradient and optimizer bytes: the ZeRO paper's (``paper``) or this code's (``implementation``) model.
+
+    The optimizer assumption replaces Adam's fp32 moments (8 B/param) by its own and drops the
+    optimizer state from the GPU when offloaded to the CPU.
+    """
+    from shardscope.training.memory_model import predict_memory
+    from shardscope.training.modeled import implementation_memory
+
+    n = cfg.param_count()
+    if states == "implementation":
+        held = implementation_memory(n, strategy, gpus, dtype)
+    elif states == "paper":
+        held = predict_memory(n, strategy, gpus, dtype)
+    else:
+        raise ValueError(f"model states must be 'paper' or 'implementation', got {states!r}")
+    optim = held["optim_bytes"]
+    if optimizer.name != "adamw":  # replace the two fp32 moments (8 B/param) by the assumption's
+        optim -= (8 - optimizer.moment_bytes) * n / (gpus if _optim_sharded(strategy) else 1)
+    if optimizer.offload == "cpu":
+        optim = 0
+    return {"param_bytes": int(held["param_bytes"]), "grad_bytes": int(held["grad_bytes"]), "optim_bytes": max(int(optim), 0)}
+
+
+def _optim_sharded(strategy: str) -> bool:
+    return strategy not in ("ddp", "zero0")
+
+
+def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, states: str = "implementation",
+                 optimizer: OptimizerAssumption | None = None, overhead_fraction: float = 0.0,
+                 device: str = "gpu", held: dict[str, int] | None = None) -> PeakTerms:
+    """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
+
+    ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
+    e.g. from the user's bytes-per-parameter assumption; else ``states`` picks the model.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"number of GPUs must be at least 1, got {gpus!r}")
+    if not 0 <= overhead_fraction < 1:
+        raise ValueError(f"overhead fraction must be in [0, 1), got {overhead_fraction!r}")
+    optimizer = optimizer or OptimizerAssumption()
+    policy = compute_policy(strategy, shape.dtype)
+    if held is None:
+        held = model_states(strategy, cfg, gpus, shape.dtype, states, optimizer)
+    else:
+        held = {key: int(held[key]) for key in ("param_bytes", "grad_bytes", "optim_bytes")}
+    acts = activation_bytes(cfg, shape, policy)
+    buffers = strategy_buffers(strategy, cfg, shape, gpus, policy)
+    step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
+    log_softmax = shape.tokens * cfg.vocab_size * 4
+    phases = {
+        "forward": {**buffers["forward"], "activations": acts["total"]},
+        "backward": {**buffers["backward"], "activations": acts["total"] - log_softmax},
+        "backward_blocks": {**buffers["backward_blocks"], "activations": acts["blocks"]},
+        "step": {"optimizer_temporaries": step_temp, "activations": 0},
+    }
+    e_grad = 4 if policy in ("fp32", "autocast") else 2
+    if strategy == "zero1":
+        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad)
+    whole_bucket = deepspeed_bucket_elements(cfg.param_count()) >= cfg.param_count()
+    if strategy in ("zero2", "zero3") and whole_bucket:  # one bucket holds every gradient: reduced only at the end
+        phases["backward_end"] = {**buffers["backward_blocks"], "full_grads": cfg.param_count() * e_grad, "activations": 0}
+    totals = {name: sum(parts.values()) for name, parts in phases.items()}
+    phase = max(totals, key=lambda name: totals[name])
+    transient = totals[phase]
+    modeled = sum(held.values()) + transient
+    overhead = int(modeled * overhead_fraction / (1 - overhead_fraction))
+    return PeakTerms(strategy=strategy, activation_bytes=phases[phase]["activations"], buffer_bytes=transient - phases[phase]["activations"],
+                     overhead_bytes=overhead, peak_bytes=modeled + overhead, peak_phase=phase, phases=phases,
+                     assumptions={"policy": policy, "states": states, "device": device, **asdict(shape), "gpus": gpus,
+                                  "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
+                                  "activations_at_forward_end": acts["total"]}, **held)
+
+
+def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
+    """The overhead fraction that makes ``modeled`` (computed without overhead) equal a measured peak.
+
+    Fit on one run and checked on the others: a share of the peak, because allocator rounding
+    and caching grow with what is allocated. Never below 0 (the model may over-count).
+    """
+    base = modeled.peak_bytes - modeled.overhead_bytes
+    if measured_peak_bytes <= 0 or base <= 0:
+        raise ValueError("a calibration needs a positive measured and modeled peak")
+    return max(0.0, 1.0 - base / measured_peak_bytes)
+
+
+def largest_micro_batch(strategy: str, cfg: ModelConfig, gpus: int, capacity_bytes: int, shape: StepShape,
+                        limit: int = 65536, **peak_kwargs: Any) -> int:
+    """The largest micro-batch (up to ``limit``) whose whole modeled peak fits ``capacity_bytes``; 0 if not even one.
+
+    ``shape`` gives everything but the micro-batch; ``peak_kwargs`` go to :func:`predict_peak`.
+    The peak grows with the micro-batch, so a doubling search then bisection finds it.
+    """
+    def fits(mb: int) -> bool:
+        return predict_peak(strategy, cfg, gpus, replace(shape, micro_batch=mb), **peak_kwargs).peak_bytes <= capacity_bytes
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    high = min(high, limit + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def megatron_layer_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, recompute: str = "none") -> int:
+    """Activation bytes of one Megatron GPT layer, tensor by tensor (16-bit, no tensor parallelism).
+
+    The same counting as for :class:`GPT` applied to the layer of Korthikanti et al. 2022
+    ("Reducing Activation Recomputation in Large Transformer Models", section 4.1): LayerNorm,
+    multi-head attention with dropout, a 4h GELU MLP with dropout. Kept to check this module's
+    method against the paper's published totals (``tests/data/published/memory``).
+    ``recompute``: ``none``, ``selective`` (the attention-score tensors recomputed) or ``full``.
+    """
+    sbh = seq_len * micro_batch * hidden
+    as2b = heads * seq_len * seq_len * micro_batch
+    attention_linear = {"qkv_input": 2 * sbh, "q_and_k": 4 * sbh, "v": 2 * sbh, "projection_input": 2 * sbh,
+                        "projection_dropout_mask": sbh}
+    attention_scores = {"softmax_output": 2 * as2b, "softmax_dropout_mask": as2b, "softmax_dropout_output": 2 * as2b}
+    mlp = {"fc1_input": 2 * sbh, "gelu_input": 8 * sbh, "fc2_input": 8 * sbh, "dropout_mask": sbh}
+    norms = {"layernorm_inputs": 4 * sbh}
+    if recompute == "full":
+        return 2 * sbh  # only the layer's input is kept
+    if recompute not in ("none", "selective"):
+        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
+    parts = {**attention_linear, **mlp, **norms}
+    if recompute == "none":
+        parts.update(attention_scores)
+    return sum(parts.values())
+
+
+def deepspeed_estimator_states(strategy: str, n_params: int, largest_layer_params: int, gpus: int,
+                               offload_optimizer: bool = False, offload_params: bool = False) -> int:
+    """Model-state bytes per GPU under DeepSpeed's own assumption (its ``memory.rst``), for ``zero2``/``zero3``.
+
+    DeepSpeed counts 16-bit parameters (2) and gradients (2) plus fp32 gradients, master weights
+    and Adam's moments (16) per parameter; ZeRO-2 keeps the 16-bit parameters and gradients whole
+    (``4Ψ + 16Ψ/N``), ZeRO-3 shards everything and gathers the largest layer's 16-bit
+    parameters and gradients (``4·largest + 18Ψ/N``). Offloading moves the 16 (and, for
+    ZeRO-3 parameters, the 2) to the CPU. Our sharding and offload arithmetic under their bytes.
+    """
+    if strategy == "zero2":
+        return int(2 * n_params if offload_optimizer else 4 * n_params + 16 * n_params / gpus)
+    if strategy == "zero3":
+        on_gpu = 0 if offload_params else 2
+        return int(4 * largest_layer_params + (on_gpu + (0 if offload_optimizer else 16)) * n_params / gpus)
+    raise ValueError(f"DeepSpeed publishes estimators for zero2 and zero3 only, not {strategy!r}")

@@ -1,0 +1,301 @@
+"""A tensor-level memory tracker for one untimed training step (CPU and GPU alike).
+
+Why not the process RSS: on CPU it counts the interpreter, libraries and the allocator's
+cache (446 MB for a model holding 8 MB), so it cannot be compared with a model of tensors.
+This tracker sees every tensor an operator creates (a ``TorchDispatchMode``), follows the
+storage behind it with a weak reference (its death is the free), and polls each live
+storage's size after every operator (FSDP2 resizes its unsharded parameters in place).
+
+After the step every storage it saw is put in one category:
+
+``state``
+    parameters, gradients and optimizer state as held after backward (the storages that
+    :func:`shardscope.training.held_bytes.held_storage_ptrs` finds then); counted by
+    :mod:`held_bytes`, not here.
+``activations``
+    created during forward, alive when forward returned, and not backing a module parameter
+    then: what autograd saved for backward (and the loss).
+``buffers``
+    everything else: gathered parameters (FSDP, ZeRO-3; a storage resized to or from 0 in place
+    is one, even where autograd saved a view of it), communication buckets, gradients of
+    activations during backward, the optimizer step's temporaries.
+
+The step's transient peak is the largest ``activations + buffers`` alive at once; the
+reported peak is ``state + transient peak`` (gradients counted throughout, as they are under
+gradient accumulation). Memory a kernel allocates below the dispatcher (a workspace inside
+one operator) is not seen: the numbers are *tracked tensor memory*.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+PHASES = ("forward", "backward", "step")
+
+
+@dataclass(frozen=True)
+class TrackedStep:
+    """One rank's tracked bytes of one step, by category (see the module docstring)."""
+
+    activation_bytes: int
+    """Activations alive at the step's transient peak."""
+    buffer_bytes: int
+    """Buffers alive at the step's transient peak."""
+    transient_peak_bytes: int
+    """Largest ``activations + buffers`` alive at once during the step."""
+    activation_peak_bytes: int
+    """Largest activations alive at any moment (at the end of forward, normally)."""
+    forward_buffer_peak_bytes: int
+    """Largest buffers alive at once during forward (gathered parameters, casts)."""
+    peak_phase: str
+    """Phase (forward, backward, step) in which the transient peak happened."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary, as stored in the job's result file."""
+        return asdict(self)
+
+
+def _data_ptr(storage: torch.UntypedStorage) -> int:
+    try:
+        return storage.data_ptr()
+    except RuntimeError:  # no memory behind it (a wrapper subclass)
+        return 0
+
+
+class _Storage:
+    __slots__ = ("ref", "phase", "born", "died", "sizes", "ptr", "state")
+
+    def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, ptr: int) -> None:
+        self.ref, self.phase, self.born, self.died, self.ptr = ref, phase, born, None, ptr
+        self.sizes: list[tuple[int, int]] = [(born, nbytes)]
+        self.state = False
+
+
+class TensorMemoryTracker(TorchDispatchMode):
+    """Records each storage's life (birth, size changes, death) in operator counts during a step.
+
+    Use as a context manager around forward, backward and the optimizer step, calling
+    :meth:`phase` at each boundary and :meth:`mark_forward_end` when forward returns.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._op = 0
+        self._phase = "forward"
+        self._by_id: dict[int, _Storage] = {}
+        self._live: dict[int, _Storage] = {}
+        self._forward_end_records: set[int] = set()
+        self._param_ptrs_at_forward_end: set[int] = set()
+        self._state_ptrs: set[int] = set()
+        self._phase_starts: dict[str, int] = {"forward": 0}
+
+    def phase(self, name: str) -> None:
+        """Start phase ``name`` (``backward`` or ``step``)."""
+        if name not in PHASES:
+            raise ValueError(f"unknown phase {name!r}; expected one of {', '.join(PHASES)}")
+        self._poll()
+        self._phase = name
+        self._phase_starts[name] = self._op
+
+    def mark_forward_end(self, param_ptrs: set[int]) -> None:
+        """Forward has returned: remember what is alive, and which storages back parameters now."""
+        self._poll()
+        self._forward_end_records = {id(record) for record in self._live.values()}
+        self._param_ptrs_at_forward_end = set(param_ptrs)
+
+    def set_state(self, state_ptrs: set[int]) -> None:
+        """The data pointers of parameters, gradients and optimizer state after backward."""
+        self._poll()
+        self._state_ptrs = set(state_ptrs)
+        for record in self._live.values():
+            if record.ptr and record.ptr in state_ptrs:
+                record.state = True
+
+    def _register(self, storage: torch.UntypedStorage) -> None:
+        key = id(storage)
+        if key in self._live:
+            return
+        try:
+            ptr = storage.data_ptr()
+        except RuntimeError:  # a wrapper subclass's (DTensor's) placeholder storage holds no memory
+            return
+        record = _Storage(weakref.ref(storage, self._dead_callback(key)), self._phase, self._op, storage.nbytes(), ptr)
+        # A storage first seen after backward but held as state (an optimizer moment updated in
+        # place in the step) is state, not a step temporary.
+        record.state = bool(ptr) and ptr in self._state_ptrs
+        self._by_id[len(self._by_id)] = record
+        self._live[key] = record
+
+    def _dead_callback(self, key: int) -> Callable[[weakref.ref], None]:
+        def dead(_: weakref.ref) -> None:
+            record = self._live.pop(key, None)
+            if record is not None:
+                record.died = self._op
+        return dead
+
+    def _poll(self) -> None:
+        """Note size changes of live storages (resized in place, outside any operator)."""
+        for record in list(self._live.values()):
+            storage = record.ref()
+            if storage is None:
+                continue
+            nbytes = storage.nbytes()
+            if nbytes != record.sizes[-1][1]:
+                record.sizes.append((self._op, nbytes))
+            if nbytes and not record.ptr:
+                record.ptr = _data_ptr(storage)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self._op += 1
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor) and not getattr(leaf, "is_meta", False):
+                try:
+                    storage = leaf.untyped_storage()
+                except (RuntimeError, NotImplementedError):  # a tensor subclass without storage
+                    continue
+                self._register(storage)
+        self._poll()
+        return out
+
+    def result(self) -> TrackedStep:
+        """Sweep the recorded lives: the transient peak and what it is made of."""
+        self._poll()
+        return self._sweep()
+
+    def _sweep(self) -> TrackedStep:
+        events: dict[int, list[tuple[str, int]]] = {}
+        for record in self._by_id.values():
+            category = self._classify(record)
+            if category == "state":
+                continue
+            previous = 0
+            for op, nbytes in record.sizes:
+                events.setdefault(op, []).append((category, nbytes - previous))
+                previous = nbytes
+            if record.died is not None:
+                events.setdefault(record.died, []).append((category, -previous))
+        current = {"activations": 0, "buffers": 0}
+        best = (-1, 0, 0, "forward")
+        act_peak = 0
+        fwd_buf_peak = 0
+        backward_start = self._phase_starts.get("backward", self._op + 1)
+        for op in sorted(events):
+            for category, delta in events[op]:
+                current[category] += delta
+            total = current["activations"] + current["buffers"]
+            act_peak = max(act_peak, current["activations"])
+            if op < backward_start:
+                fwd_buf_peak = max(fwd_buf_peak, current["buffers"])
+            if total > best[0]:
+                best = (total, current["activations"], current["buffers"], self._phase_at(op))
+        total, act, buf, phase = best
+        return TrackedStep(activation_bytes=act, buffer_bytes=buf, transient_peak_bytes=max(total, 0),
+                           activation_peak_bytes=act_peak, forward_buffer_peak_bytes=fwd_buf_peak, peak_phase=phase)
+
+    def _classify(self, record: _Storage) -> str:
+        if record.state:
+            return "state"
+        if any(nbytes == 0 for _, nbytes in record.sizes):
+            return "buffers"  # resized in place: an unsharded parameter that FSDP frees and re-gathers
+        alive_at_forward_end = record.phase == "forward" and id(record) in self._forward_end_records
+        if alive_at_forward_end and record.ptr not in self._param_ptrs_at_forward_end:
+            return "activations"
+        return "buffers"
+
+    def _phase_at(self, op: int) -> str:
+        name = "forward"
+        for phase in PHASES:
+            start = self._phase_starts.get(phase)
+            if start is not None and op >= start:
+                name = phase
+        return name
+
+
+def _decoder(module: torch.nn.Module) -> torch.nn.Module:
+    """The :class:`GPT` inside whatever wraps it (DDP's ``module``, DeepSpeed's engine, FSDP2 in place)."""
+    for sub in module.modules():
+        if hasattr(sub, "blocks") and hasattr(sub, "head"):
+            return sub
+    raise TypeError(f"no decoder with blocks inside {type(module).__name__}")
+
+
+def param_ptrs(module: torch.nn.Module) -> set[int]:
+    """Data pointers of the storages behind the module's parameters as they are now (gathered or not)."""
+    from shardscope.training.held_bytes import local_tensor, model_param_tensors
+
+    return {_data_ptr(local_tensor(t).untyped_storage()) for t in model_param_tensors(module)}
+
+
+def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]:
+    """One untimed training step under the tracker; returns its categories and the state held after backward.
+
+    Runs outside the timed loop (the tracker slows every operator), so step times are not
+    distorted. Forward's end is found with a forward hook on the decoder, registered for this
+    step only.
+    """
+    from shardscope.training.held_bytes import held_bytes_and_ptrs
+
+    tracker = TensorMemoryTracker()
+    decoder = _decoder(prepared.model)
+
+    def forward_done(*_: Any) -> None:
+        tracker.mark_forward_end(param_ptrs(decoder))
+        tracker.phase("backward")
+
+    handle = decoder.register_forward_hook(forward_done)
+    try:
+        with tracker:
+            prepared.forward_backward(tokens)
+            held, ptrs = held_bytes_and_ptrs(prepared.model, prepared.optimizer)
+            tracker.set_state(ptrs)
+            tracker.phase("step")
+            prepared.step()
+    finally:
+        handle.remove()
+    return tracker.result(), held
+
+
+def cuda_memory_counters(device: torch.device) -> dict[str, int]:
+    """The CUDA caching allocator's view: reserved minus allocated now, retries and OOMs so far."""
+    stats = torch.cuda.memory_stats(device)
+    return {"reserved_minus_allocated_bytes": int(stats.get("reserved_bytes.all.current", 0))
+            - int(stats.get("allocated_bytes.all.current", 0)),
+            "max_reserved_bytes": int(stats.get("reserved_bytes.all.peak", 0)),
+            "num_alloc_retries": int(stats.get("num_alloc_retries", 0)), "num_ooms": int(stats.get("num_ooms", 0))}
+
+
+def record_memory_history() -> None:
+    """Keep the CUDA allocator's recent history, so an OOM can be explained from a snapshot."""
+    if torch.cuda.is_available():
+        torch.cuda.memory._record_memory_history(max_entries=100_000)
+
+
+def dump_oom_snapshot(path: str) -> str | None:
+    """Write the allocator's snapshot (open it at pytorch.org/memory_viz) after an OOM; its path, or None."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        torch.cuda.memory._dump_snapshot(path)
+    except Exception:  # noqa: BLE001 - the snapshot is a diagnostic; the OOM itself is reported anyway
+        return None
+    return path
+
+
+def memory_categories(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's per-category bytes: the largest rank in each (the rank that decides what fits)."""
+    keys = ("param_bytes", "grad_bytes", "optim_bytes", "activation_bytes", "buffer_bytes", "activation_peak_bytes",
+            "tracked_peak_bytes", "reserved_minus_allocated_bytes", "max_reserved_bytes", "num_alloc_retries", "num_ooms")
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [r.get(key) for r in ranks if r.get(key) is not None]
+        out[key] = max(values) if values else None
+    out["method"] = "tensor_tracker"
+    return out
