@@ -205,3 +205,48 @@ def test_a_database_of_the_first_layout_is_upgraded_and_merged(tmp_path):
     assert query_db(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)]
     assert query_db(old, "SELECT count(*), count(origin_db) FROM runs") == [(4, 0)]
     assert query_db(old, "SELECT strategy FROM memory_predictions") == [("zero2",)]
+
+
+def test_databases_of_different_layout_versions_are_refused_in_one_sentence(tmp_path):
+    out = _machine_b(tmp_path)
+    old = tmp_path / "old.duckdb"
+    old.write_bytes(_machine_a(tmp_path).read_bytes())
+    with duckdb.connect(str(old)) as con:
+        con.execute("UPDATE shardscope_meta SET value = 'shardscope.results/2' WHERE key = 'schema'")
+    _merge_refused(out, [old], [f"different layout versions: {out} ({SCHEMA_VERSION}), {old} (shardscope.results/2)"])
+    fresh = tmp_path / "fresh.duckdb"
+    with pytest.raises(UserError) as info:
+        merge(fresh, [str(old), str(tmp_path / "b.duckdb")])
+    assert str(old) in str(info.value) and str(tmp_path / "b.duckdb") in str(info.value) and "\n" not in str(info.value)
+    assert not fresh.exists()
+
+
+def test_the_same_machine_under_two_names_is_refused(tmp_path):
+    a = _machine_a(tmp_path)
+    with duckdb.connect(str(a)) as con:
+        con.execute("UPDATE topologies SET host = 'node-07'")
+    renamed = tmp_path / "renamed.duckdb"
+    renamed.write_bytes(a.read_bytes())
+    with duckdb.connect(str(renamed)) as con:  # the same probe (same time, same raw files) filed under another host name
+        con.execute("UPDATE topologies SET host = 'node-07.cluster'")
+    out = tmp_path / "out.duckdb"
+    merge(out, [str(a)])
+    _merge_refused(out, [renamed], [f"{out}, {renamed}: the same machine appears under the host names node-07, node-07.cluster"])
+    with pytest.raises(UserError) as info:
+        merge(tmp_path / "fresh.duckdb", [str(a), str(renamed)])
+    assert f"{a}, {renamed}: the same machine" in str(info.value) and not (tmp_path / "fresh.duckdb").exists()
+
+
+def test_merging_many_databases_validates_once_and_counts_each_run_once(tmp_path):
+    a, b = _machine_a(tmp_path), _machine_b(tmp_path)
+    copies = []
+    for i in range(4):
+        copy = tmp_path / f"copy{i}.duckdb"
+        copy.write_bytes((a if i % 2 else b).read_bytes())
+        copies.append(copy)
+    merged = tmp_path / "m.duckdb"
+    summary = merge(merged, [str(a), str(b), *map(str, copies)])
+    assert (summary["new_runs"], summary["skipped_runs"]) == (9, 2 * 6 + 2 * 3)  # each copy of a or b adds nothing
+    assert query_db(merged, "SELECT count(*) FROM training_steps") == query_db(
+        merged, "SELECT count(*) FROM (SELECT DISTINCT run_id, step FROM training_steps)")
+    assert query_db(merged, "SELECT count(*) FROM runs") == [(9,)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from factories import collective_doc, file_digest, training_doc, write_docs
+from factories import collective_doc, file_digest, query_db, training_doc, write_docs
 
 from shardscope.errors import UserError
 from shardscope.results.store import collect, ddl
@@ -151,3 +151,43 @@ def test_imported_nccl_tests_rows_land_in_the_same_table(tmp_path):
     assert (source, ws, n) == ("nccl-tests", 16, 62)
     assert peak == pytest.approx(338.82, rel=0.01)
     assert json.loads(rows_file.read_text())["peak_busbw_gbps"] == pytest.approx(338.82)
+
+
+def test_a_run_already_stored_with_other_contents_is_a_conflict_and_nothing_changes(tmp_path, capsys):
+    from shardscope.cli import main
+
+    db = tmp_path / "r.duckdb"
+    first = write_docs(tmp_path / "a", [training_doc("ddp")])
+    collect(db, first)
+    again = collect(db, write_docs(tmp_path / "same", [training_doc("ddp")]))  # the same run, copied elsewhere
+    assert (again["new_runs"], again["skipped_runs"]) == (0, 1)
+    before = file_digest(db)
+    changed = write_docs(tmp_path / "b", [training_doc("ddp", step_time_s=0.05)])  # same job, host and time, other numbers
+    assert main(["collect", "--db", str(db), *changed]) == 2
+    message = capsys.readouterr().err.strip()
+    assert changed[0] in message and "conflict" in message and message.count("\n") == 0, message
+    run_id = query_db(db, "SELECT run_id FROM runs")[0][0]
+    assert run_id in message
+    assert file_digest(db) == before
+
+
+def test_runs_stored_without_a_digest_still_count_as_present(tmp_path):
+    db = tmp_path / "r.duckdb"
+    collect(db, write_docs(tmp_path / "a", [training_doc("ddp")]))
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE runs SET content_digest = NULL")  # as an older shardscope wrote it
+    again = collect(db, write_docs(tmp_path / "b", [training_doc("ddp", step_time_s=0.05)]))
+    assert (again["new_runs"], again["skipped_runs"]) == (0, 1)
+    assert len(query_db(db, "SELECT content_digest FROM runs WHERE content_digest IS NOT NULL")) == 0
+
+
+def test_one_pass_validation_names_each_bad_file_and_row(tmp_path):
+    good = [training_doc("ddp", measured_at=f"2026-11-29T00:00:{i:02d}+00:00") for i in range(5)]
+    bad = training_doc("zero2", measured_at="2026-11-29T00:01:00+00:00")
+    bad["steps"][2]["step_time_s"] = -1.0
+    paths = write_docs(tmp_path / "in", [*good, bad])
+    with pytest.raises(UserError) as info:
+        collect(tmp_path / "r.duckdb", paths)
+    assert f"{paths[-1]}: table training_steps, row 2, column step_time_s: failed greater_than(0)" in str(info.value)
+    assert str(info.value).startswith("1 problem(s)")
+    assert not (tmp_path / "r.duckdb").exists()

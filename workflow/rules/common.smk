@@ -96,17 +96,39 @@ def topology_resources():
     return dict(nodes=CLUSTER_NODES, tasks=CLUSTER_NODES, mpi="srun", tasks_per_gpu=0)
 
 
+_PLAN_CACHE = {}
+
+
+def _plan_entry():
+    """The plan's parsed JSON and its jobs by (kind, job_id), read once per plan file version.
+
+    Input functions call this several times per job; re-reading and scanning the plan each
+    time made building the DAG quadratic in the number of jobs. Keyed by path, modification
+    time and size, so a re-planned plan.json is read again."""
+    path = Path(checkpoints.plan.get().output.json)
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    entry = _PLAN_CACHE.get(key)
+    if entry is None:
+        doc = json.loads(path.read_text())
+        jobs = {(kind, job["job_id"]): job for kind in ("collectives", "training")
+                for job in doc.get(kind, []) if isinstance(job, dict) and "job_id" in job}
+        _PLAN_CACHE.clear()
+        entry = _PLAN_CACHE[key] = (doc, jobs)
+    return entry
+
+
 def plan_doc():
-    """The plan written by the plan checkpoint (evaluated after it ran)."""
-    return json.loads(Path(checkpoints.plan.get().output.json).read_text())
+    """The plan written by the plan checkpoint (evaluated after it ran); parsed once, shared: do not modify."""
+    return _plan_entry()[0]
 
 
 def plan_job(kind, job_id):
     """The planned job `job_id` of `kind` ('collectives' or 'training')."""
-    for job in plan_doc()[kind]:
-        if job["job_id"] == job_id:
-            return job
-    raise ValueError(f"job {job_id!r} is not in the {kind} plan; run `snakemake` without a target to see the plan")
+    job = _plan_entry()[1].get((kind, job_id))
+    if job is None:
+        raise ValueError(f"job {job_id!r} is not in the {kind} plan; run `snakemake` without a target to see the plan")
+    return job
 
 
 def on_gpu():

@@ -12,7 +12,7 @@ import pandas as pd
 
 from shardscope.contracts.repeats import within_noise
 from shardscope.figures import decision
-from shardscope.figures.queries import MEMORY_MODELS, cpu_series_without_model
+from shardscope.figures.queries import MEMORY_MODELS, PEER_TOLERANCE, cpu_series_without_model
 from shardscope.figures.style import format_bytes_binary, format_gbps, format_params, memory_unit, strategy_name
 
 
@@ -71,6 +71,26 @@ def _modeled_trends(modeled: pd.DataFrame) -> str:
     return " Modeled by the cost model, not measured: " + "; ".join(parts) + "." if parts else ""
 
 
+#: Above this many machines (or series) of one kind, a caption gives their spread instead of listing each.
+MAX_LISTED = 3
+
+
+def _peak_spread(fabric: str, sub: pd.DataFrame) -> str:
+    """One clause for the many series of one fabric: at its largest GPU count, median, lowest and highest peak."""
+    ws = int(sub["world_size"].max())
+    at = sub[sub["world_size"] == ws].sort_values("peak_busbw_gbps")
+    low, high = at.iloc[0], at.iloc[-1]
+    return (f"{fabric}, {sub['series'].nunique()} series: at {ws} ranks median {format_gbps(at['peak_busbw_gbps'].median())}"
+            f" (lowest {format_gbps(low['peak_busbw_gbps'])}, {low['series']}; highest {format_gbps(high['peak_busbw_gbps'])},"
+            f" {high['series']}; verdicts: {_counted(at['verdict_text'])})")
+
+
+def _counted(values: pd.Series) -> str:
+    """``ok x 60, low x 4``: each distinct value and how often."""
+    counts = values.fillna("not judged").value_counts()
+    return ", ".join(f"{value} x {n}" for value, n in counts.items())
+
+
 def answer_peak(df: pd.DataFrame) -> str:
     """Per fabric and series: the peak at each end of its GPU counts, the change between them, and the verdict;
     then the modeled fabrics' trends, said to be modeled."""
@@ -81,7 +101,10 @@ def answer_peak(df: pd.DataFrame) -> str:
     if df.empty:
         return "No measured all-reduce results in the database yet." + _modeled_trends(modeled)
     parts, trends = [], 0
-    for (fabric, series), sub in df.groupby(["fabric", "series"], sort=True):
+    many = {f for f, sub in df[df["source"] != "reference"].groupby("fabric") if sub["series"].nunique() > MAX_LISTED}
+    parts += [_peak_spread(fabric, df[(df["fabric"] == fabric) & (df["source"] != "reference")]) for fabric in sorted(many)]
+    listed = df[~(df["fabric"].isin(many) & (df["source"] != "reference"))]
+    for (fabric, series), sub in listed.groupby(["fabric", "series"], sort=True):
         sub = sub.sort_values("world_size")
         first, last = sub.iloc[0], sub.iloc[-1]
         if len(sub) > 1:
@@ -122,14 +145,34 @@ def _model_clauses(measured: pd.DataFrame, modeled: pd.DataFrame) -> list[str]:
     return clauses
 
 
+def _kind_groups(df: pd.DataFrame, extra: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    """``df`` grouped by kind of machine (fabric and GPU model, where present) and ``extra``."""
+    kind = [c for c in ("fabric", "gpu_model") if c in df.columns]
+    return list(df.groupby([*kind, *extra], sort=True, dropna=False))
+
+
+def _memory_where(key: tuple, sub: pd.DataFrame) -> str:
+    hosts = sub["host"].dropna().unique()
+    model, ws = key[-2], key[-1]
+    if len(hosts) <= 1:
+        return f"On {hosts[0] if len(hosts) else '?'} ({model}, {ws} ranks)"
+    return f"On {len(hosts)} machines ({', '.join(map(str, key[:-2]))}; median per strategy; {model}, {ws} ranks)"
+
+
+_MEMORY_NUMBERS = ("param_bytes", "grad_bytes", "optim_bytes", "held_bytes", "peak_memory_bytes", "rest_bytes", "capacity_bytes")
+
+
 def answer_memory(df: pd.DataFrame) -> str:
-    """Per group: DDP's bytes, the leanest strategy's share of them, how close the model is, the rest and capacity."""
+    """Per kind of machine, model and GPU count: DDP's bytes, the leanest strategy's share of them, how close
+    the models are, the rest and capacity (the median over the machines of a kind)."""
     if df.empty:
         return "No finished training runs in the database yet."
     parts = []
-    for (host, model, ws), sub in df.groupby(["host", "model", "world_size"], sort=True):
-        measured = sub[sub["method"] == "measured"].set_index("strategy")
-        modeled = sub[sub["method"] == "modeled"]
+    for key, sub in _kind_groups(df, ["model", "world_size"]):
+        numbers = sub.assign(**{c: pd.to_numeric(sub[c], errors="coerce") for c in _MEMORY_NUMBERS if c in sub.columns})
+        numeric = [c for c in _MEMORY_NUMBERS if c in sub.columns]
+        measured = numbers[numbers["method"] == "measured"].groupby("strategy")[numeric].median()
+        modeled = numbers[numbers["method"] == "modeled"].groupby(["memory_model", "strategy"])[numeric].median().reset_index()
         unit, scale = memory_unit(float(measured["held_bytes"].max()))
         least = measured["held_bytes"].idxmin()
         clauses = []
@@ -149,7 +192,7 @@ def answer_memory(df: pd.DataFrame) -> str:
         if len(capacity):
             peak = measured["peak_memory_bytes"].max()
             clauses.append(f"the highest peak is {peak / 1e9:.3g} GB of the GPU's {capacity.iloc[0] / 1e9:.0f} GB")
-        parts.append(f"On {host} ({model}, {ws} ranks): " + "; ".join(clauses) + ".")
+        parts.append(_memory_where(key, sub) + ": " + "; ".join(clauses) + ".")
     return " ".join(parts)
 
 
@@ -162,15 +205,43 @@ def ties_with(best: pd.Series, others: pd.DataFrame) -> list[str]:
                              rec["ci95_low_tokens_per_s"], rec["ci95_high_tokens_per_s"])]
 
 
+def _speed_many(sub: pd.DataFrame, hosts: list[str]) -> str:
+    """Machines of one kind: fastest and slowest strategy by median ratio, with the spread; runs that did not finish counted."""
+    done = sub[(sub["outcome"] == "ok") & sub["tokens_per_s_vs_ddp"].notna()]
+    text = ""
+    if not done.empty:
+        stats = done.groupby("strategy")["tokens_per_s_vs_ddp"].agg(["median", "min", "max"]).sort_values("median")
+        fast, slow = stats.index[-1], stats.index[0]
+        text = (f"fastest {strategy_name(fast)} (median {stats.loc[fast, 'median']:.2f}x DDP's tokens/s,"
+                f" {stats.loc[fast, 'min']:.2f}-{stats.loc[fast, 'max']:.2f} across machines),"
+                f" slowest {strategy_name(slow)} (median {stats.loc[slow, 'median']:.2f}x,"
+                f" {stats.loc[slow, 'min']:.2f}-{stats.loc[slow, 'max']:.2f})")
+    else:
+        text = "no run normalised to a DDP baseline"
+    failed = sub[sub["outcome"] != "ok"]
+    if len(failed):
+        counts = failed.groupby(["strategy", "outcome"]).size()
+        text += "; did not fit or failed: " + ", ".join(f"{strategy_name(s)} ({o} on {n} of {len(hosts)})"
+                                                         for (s, o), n in counts.items())
+    return text
+
+
 def answer_speed(df: pd.DataFrame) -> str:
-    """Per machine and model: the fastest and slowest strategy relative to DDP, and runs that did not finish."""
+    """Per kind of machine and model: the fastest and slowest strategy relative to DDP (for several machines of
+    a kind, by median with the spread across them), and runs that did not finish."""
     if df.empty or not (df["outcome"] == "ok").any():
         return "No finished training run in the database yet."
     parts = []
-    for (fabric, host, model, ws), sub in df.groupby(["fabric", "host", "model", "world_size"], sort=True):
+    for key, sub in _kind_groups(df, ["model", "world_size"]):
+        hosts = sorted(sub["host"].dropna().unique())
+        model, ws = key[-2], key[-1]
+        if len(hosts) > 1:
+            parts.append(f"{', '.join(map(str, key[:-2]))} ({len(hosts)} machines), {model} on {ws} ranks: "
+                         + _speed_many(sub, hosts) + ".")
+            continue
         done = sub[sub["outcome"] == "ok"]
         good = done[done["tokens_per_s_vs_ddp"].notna()].sort_values("tokens_per_s_vs_ddp")
-        text = f"{fabric}, {host}, {model} on {ws} ranks: "
+        text = f"{key[0]}, {hosts[0] if hosts else '?'}, {model} on {ws} ranks: "
         if not good.empty:
             fast, slow = good.iloc[-1], good.iloc[0]
             tied = ties_with(fast, good)
@@ -193,6 +264,25 @@ def answer_speed(df: pd.DataFrame) -> str:
                 f"{strategy_name(s)} ({o})" for s, o in zip(failed["strategy"], failed["outcome"]))
         parts.append(text + ".")
     return " ".join(parts)
+
+
+def answer_ranking(df: pd.DataFrame) -> str:
+    """Which machines are slow against others of their kind: the slow ones named, the rest counted."""
+    peers = df[df["verdict"] != "no peers"] if not df.empty else df
+    if peers.empty:
+        return "No two machines of the same kind (fabric and GPU model) measured the same thing yet; nothing to rank."
+    parts = []
+    for (fabric, gpu, measure, setting), sub in peers.groupby(["fabric", "gpu_model", "measure", "setting"], sort=True):
+        slow = sub[sub["verdict"] == "slow"].sort_values("vs_kind_median")
+        text = f"{fabric} {gpu}, {measure} ({setting}), {len(sub)} machines, median {sub['kind_median'].iloc[0]:.4g} {sub['unit'].iloc[0]}: "
+        if slow.empty:
+            text += "none slow"
+        else:
+            named = ", ".join(f"{h} ({r:.0%})" for h, r in zip(slow["host"].head(MAX_LISTED), slow["vs_kind_median"].head(MAX_LISTED)))
+            more = f" and {len(slow) - MAX_LISTED} more" if len(slow) > MAX_LISTED else ""
+            text += f"{len(slow)} slow: {named}{more}"
+        parts.append(text + ".")
+    return f"Machines against the median of their kind (slow: more than {PEER_TOLERANCE:.0%} below it): " + " ".join(parts)
 
 
 def decision_name(strategy: str, order_source: str) -> str:

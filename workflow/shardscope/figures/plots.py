@@ -4,7 +4,8 @@ Each figure is a question, a query, a drawing and an answer computed from the qu
 ``draw_all`` renders everything in memory first and then writes each file atomically, so a
 failure leaves the previous figures in place; ``figures.json`` lists each figure's number,
 question and answer for the report, and ``<name>.answer.rst`` holds the answer for
-Snakemake's report captions.
+Snakemake's report captions. Beside the figures, ``machine_ranking.csv`` (listed under
+``tables`` in ``figures.json``) ranks each machine against the others of its kind.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ FIGURES = (
 )
 
 
+#: The table (CSV, answer) that ranks machines of one kind against each other: "which of my nodes is slow?".
+RANKING = "machine_ranking"
+
+
 def _render(fig: plt.Figure, fmt: str) -> bytes:
     buffer = io.BytesIO()
     # Fixed metadata keeps the PDF identical from one regeneration to the next.
@@ -89,6 +94,7 @@ def draw_all(db: str | os.PathLike[str], out_dir: str | os.PathLike[str],
     sns.set_theme(style="whitegrid", context="notebook")
     with reference_database(reference_db, bundled_reference) as ref, open_results(db, ref) as con:
         data = {figure.name: figure.query(con) for figure in FIGURES}
+        ranking = queries.machine_ranking(con)
     files: dict[Path, bytes] = {}
     index = []
     for number, figure in enumerate(FIGURES, start=1):
@@ -104,7 +110,13 @@ def draw_all(db: str | os.PathLike[str], out_dir: str | os.PathLike[str],
         files[out / f"{figure.name}.answer.rst"] = (captions.rst_escape(answer) + "\n").encode()
         index.append({"number": number, "name": figure.name, "title": figure.title, "question": figure.question,
                       "answer": answer, "rows": len(df)})
+    ranked = captions.answer_ranking(ranking)
+    files[out / f"{RANKING}.csv"] = ranking.to_csv(index=False).encode()
+    files[out / f"{RANKING}.answer.rst"] = (captions.rst_escape(ranked) + "\n").encode()
+    tables = [{"name": RANKING, "title": "Machines ranked against others of their kind", "answer": ranked,
+               "question": "Which of my machines is slow against the others of its kind (fabric and GPU model)?",
+               "rows": len(ranking)}]
     for path, payload in files.items():
         atomic_write_bytes(path, payload)
-    atomic_write_json(out / "figures.json", {"figures": index})
+    atomic_write_json(out / "figures.json", {"figures": index, "tables": tables})
     return list(files)

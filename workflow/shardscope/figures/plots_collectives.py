@@ -60,6 +60,27 @@ def _draw_nominal(ax: plt.Axes, line: pd.DataFrame, color: tuple[float, float, f
     legend.setdefault(name, (f"nominal {name}: {format_gbps(value)}", handle))
 
 
+#: Legend entries for our own series before the rest are summarised in one entry (a fleet has one per machine).
+MAX_OUR_ENTRIES = 8
+
+
+def _trimmed(entries: list[tuple[str, Line2D]], ours: set[str], csv: str) -> list[tuple[str, Line2D]]:
+    """``entries`` (label, handle) with our series beyond :data:`MAX_OUR_ENTRIES` replaced by one summary entry."""
+    mine = [e for e in entries if e[0] in ours]
+    if len(mine) <= MAX_OUR_ENTRIES:
+        return entries
+    dropped = {id(e) for e in mine[MAX_OUR_ENTRIES:]}
+    summary = (f"... and {len(dropped)} more of our series, drawn in the same styles (every one in {csv})",
+               Line2D([], [], color="none"))
+    out = []
+    for entry in entries:
+        if id(entry) not in dropped:
+            out.append(entry)
+        if entry is mine[MAX_OUR_ENTRIES - 1]:
+            out.append(summary)
+    return out
+
+
 def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
     """Bus bandwidth against message size, one panel per op: ours solid, reference runs dash-dot, the cost
     model's busbw for our series dashed (same colour), nominal links dotted; legend entries carry each verdict."""
@@ -72,6 +93,7 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(1, len(ops), figsize=(4.8 * len(ops) + 0.6, 5.2), sharex=True, sharey=True, squeeze=False)
     handles: dict[str, tuple[str, Line2D]] = {}  # series -> (legend label, line)
     nominals: dict[str, tuple[str, Line2D]] = {}  # link -> (legend label, its first line)
+    ours: set[str] = set()  # legend labels of our own series
     for ax, op in zip(axes[0], ops):
         in_panel: set[str] = set()
         for name, line in measured[measured["op"] == op].groupby("series", sort=False):
@@ -81,6 +103,8 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
             (handle,) = ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors[name], lw=1.6, ls=ls,
                                 marker=marker, ms=3.5, label=label)
             handles.setdefault(name, (label, handle))
+            if ls == _STYLE["measured"][0]:
+                ours.add(label)
             _draw_nominal(ax, line, colors[name], nominals, in_panel)
         for name, line in modeled[modeled["op"] == op].groupby("series", sort=False):
             line = line.sort_values("size_bytes")
@@ -90,7 +114,7 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
         ax.set(title=op, xlabel="message size (log scale)")
         ax.grid(True, which="major", alpha=0.4)
     axes[0][0].set_ylabel("bus bandwidth (GB/s, log scale)")
-    legend = [handles[name] for name in colors if name in handles]  # ours first, then reference runs
+    legend = _trimmed([handles[name] for name in colors if name in handles], ours, "busbw_vs_size.csv")  # ours first
     if not modeled.empty:
         legend.append(("modeled (cost model) for the series of the same colour",
                        Line2D([], [], color="grey", ls=_STYLE["modeled"][0], lw=1.4)))
@@ -123,6 +147,7 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     colors = _series_colors(fabrics)
     fig, ax = plt.subplots(figsize=(8, 5.2))
     seen: dict[str, int] = {}
+    ours: set[str] = set()  # legend labels of our own series
     ordered = df.assign(_modeled=df["source"] == "modeled").sort_values(["_modeled", "fabric", "series"])
     for (_, fabric, series), sub in ordered.groupby(["_modeled", "fabric", "series"], sort=False):
         sub = sub.sort_values("world_size")
@@ -132,6 +157,8 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
                     marker="x", ms=5, alpha=0.9, label=label)
             continue
         reference = (sub["source"] == "reference").all()
+        if not reference:
+            ours.add(label)
         nth = seen[fabric] = seen.get(fabric, -1) + 1  # several series of one fabric: same colour, own marker
         ax.plot(sub["world_size"], sub["peak_busbw_gbps"], color=colors[fabric],
                 ls=_STYLE["reference"][0] if reference else _MEASURED_STYLES[nth % len(_MEASURED_STYLES)],
@@ -150,6 +177,9 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     ax.set(xlabel="number of GPUs / ranks (log scale)", ylabel="peak all-reduce bus bandwidth (GB/s, log scale)",
            title="Peak all-reduce bus bandwidth vs GPU count, per fabric")
     ax.grid(True, which="major", alpha=0.4)
-    ax.legend(title="fabric: series, verdict (squares = reference runs, dashed x = modeled)", fontsize="small",
+    handles, labels = ax.get_legend_handles_labels()
+    entries = _trimmed(list(zip(labels, handles)), ours, "allreduce_peak_vs_gpus.csv")
+    ax.legend([h for _, h in entries], [label for label, _ in entries],
+              title="fabric: series, verdict (squares = reference runs, dashed x = modeled)", fontsize="small",
               title_fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return fig

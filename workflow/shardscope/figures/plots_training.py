@@ -113,21 +113,61 @@ def _peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
     ax.set_ylabel(f"measured peak per rank{how} ({unit})")
 
 
+#: The most panels side by side; more kinds of machine wrap onto further rows (keeps figures ~4000 px wide).
+MAX_COLUMNS = 3
+#: The columns that make machines "of the same kind": drawn together, as a spread, not one panel each.
+KIND = ["fabric", "gpu_model"]
+
+
+def _kind_columns(df: pd.DataFrame) -> list[str]:
+    """The kind columns ``df`` has (older CSVs and hand-made frames may lack the GPU model)."""
+    return [c for c in KIND if c in df.columns]
+
+
+def _median_per_strategy(sub: pd.DataFrame) -> pd.DataFrame:
+    """One row per (method, memory model, strategy): the median over the machines of one kind."""
+    keys = ["method", "memory_model", "strategy"]
+    numeric = [c for c in sub.columns if c not in keys and pd.api.types.is_numeric_dtype(sub[c])]
+    med = sub.groupby(keys, dropna=False, sort=False)[numeric].median().reset_index()
+    rest = sub.groupby(keys, dropna=False, sort=False)[[c for c in sub.columns if c not in keys + numeric]].first().reset_index()
+    return med.merge(rest, on=keys, how="left")
+
+
+def _grid(n: int, rows_per_group: int, width: float, height: float) -> tuple[plt.Figure, np.ndarray]:
+    columns = min(n, MAX_COLUMNS)
+    rows = -(-n // columns)
+    fig, axes = plt.subplots(rows_per_group * rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    for extra in range(n, rows * columns):
+        for r in range(rows_per_group):
+            axes[rows_per_group * (extra // columns) + r][extra % columns].axis("off")
+    return fig, axes
+
+
 def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
-    """Top: bytes held per rank by kind, measured beside modeled. Bottom: the measured peak and what it is made of."""
+    """Top: bytes held per rank by kind, measured beside modeled. Bottom: the measured peak and what it is made of.
+
+    One pair of panels per kind of machine (fabric and GPU model), model and GPU count; where
+    several machines of a kind measured it, the bars are their median (bytes held per rank
+    hardly differ between identical machines; their speed does, see figure 4).
+    """
     if df.empty:
         return empty("No finished training runs in the database yet.")
-    groups = list(df.groupby(["host", "model", "world_size"], sort=True))
+    groups = list(df.groupby([*_kind_columns(df), "model", "world_size"], sort=True))
     width = max(7.5, 1.2 * max(len(set(g["strategy"])) for _, g in groups) + 2)
-    fig, axes = plt.subplots(2, len(groups), figsize=(width * len(groups), 8), squeeze=False)
-    for column, ((host, model, ws), sub) in enumerate(groups):
+    fig, axes = _grid(len(groups), 2, width, 8)
+    for i, (key, sub) in enumerate(groups):
+        top, bottom = axes[2 * (i // MAX_COLUMNS)][i % MAX_COLUMNS], axes[2 * (i // MAX_COLUMNS) + 1][i % MAX_COLUMNS]
+        model, ws = key[-2], key[-1]
+        hosts = sorted(sub["host"].dropna().unique())
+        where = hosts[0] if len(hosts) == 1 else f"{' · '.join(map(str, key[:-2]))}: median of {len(hosts)} machines"
+        sub = sub if len(hosts) <= 1 else _median_per_strategy(sub)
         strategies = _ordered(sub["strategy"])
-        _held_panel(axes[0][column], sub, strategies)
+        _held_panel(top, sub, strategies)
         dtype = sub["dtype"].dropna()
-        axes[0][column].set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {host}\n"
-                                  "parameters, gradients, optimizer state: measured | ZeRO paper | implementation", fontsize="medium")
-        axes[1][column].set_title("measured peak = training state + the rest", fontsize="medium")
-        _peak_panel(axes[1][column], sub, strategies)
+        top.set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {where}\n"
+                      "parameters, gradients, optimizer state: measured | ZeRO paper | implementation", fontsize="medium")
+        bottom.set_title("measured peak = training state + the rest", fontsize="medium")
+        _peak_panel(bottom, sub, strategies)
     handles = [Patch(facecolor=c, label=label) for (_, label), c in zip(_PEAK_PARTS, _PEAK_COLORS)]
     handles += [Patch(facecolor=_REST_COLOR, label="the rest of the peak (activations, buffers, runtime)"),
                 Patch(facecolor="white", edgecolor="black", label="measured (solid)"),
@@ -155,44 +195,82 @@ def _error_bars(ax: plt.Axes, x: np.ndarray, values: np.ndarray, rows: pd.DataFr
         ax.errorbar(x[shown], values[shown], yerr=err, fmt="none", ecolor="black", elinewidth=1, capsize=4)
 
 
+def _spread_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> None:
+    """Machines of one kind: per strategy the median ratio as a bar, min..max as a line, each machine a point."""
+    x = np.arange(len(strategies))
+    for i, strategy in enumerate(strategies):
+        runs = rows[rows["strategy"] == strategy]
+        ok = runs.loc[runs["outcome"] == "ok", "tokens_per_s_vs_ddp"].dropna().to_numpy(dtype=float)
+        if len(ok):
+            median = float(np.median(ok))
+            ax.bar(i, median, 0.6, color=STRATEGY_COLORS.get(strategy, "grey"), alpha=0.8)
+            ax.vlines(i, ok.min(), ok.max(), color="black", lw=1.2)
+            jitter = np.linspace(-0.18, 0.18, len(ok)) if len(ok) > 1 else np.zeros(1)
+            ax.scatter(i + jitter, ok, s=6, color="black", zorder=3)
+            text = f"{median:.2f}x\n{ok.min():.2f}-{ok.max():.2f}"
+        else:
+            text = "no DDP\nbaseline" if (runs["outcome"] == "ok").any() else "did not\nfinish"
+        failed = runs[runs["outcome"] != "ok"]
+        if len(failed):
+            text += f"\n{len(failed)}/{len(runs)} " + "/".join(sorted(set(_OUTCOME_TEXT.get(o, str(o)).replace(chr(10), ' ')
+                                                                          for o in failed["outcome"])))
+        ax.annotate(text, (i, float(np.max(ok)) if len(ok) else 0), ha="center", va="bottom", xytext=(0, 2),
+                    textcoords="offset points", fontsize="x-small")
+    ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")
+
+
+def _single_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> None:
+    """One machine: a bar per strategy with its ratio, or its outcome where it did not finish."""
+    rows = rows.set_index("strategy").reindex(strategies)
+    x = np.arange(len(strategies))
+    values = rows["tokens_per_s_vs_ddp"].where(rows["outcome"] == "ok").to_numpy(dtype=float)
+    ax.bar(x, np.nan_to_num(values), 0.6, color=[STRATEGY_COLORS.get(s, "grey") for s in strategies])
+    _error_bars(ax, x, values, rows)
+    for i, (value, outcome) in enumerate(zip(values, rows["outcome"])):
+        if np.isfinite(value):
+            text = f"{value:.2f}x"
+        else:
+            text = _OUTCOME_TEXT.get(outcome, "no DDP\nbaseline" if outcome == "ok" else str(outcome))
+        ax.annotate(text, (i, value if np.isfinite(value) else 0), ha="center", va="bottom",
+                    xytext=(0, 2), textcoords="offset points", fontsize="small")
+    ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")
+
+
 def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
-    """Tokens/s of each strategy relative to DDP's, one panel per fabric, machine, model and GPU count.
+    """Tokens/s of each strategy relative to DDP's, one panel per kind of machine (fabric, GPU model), model and GPU count.
 
-    Error bars are each run's 95% interval over its repeats, divided by DDP's median
-    (:mod:`shardscope.contracts.repeats`); a run of one repeat has none.
+    Each machine is normalised to its own DDP run. A panel of one machine shows its bars; a
+    panel of several machines of one kind shows per strategy the median (bar), min..max (line)
+    and each machine (point), so a fleet stays one readable figure. A panel without a finished
+    DDP run shows each strategy's outcome instead, so a DDP that ran out of memory is visible.
 
-    A panel without a finished DDP run has nothing to normalise to: it shows each strategy's
-    outcome instead of bars, so a DDP that ran out of memory is visible rather than dropped.
+    Error bars on a single machine's bars are each run's 95% interval over its repeats, divided by
+    DDP's median (:mod:`shardscope.contracts.repeats`); a run of one repeat has none.
     """
     if df.empty or not (df["outcome"] == "ok").any():
         return empty("No finished training run in the database yet.")
-    facets = list(df.groupby(["fabric", "host", "model", "world_size"], sort=True))
+    facets = list(df.groupby([*_kind_columns(df), "model", "world_size"], sort=True))
     ratios = df.loc[(df["outcome"] == "ok"), "tokens_per_s_vs_ddp"].dropna()
     if "ci95_high_vs_ddp" in df:
         ratios = pd.concat([ratios, df.loc[(df["outcome"] == "ok"), "ci95_high_vs_ddp"].dropna()])
     top = float(ratios.max()) if len(ratios) else 1.0
-    fig, axes = plt.subplots(1, len(facets), figsize=(max(6.5, 0.85 * df["strategy"].nunique() + 2) * len(facets), 4.6),
-                             sharey=True, squeeze=False)
-    for ax, ((fabric, host, model, ws), sub) in zip(axes[0], facets):
+    fig, axes = _grid(len(facets), 1, max(6.5, 0.85 * df["strategy"].nunique() + 2), 4.6)
+    for i, (key, sub) in enumerate(facets):
+        ax = axes[i // MAX_COLUMNS][i % MAX_COLUMNS]
         strategies = _ordered(sub["strategy"])
-        rows = sub.set_index("strategy").reindex(strategies)
-        x = np.arange(len(strategies))
-        values = rows["tokens_per_s_vs_ddp"].where(rows["outcome"] == "ok").to_numpy(dtype=float)
-        ax.bar(x, np.nan_to_num(values), 0.6, color=[STRATEGY_COLORS.get(s, "grey") for s in strategies])
-        _error_bars(ax, x, values, rows)
-        for i, (value, outcome) in enumerate(zip(values, rows["outcome"])):
-            if np.isfinite(value):
-                text = f"{value:.2f}x"
-            else:
-                text = _OUTCOME_TEXT.get(outcome, "no DDP\nbaseline" if outcome == "ok" else str(outcome))
-            ax.annotate(text, (i, value if np.isfinite(value) else 0), ha="center", va="bottom",
-                        xytext=(0, 2), textcoords="offset points", fontsize="small")
+        hosts = sorted(sub["host"].dropna().unique())
+        if len(hosts) > 1:
+            _spread_bars(ax, sub, strategies)
+            who = f"{len(hosts)} machines (median, min-max, each a point)"
+        else:
+            _single_bars(ax, sub, strategies)
+            who = hosts[0] if hosts else "?"
         ax.axhline(1.0, color="black", lw=1, ls="--")
         ax.grid(axis="x", visible=False)
-        ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")
-        ax.set_title(f"{fabric} · {host}\n{model} on {ws} ranks", fontsize="medium")
-        ax.set_ylim(0, max(1.2, top * 1.15))
-    axes[0][0].set_ylabel("tokens/s relative to DDP (higher is faster)")
-    fig.suptitle("Training throughput relative to DDP (dashed line: DDP; bars: 95% interval over repeats)")
+        ax.set_title(f"{' · '.join(map(str, key[:-2]))} · {who}\n{key[-2]} on {key[-1]} ranks", fontsize="medium")
+        ax.set_ylim(0, max(1.2, top * 1.25))
+        if i % MAX_COLUMNS == 0:
+            ax.set_ylabel("tokens/s relative to DDP (higher is faster)")
+    fig.suptitle("Training throughput relative to DDP (dashed line: DDP; error bars: 95% interval over repeats)")
     fig.tight_layout()
     return fig

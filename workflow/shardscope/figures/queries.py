@@ -29,6 +29,8 @@ _WHERE_SQL = "coalesce(r.placement, '-') || ' · ' || coalesce(r.transport, '-')
 #: A figure-1 series (collectives ``c`` joined to runs ``r``): who, and for ours ranks, placement, transport.
 SERIES_SQL = (f"{_WHO_SQL} || CASE WHEN r.source = 'reference' THEN '' "
               f"ELSE ' · ' || c.world_size || ' ranks · ' || {_WHERE_SQL} END")
+#: A run's GPU model (the first device it ran on: ``NVIDIA H100 80GB HBM3``; a CPU's name on CPU runs).
+GPU_MODEL_SQL = "coalesce(nullif(split_part(r.devices, ', ', 1), ''), r.device_type, 'unknown')"
 _DEVICE_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
 
 
@@ -162,7 +164,8 @@ def measured_memory(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Per-rank bytes held by each strategy (the largest rank) in its latest finished run."""
     return con.execute(f"""
         WITH per_run AS (
-            SELECT t.run_id, r.measured_at, r.host, {FABRIC_SQL} AS fabric, t.model, t.param_count, t.world_size,
+            SELECT t.run_id, r.measured_at, r.host, {FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model,
+                   t.model, t.param_count, t.world_size,
                    t.dtype, t.strategy, max(m.param_bytes) AS param_bytes, max(m.grad_bytes) AS grad_bytes,
                    max(m.optim_bytes) AS optim_bytes, max(m.param_bytes + m.grad_bytes + m.optim_bytes) AS held_bytes,
                    max(m.peak_memory_bytes) AS peak_memory_bytes, any_value(t.peak_memory_method) AS peak_memory_method,
@@ -272,7 +275,8 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     95% interval of its tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat)."""
     return con.execute(f"""
         WITH t AS (
-            SELECT r.host, {FABRIC_SQL} AS fabric, tr.model, tr.world_size, tr.placement, tr.strategy, tr.outcome,
+            SELECT r.host, {FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, tr.model, tr.world_size, tr.placement,
+                   tr.strategy, tr.outcome,
                    tr.median_step_time_s, tr.tokens_per_s, tr.peak_memory_bytes, tr.run_id, {_ci_select(con)},
                    (SELECT max(m.param_bytes + m.grad_bytes + m.optim_bytes) FROM training_memory m
                     WHERE m.run_id = tr.run_id) AS held_bytes
@@ -280,7 +284,7 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             QUALIFY row_number() OVER (PARTITION BY r.host, tr.model, tr.world_size, tr.placement, tr.strategy
                                        ORDER BY r.measured_at DESC NULLS LAST, tr.run_id DESC) = 1),
         ddp AS (SELECT * FROM t WHERE strategy = 'ddp' AND outcome = 'ok')
-        SELECT t.host, t.fabric, t.model, t.world_size, t.placement, t.strategy, t.outcome,
+        SELECT t.host, t.fabric, t.gpu_model, t.model, t.world_size, t.placement, t.strategy, t.outcome,
                t.median_step_time_s, t.tokens_per_s,
                t.median_step_time_s / ddp.median_step_time_s AS step_time_vs_ddp,
                t.tokens_per_s / ddp.tokens_per_s AS tokens_per_s_vs_ddp,
@@ -291,6 +295,58 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         FROM t LEFT JOIN ddp ON t.host IS NOT DISTINCT FROM ddp.host AND t.model = ddp.model
              AND t.world_size = ddp.world_size AND t.placement = ddp.placement
         ORDER BY t.host, t.model, t.world_size, t.placement, t.strategy""").df()
+
+
+#: How far below the median of its kind a machine may be before its verdict is ``slow`` (and above: ``fast``).
+PEER_TOLERANCE = 0.10
+
+
+def machine_ranking(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Each machine against the others of its kind (fabric and GPU model): "which of my nodes is slow?".
+
+    Two measures per machine, each its latest run: the all-reduce peak bus bandwidth at the
+    largest world size it measured (default transport), and DDP's tokens/s per model and world
+    size. ``vs_kind_median`` is the machine's value over the median of the machines of its kind
+    with the same measure; ``verdict`` is ``slow`` below 1 - :data:`PEER_TOLERANCE`, ``fast``
+    above 1 + it, else ``ok``, and ``no peers`` for the only machine of its kind; ``rank`` 1 is
+    the slowest of its kind and measure.
+    """
+    df = con.execute(f"""
+        WITH ours AS (
+            SELECT r.*, {FABRIC_SQL} AS kind_fabric, {GPU_MODEL_SQL} AS gpu_model FROM all_runs r
+            WHERE r.source = 'measured' AND r.host IS NOT NULL),
+        per_run AS (
+            SELECT r.host, r.kind_fabric AS fabric, r.gpu_model, c.world_size, max(c.busbw_gbps) AS value,
+                   r.run_id, r.measured_at
+            FROM all_collectives c JOIN ours r USING (run_id)
+            WHERE c.op = 'all_reduce' AND coalesce(r.transport, 'default') = 'default'
+            GROUP BY ALL),
+        coll AS (
+            SELECT host, fabric, gpu_model, 'all_reduce peak busbw' AS measure, world_size || ' ranks' AS setting,
+                   value, 'GB/s' AS unit, run_id, measured_at
+            FROM per_run
+            QUALIFY world_size = max(world_size) OVER (PARTITION BY host, fabric, gpu_model)
+                AND row_number() OVER (PARTITION BY host, fabric, gpu_model, world_size
+                                       ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1),
+        train AS (
+            SELECT r.host, r.kind_fabric AS fabric, r.gpu_model, 'DDP tokens/s' AS measure,
+                   t.model || ' on ' || t.world_size || ' ranks' AS setting, t.tokens_per_s AS value, 'tokens/s' AS unit,
+                   r.run_id, r.measured_at
+            FROM training_runs t JOIN ours r USING (run_id)
+            WHERE t.strategy = 'ddp' AND t.outcome = 'ok' AND t.tokens_per_s IS NOT NULL
+            QUALIFY row_number() OVER (PARTITION BY host, fabric, gpu_model, setting ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1),
+        both_ AS (SELECT * EXCLUDE (run_id, measured_at) FROM coll UNION ALL SELECT * EXCLUDE (run_id, measured_at) FROM train)
+        SELECT fabric, gpu_model, measure, setting, host, value, unit,
+               count(*) OVER kind AS machines_of_kind, median(value) OVER kind AS kind_median,
+               value / median(value) OVER kind AS vs_kind_median,
+               rank() OVER (PARTITION BY fabric, gpu_model, measure, setting ORDER BY value, host) AS rank
+        FROM both_
+        WINDOW kind AS (PARTITION BY fabric, gpu_model, measure, setting)
+        ORDER BY fabric, gpu_model, measure, setting, rank, host""").df()
+    ratio = df["vs_kind_median"]
+    df["verdict"] = ["no peers" if n < 2 else "slow" if r < 1 - PEER_TOLERANCE else "fast" if r > 1 + PEER_TOLERANCE
+                     else "ok" for n, r in zip(df["machines_of_kind"], ratio)]
+    return df
 
 
 def reference_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

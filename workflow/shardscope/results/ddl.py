@@ -12,6 +12,9 @@ the same way.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+
 import duckdb
 
 from shardscope.results.schemas import TABLES
@@ -135,8 +138,24 @@ def schema_problems(con: duckdb.DuckDBPyConnection, catalog: str | None = None, 
     return problems
 
 
+@functools.cache
+def ddl_digest() -> str:
+    """sha256 of this code's DDL: a database that records it has every table, column, comment and view already."""
+    return hashlib.sha256("\n".join(ddl()).encode()).hexdigest()
+
+
 def upgrade(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring the open database to :data:`SCHEMA_VERSION`: new tables, new (nullable) columns, views."""
+    """Bring the open database to :data:`SCHEMA_VERSION`: new tables, new (nullable) columns, views.
+
+    The DDL (over a hundred statements) runs only when the database is of another layout
+    version or its meta table's comment does not record this code's :func:`ddl_digest`, so
+    repeated loads into an up-to-date database skip it.
+    """
+    meta = con.execute("SELECT comment FROM duckdb_tables() WHERE database_name = current_database() "
+                       "AND schema_name = 'main' AND table_name = ?", [META_TABLE]).fetchall()
+    if meta and meta[0][0] == f"ddl {ddl_digest()}" and con.execute(
+            f"SELECT count(*) FROM {META_TABLE} WHERE key = 'schema' AND value = ?", [SCHEMA_VERSION]).fetchall()[0][0]:
+        return
     present = {(t, c) for t, c in con.execute(
         "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main'").fetchall()}
     tables = {t for t, _ in present}
@@ -147,3 +166,4 @@ def upgrade(con: duckdb.DuckDBPyConnection) -> None:
                     con.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql}")
     for statement in ddl():
         con.execute(statement)
+    con.execute(f"COMMENT ON TABLE {META_TABLE} IS 'ddl {ddl_digest()}'")

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pandas as pd
+import pandera.errors
 
 from shardscope.errors import UserError
-from shardscope.results.ddl import column_types, schema_problems, upgrade
+from shardscope.results.ddl import KNOWN_VERSIONS, META_TABLE, column_types, schema_problems, upgrade
 from shardscope.results.schemas import OWNER_KEYS, TABLES, owner_key
 from shardscope.results.store import insert_frame, is_duckdb_file, problem_report, updating, validate_frame
 
@@ -60,17 +62,22 @@ def _select(table: str, alias: str, present: set[str], origin: str) -> str:
     return f"SELECT {', '.join(exprs)} FROM {alias}.{table} WHERE {key} IN (SELECT {key} FROM new_{key}) ORDER BY ALL"
 
 
-def _merge_one(con: duckdb.DuckDBPyConnection, alias: str, src: Path, counts: dict[str, int]) -> list[str]:
-    """Copy the runs and topologies of one attached input that the output lacks; problems found."""
-    tables = _source_tables(con, alias)
-    problems = []
+def _claim_new(con: duckdb.DuckDBPyConnection, alias: str, tables: dict[str, set[str]], counts: dict[str, int]) -> None:
+    """Note in ``new_<key>`` the runs and topologies of one input that neither the output nor an earlier input holds."""
     for key, parent in OWNER_KEYS.items():
         source = f"SELECT DISTINCT {key} FROM {alias}.{parent}" if parent in tables else f"SELECT NULL::VARCHAR AS {key} WHERE false"
-        con.execute(f"CREATE OR REPLACE TEMP TABLE new_{key} AS {source} EXCEPT SELECT {key} FROM {parent}")
-        new = con.execute(f"SELECT count(*) FROM new_{key}").fetchone()[0]
-        total = con.execute(f"SELECT count(DISTINCT {key}) FROM {alias}.{parent}").fetchone()[0] if parent in tables else 0
+        con.execute(f"CREATE OR REPLACE TEMP TABLE new_{key} AS {source} EXCEPT SELECT {key} FROM {parent} "
+                    f"EXCEPT SELECT {key} FROM claimed_{key}")
+        con.execute(f"INSERT INTO claimed_{key} SELECT {key} FROM new_{key}")
+        new = con.execute(f"SELECT count(*) FROM new_{key}").fetchall()[0][0]
+        total = con.execute(f"SELECT count(DISTINCT {key}) FROM {alias}.{parent}").fetchall()[0][0] if parent in tables else 0
         counts[f"new_{parent}"] = counts.get(f"new_{parent}", 0) + new
         counts[f"skipped_{parent}"] = counts.get(f"skipped_{parent}", 0) + total - new
+
+
+def _orphans(con: duckdb.DuckDBPyConnection, alias: str, src: Path, tables: dict[str, set[str]]) -> list[str]:
+    """Rows of one input whose run or topology is not in that input: one line per table."""
+    problems = []
     for table in TABLES:
         key = owner_key(table)
         parent = OWNER_KEYS[key]
@@ -78,21 +85,78 @@ def _merge_one(con: duckdb.DuckDBPyConnection, alias: str, src: Path, counts: di
             continue
         orphans = con.execute(f"SELECT count(*) FROM {alias}.{table} WHERE {key} NOT IN "
                               f"(SELECT {key} FROM {alias}.{parent})" if parent in tables else
-                              f"SELECT count(*) FROM {alias}.{table}").fetchone()[0]
+                              f"SELECT count(*) FROM {alias}.{table}").fetchall()[0][0]
         if orphans:
             problems.append(f"{src}: table {table} has {orphans} row(s) whose {key} is not in table {parent}")
-    for table in TABLES:
-        if table in tables:
-            df = con.execute(_select(table, alias, tables[table], str(src.resolve()))).df()
-            validated, found = validate_frame(table, df, str(src), named_rows=True)
-            problems.extend(found)
-            if validated is not None and not problems:
-                insert_frame(con, table, validated)
     return problems
 
 
+def _conflicts(con: duckdb.DuckDBPyConnection, alias: str, src: Path, tables: dict[str, set[str]], out: Path) -> list[str]:
+    """Runs of one input that the output holds under the same run id with other contents (both digests known)."""
+    if "content_digest" not in tables.get("runs", set()):
+        return []
+    rows = con.execute(f"SELECT i.run_id FROM {alias}.runs i JOIN runs o USING (run_id) WHERE i.content_digest IS NOT NULL "
+                       f"AND o.content_digest IS NOT NULL AND i.content_digest <> o.content_digest ORDER BY 1").fetchall()
+    return [f"{src}: run id {run_id} is already in {out} with different contents (a conflict); keep one of them"
+            for (run_id,) in rows]
+
+
+def _layout(con: duckdb.DuckDBPyConnection, alias: str | None) -> str:
+    """The layout version a database records (layout 1 recorded none)."""
+    catalog = alias or con.execute("SELECT current_database()").fetchall()[0][0]
+    has_meta = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' "
+                           "AND table_name = ?", [catalog, META_TABLE]).fetchall()[0][0]
+    if not has_meta:
+        return KNOWN_VERSIONS[0]
+    found = con.execute(f"SELECT value FROM {catalog}.{META_TABLE} WHERE key = 'schema'").fetchall()
+    return str(found[0][0]) if found else KNOWN_VERSIONS[0]
+
+
+def _host_aliases(con: duckdb.DuckDBPyConnection, catalogs: dict[str, tuple[str, dict[str, set[str]]]]) -> list[str]:
+    """A sentence for a topology probe recorded under two host names (the same machine renamed), else nothing.
+
+    Two topologies whose documents agree in everything but the host name are one probe of one
+    machine at one instant: the probe time and the raw files' names are part of the document.
+    (Run rows cannot show it: identical machines run identical jobs.)
+    """
+    parts = []
+    for catalog, (name, tables) in catalogs.items():
+        if "topology_json" in tables.get("topologies", set()):
+            parts.append(f"SELECT {_quote(name)} AS db, host, json_merge_patch(topology_json, "
+                         f"'{{\"source\":{{\"host\":null}}}}')::VARCHAR AS what FROM {catalog}.topologies WHERE host IS NOT NULL")
+    if not parts:
+        return []
+    rows = con.execute(f"SELECT string_agg(DISTINCT db, ', ' ORDER BY db), string_agg(DISTINCT host, ', ' ORDER BY host) "
+                       f"FROM ({' UNION ALL '.join(parts)}) GROUP BY what HAVING count(DISTINCT host) > 1 "
+                       f"ORDER BY 1, 2 LIMIT 1").fetchall()
+    return [f"{files}: the same machine appears under the host names {hosts} (one topology probe recorded "
+            f"under both); merge it under one name" for files, hosts in rows]
+
+
+def _validated_rows(con: duckdb.DuckDBPyConnection, pending: dict[str, list[tuple[Path, pd.DataFrame]]]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Every table's rows from all inputs validated in one pandera pass; problems named by input and row."""
+    valid: dict[str, pd.DataFrame] = {}
+    problems: list[str] = []
+    for table, parts in pending.items():
+        parts = [(src, df) for src, df in parts if len(df)]
+        if not parts:
+            continue
+        frame = pd.concat([df for _, df in parts], ignore_index=True) if len(parts) > 1 else parts[0][1]
+        try:
+            valid[table] = TABLES[table].validate(frame, lazy=True)
+        except pandera.errors.SchemaErrors:
+            for src, df in parts:  # name each problem by its input database and its row there
+                problems.extend(validate_frame(table, df, str(src), named_rows=True)[1])
+    return valid, problems
+
+
 def merge(out: str | os.PathLike[str], inputs: list[str]) -> dict[str, Any]:
-    """Merge the databases ``inputs`` into ``out`` (created if missing); counts of new and skipped runs."""
+    """Merge the databases ``inputs`` into ``out`` (created if missing); counts of new and skipped runs.
+
+    The rows each input adds are read first, then validated with one pandera pass per table
+    over all inputs and inserted; inputs of different layout versions, or one machine under
+    two host names, are refused with one sentence and nothing is written.
+    """
     target, sources = Path(out), [Path(p) for p in inputs]
     problems = _input_problems(target, sources)
     if problems:
@@ -100,7 +164,13 @@ def merge(out: str | os.PathLike[str], inputs: list[str]) -> dict[str, Any]:
     counts: dict[str, int] = {f"{kind}_{parent}": 0 for kind in ("new", "skipped") for parent in OWNER_KEYS.values()}
     with updating(target) as con:
         con.execute("BEGIN TRANSACTION")
+        existing = target.exists() and con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                                                   "AND table_name = 'runs'").fetchall()[0][0]
+        layouts = {str(target): _layout(con, None)} if existing else {}
         upgrade(con)
+        for key in OWNER_KEYS:
+            con.execute(f"CREATE OR REPLACE TEMP TABLE claimed_{key} ({key} VARCHAR)")
+        attached: list[tuple[str, Path, dict[str, set[str]]]] = []
         for i, src in enumerate(sources):
             alias = f"merge_input_{i}"
             try:
@@ -112,8 +182,31 @@ def merge(out: str | os.PathLike[str], inputs: list[str]) -> dict[str, Any]:
             if layout:
                 problems.append(f"{src}: not a shardscope results database this version reads: " + "; ".join(layout))
                 continue
-            problems.extend(_merge_one(con, alias, src, counts))
+            layouts[str(src)] = _layout(con, alias)
+            attached.append((alias, src, _source_tables(con, alias)))
         if problems:
             raise UserError(problem_report(problems, "the databases to merge").replace("nothing was loaded", "nothing was merged"))
+        if len(set(layouts.values())) > 1:
+            named = ", ".join(f"{path} ({version})" for path, version in layouts.items())
+            raise UserError(f"cannot merge databases of different layout versions: {named}; merge each older one alone "
+                            f"into a new file first (that upgrades it), then merge those; nothing was merged")
+        own = _source_tables(con, con.execute("SELECT current_database()").fetchall()[0][0])
+        renamed = _host_aliases(con, {"main": (str(target), own)} | {alias: (str(src), tables) for alias, src, tables in attached})
+        if renamed:
+            raise UserError(renamed[0] + "; nothing was merged")
+        pending: dict[str, list[tuple[Path, pd.DataFrame]]] = {table: [] for table in TABLES}
+        for alias, src, tables in attached:
+            problems += _orphans(con, alias, src, tables) + _conflicts(con, alias, src, tables, target)
+            _claim_new(con, alias, tables, counts)
+            for table in TABLES:
+                if table in tables:
+                    pending[table].append((src, con.execute(_select(table, alias, tables[table], str(src.resolve()))).df()))
+        valid, found = _validated_rows(con, pending)
+        problems += found
+        if problems:
+            raise UserError(problem_report(problems, "the databases to merge").replace("nothing was loaded", "nothing was merged"))
+        for table in TABLES:
+            if table in valid:
+                insert_frame(con, table, valid[table])
         con.execute("COMMIT")
     return {"db": str(target), "inputs": [str(s) for s in sources], **counts}

@@ -70,6 +70,9 @@ class RunsSchema(_Table):
     env_json: Series[str]
     topology_hash: Series[str] = pa.Field(nullable=True, str_length={"min_value": 64, "max_value": 64})
     origin_db: Series[str] = pa.Field(nullable=True)
+    # sha256 of the document as collect compares it (a derived document less its volatile fields);
+    # null in databases written before it existed. Tells the same run collected again from a conflict.
+    content_digest: Series[str] = pa.Field(nullable=True, str_length={"min_value": 64, "max_value": 64})
 
     class Config:
         strict = True
