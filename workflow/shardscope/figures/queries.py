@@ -26,9 +26,10 @@ _WHO_SQL = """CASE WHEN r.source = 'reference' THEN coalesce(r.label, r.job_id) 
                    ELSE coalesce(r.host, r.label, r.source_file)
                         || CASE WHEN r.source = 'nccl-tests' THEN ' (nccl-tests log)' ELSE '' END END"""
 _WHERE_SQL = "coalesce(r.placement, '-') || ' · ' || coalesce(r.transport, '-')"
-#: A figure-1 series (collectives ``c`` joined to runs ``r``): who, and for ours ranks, placement, transport.
+#: A figure-1 series (collectives ``c`` joined to runs ``r``): who, and for ours ranks, placement, transport
+#: (an imported log whose rank count is unknown says so instead of turning the whole label NULL).
 SERIES_SQL = (f"{_WHO_SQL} || CASE WHEN r.source = 'reference' THEN '' "
-              f"ELSE ' · ' || c.world_size || ' ranks · ' || {_WHERE_SQL} END")
+              f"ELSE ' · ' || coalesce(c.world_size::VARCHAR || ' ranks', 'ranks unknown') || ' · ' || {_WHERE_SQL} END")
 #: A run's GPU model (the first device it ran on: ``NVIDIA H100 80GB HBM3``; a CPU's name on CPU runs).
 GPU_MODEL_SQL = "coalesce(nullif(split_part(r.devices, ', ', 1), ''), r.device_type, 'unknown')"
 _DEVICE_MEMORY = re.compile(r"(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
