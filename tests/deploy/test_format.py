@@ -30,7 +30,6 @@ def test_snakefmt_uses_the_project_line_length():
     assert out.stdout == line
 
 
-@pytest.mark.xfail(strict=False, reason="integrator formats after merge")
 def test_snakefiles_and_rules_are_snakefmt_clean():
     out = subprocess.run([*snakefmt(), "--check", *SNAKEMAKE_FILES], cwd=REPO, capture_output=True, text=True,
                          timeout=120)

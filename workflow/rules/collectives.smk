@@ -33,14 +33,14 @@ rule collective:
         f"{RESULTS}/logs/collectives/{{job}}.log",
     wildcard_constraints:
         job=rf"(?!nccl-tests-){SINGLE_NODE_JOB}",
+    conda:
+        ENVS
     threads: lambda wildcards: plan_job("collectives", wildcards.job)["world_size"]
     resources:
         measure=1,
         gpu=lambda wildcards: job_gpus("collectives", wildcards.job),
     params:
         run=JOB_RUN,
-    conda:
-        ENVS
     shell:
         "{params.run} --id {wildcards.job} --out {output} --log {log}"
 
@@ -54,6 +54,8 @@ rule collective_multinode:
         f"{RESULTS}/logs/collectives/{{job}}.log",
     wildcard_constraints:
         job=MULTINODE_JOB,
+    conda:
+        ENVS
     threads: lambda wildcards: multinode_job("collectives", wildcards.job)["nproc_per_node"]
     resources:
         measure=1,
@@ -64,8 +66,6 @@ rule collective_multinode:
         gres=lambda wildcards: multinode_gres("collectives", wildcards.job),
     params:
         run=JOB_RUN,
-    conda:
-        ENVS
     shell:
         "{params.run} --id {wildcards.job} --out {output} --log {log}"
 
@@ -81,14 +81,14 @@ rule nccl_tests_peer:
     wildcard_constraints:
         n=r"\d+",
         placement=r"[A-Za-z0-9_.]+",
+    conda:
+        ENVS
     resources:
         measure=1,
         gpu=lambda wildcards: int(wildcards.n),
     params:
         run=JOB_RUN,
         shardscope=SHARDSCOPE,
-    conda:
-        ENVS
     shell:
         "{params.run} --id nccl-tests-ws{wildcards.n}-{wildcards.placement} --out {output.raw} --log {log}"
         " && {params.shardscope} collectives import {output.raw} --placement {wildcards.placement}"

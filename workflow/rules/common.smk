@@ -25,6 +25,7 @@ PY = _python()
 SHARDSCOPE = f"{PY} -m shardscope"
 TORCHRUN = f"{PY} -m torch.distributed.run"
 
+
 # Cheap bookkeeping rules run where Snakemake runs, also under the Slurm profile; the topology
 # probe, the plan (it looks for all_reduce_perf and root on the node the jobs run on) and the
 # timed jobs run on compute nodes.
@@ -43,8 +44,13 @@ CONFIG_HASH = config_hash(config)
 
 def _git_rev():
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=globals().get("WORKFLOW_SOURCE") or workflow.basedir, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=globals().get("WORKFLOW_SOURCE") or workflow.basedir,
+            timeout=10,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -69,7 +75,9 @@ PROBE_NODES = CLUSTER_NODES > 1 and not config["topology"].get("file")
 # the executor is known, never inside a Slurm job (and not for a dry run).
 onstart:
     executor = getattr(workflow.executor_plugin, "name", None)
-    problem = multinode_problem(CLUSTER_NODES, executor) or saved_topology_problem(config["topology"].get("file"), executor)
+    problem = multinode_problem(CLUSTER_NODES, executor) or saved_topology_problem(
+        config["topology"].get("file"), executor
+    )
     if problem:
         raise WorkflowError(problem)
 
@@ -111,8 +119,12 @@ def _plan_entry():
     entry = _PLAN_CACHE.get(key)
     if entry is None:
         doc = json.loads(path.read_text())
-        jobs = {(kind, job["job_id"]): job for kind in ("collectives", "training")
-                for job in doc.get(kind, []) if isinstance(job, dict) and "job_id" in job}
+        jobs = {
+            (kind, job["job_id"]): job
+            for kind in ("collectives", "training")
+            for job in doc.get(kind, [])
+            if isinstance(job, dict) and "job_id" in job
+        }
         _PLAN_CACHE.clear()
         entry = _PLAN_CACHE[key] = (doc, jobs)
     return entry
@@ -140,7 +152,9 @@ def multinode_job(kind, job_id):
     for job in plan_doc().get("multi_node", {}).get(kind, []):
         if job["job_id"] == job_id:
             return job
-    raise ValueError(f"job {job_id!r} is not in the multi-node {kind} plan; set config cluster.nodes above 1 to plan it")
+    raise ValueError(
+        f"job {job_id!r} is not in the multi-node {kind} plan; set config cluster.nodes above 1 to plan it"
+    )
 
 
 def multinode_gres(kind, job_id):

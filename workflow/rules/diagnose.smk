@@ -19,6 +19,7 @@ diagnose_results = lambda wildcards: (
     + [DOCTOR]
 )
 
+
 localrules:
     verdicts,
     nccl_tests_verdicts,
@@ -32,10 +33,10 @@ rule verdicts:
         json=VERDICTS,
     log:
         f"{RESULTS}/logs/diagnose/verdicts.log",
-    params:
-        shardscope=SHARDSCOPE,
     conda:
         ENVS
+    params:
+        shardscope=SHARDSCOPE,
     shell:
         "{params.shardscope} verdict {input.results} --topology {input.topology} --out {output.json} > {log} 2>&1"
 
@@ -48,10 +49,10 @@ rule nccl_tests_verdicts:
         json=NCCL_TESTS_VERDICTS,
     log:
         f"{RESULTS}/logs/diagnose/verdicts-nccl-tests.log",
-    params:
-        shardscope=SHARDSCOPE,
     conda:
         ENVS
+    params:
+        shardscope=SHARDSCOPE,
     shell:
         "{params.shardscope} verdict {input.results} --topology {input.topology} --out {output.json} > {log} 2>&1"
 
@@ -63,11 +64,11 @@ rule doctor:
         json=DOCTOR,
     log:
         f"{RESULTS}/logs/diagnose/doctor.log",
+    conda:
+        ENVS
     resources:
         measure=1,  # never beside a timed job: it reads the kernel log and lspci of the node being measured
     params:
         shardscope=SHARDSCOPE,
-    conda:
-        ENVS
     shell:
         "{params.shardscope} doctor --no-peer-check --topology {input.topology} --out {output.json} > {log} 2>&1"

@@ -9,6 +9,8 @@ rule emulated_collective:
         preset=EMULATED_NAME,
         placement=EMULATED_NAME,
         op=EMULATED_NAME,
+    conda:
+        ENVS
     threads: emulated_ranks
     resources:
         measure=1,
@@ -18,8 +20,6 @@ rule emulated_collective:
         sweep=EMULATED.get("sweep", {"min_bytes": 65536, "max_bytes": 4194304, "factor": 4, "warmup": 1, "iters": 3}),
         dtype=config["collectives"]["dtype"],
         check="--check" if config["collectives"].get("check", True) else "",
-    conda:
-        ENVS
     shell:
         "{params.py} -m shardscope.emulated collectives --preset {wildcards.preset}"
         " --placement {wildcards.placement} --op {wildcards.op} --config-json {params.section:q} --dtype {params.dtype}"
@@ -38,6 +38,8 @@ rule emulated_train:
         preset=EMULATED_NAME,
         placement=EMULATED_NAME,
         strategy=EMULATED_NAME,
+    conda:
+        ENVS
     threads: emulated_ranks
     resources:
         measure=1,
@@ -47,8 +49,6 @@ rule emulated_train:
         model=emulated_model(),
         size=config["cpu"],
         budget=memory_budget_args(),
-    conda:
-        ENVS
     shell:
         "{params.py} -m shardscope.emulated train --preset {wildcards.preset}"
         " --placement {wildcards.placement} --strategy {wildcards.strategy} --config-json {params.section:q}"

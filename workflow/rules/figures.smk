@@ -50,8 +50,11 @@ FIGURE_CATEGORIES = {
     "decision_map": "Model",
 }
 FIGURE_REPORT_ARGS = [
-    dict(caption=f"../report/{name}.rst", category=FIGURE_CATEGORIES[name],
-         labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]})
+    dict(
+        caption=f"../report/{name}.rst",
+        category=FIGURE_CATEGORIES[name],
+        labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]},
+    )
     for n, name in enumerate(FIGURE_NAMES, start=1)
 ]
 FIGURE_PNGS = [f"{FIGURES_DIR}/{name}.png" for name in FIGURE_NAMES]
@@ -70,11 +73,11 @@ rule reference_runs:
         manifest=f"{RESULTS}/reference/collect.json",
     log:
         f"{RESULTS}/logs/reference_runs.log",
+    conda:
+        ENVS
     params:
         shardscope=SHARDSCOPE,
         source=lambda wildcards, input: os.path.dirname(input.manifest),
-    conda:
-        ENVS
     shell:
         "{params.shardscope} reference --db {output.db} --source {params.source} --manifest {output.manifest} > {log} 2>&1"
 
@@ -84,16 +87,16 @@ rule figures:
         manifest=rules.collect.output.manifest,
         reference=REFERENCE_DB,
     output:
-        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
         **FIGURE_FILES,
+        png=[report(png, **args) for png, args in zip(FIGURE_PNGS, FIGURE_REPORT_ARGS)],
     log:
         f"{RESULTS}/logs/figures.log",
+    conda:
+        ENVS
     params:
         shardscope=SHARDSCOPE,
         db=DB,
         out=lambda wildcards, output: os.path.dirname(output.index),
-    conda:
-        ENVS
     shell:
         "{params.shardscope} figures --db {params.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
 
@@ -107,10 +110,10 @@ rule figures_from_db:
     # Before paper_from_db when both are asked for, so that the report is written last and is
     # not older than the figures it embeds.
     priority: 10
+    conda:
+        ENVS
     params:
         shardscope=SHARDSCOPE,
         out=FIGURES_DIR,
-    conda:
-        ENVS
     shell:
         "{params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"

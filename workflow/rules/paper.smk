@@ -5,7 +5,11 @@ experiment. Like figures_from_db it declares no outputs (it runs every time it i
 the files stay rule figures' and rule paper's, so the next `snakemake` finds them up to date)."""
 
 #: The report template of this workflow's source (also when it runs as a module from another folder).
-PAPER_TEMPLATE = os.path.join(WORKFLOW_SOURCE, "paper", "report.md") if WORKFLOW_SOURCE else workflow.source_path("../../paper/report.md")
+PAPER_TEMPLATE = (
+    os.path.join(WORKFLOW_SOURCE, "paper", "report.md")
+    if WORKFLOW_SOURCE
+    else workflow.source_path("../../paper/report.md")
+)
 PAPER_HTML = f"{RESULTS}/paper/report.html"
 PAPER_REPORT_ARGS = dict(caption="../report/paper.rst", category="Report", labels={"document": "shardscope report"})
 
@@ -20,12 +24,12 @@ rule paper:
         html=report(PAPER_HTML, **PAPER_REPORT_ARGS),
     log:
         f"{RESULTS}/logs/paper.log",
+    conda:
+        ENVS
     params:
         shardscope=SHARDSCOPE,
         db=DB,
         figures=lambda wildcards, input: os.path.dirname(input.index),
-    conda:
-        ENVS
     shell:
         "{params.shardscope} paper --db {params.db} --reference-db {input.reference} --figures {params.figures}"
         " --source {input.template} --out {output.html} > {log} 2>&1"
@@ -38,12 +42,12 @@ rule paper_from_db:
         template=PAPER_TEMPLATE,
     log:
         f"{RESULTS}/logs/paper_from_db.log",
+    conda:
+        ENVS
     params:
         shardscope=SHARDSCOPE,
         figures=FIGURES_DIR,
         html=PAPER_HTML,
-    conda:
-        ENVS
     shell:
         "( {params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.figures}"
         " && {params.shardscope} paper --db {input.db} --reference-db {input.reference} --figures {params.figures}"

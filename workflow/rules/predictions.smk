@@ -7,6 +7,7 @@ world sizes with the planned model. On a machine without GPUs the collectives ar
 labelled gloo placeholders and no strategy is predicted (the document says why). Collect loads it.
 """
 
+
 localrules:
     predictions,
 
@@ -19,9 +20,9 @@ rule predictions:
         json=f"{RESULTS}/predictions/predictions.json",
     log:
         f"{RESULTS}/logs/predictions.log",
-    params:
-        shardscope=SHARDSCOPE,
     conda:
         ENVS
+    params:
+        shardscope=SHARDSCOPE,
     shell:
         "{params.shardscope} predict plan --topology {input.topology} --plan {input.plan} --out {output.json} > {log} 2>&1"

@@ -13,11 +13,11 @@ rule collect:
         manifest=f"{RESULTS}/db/collect.json",
     log:
         f"{RESULTS}/logs/collect.log",
+    conda:
+        ENVS
     params:
         shardscope=SHARDSCOPE,
         db=DB,
-    conda:
-        ENVS
     shell:
         "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
         " {input.topology} {input.collectives} {input.training} {input.emulated} {input.peers}"

@@ -3,14 +3,14 @@ checkpoint topology:
         json=report(f"{RESULTS}/topology/topology.json", caption="../report/topology.rst", category="Topology"),
     log:
         f"{RESULTS}/logs/topology.log",
+    conda:
+        ENVS
     resources:
         # with cluster.nodes > 1: an allocation of that many nodes, one probe task on each
         **topology_resources(),
     params:
         shardscope=SHARDSCOPE,
         how=topology_args(),
-    conda:
-        ENVS
     shell:
         # topology.json plus raw/ (the probe text) beside it -- and, across nodes, nodes/<node>/
         # with each node's own; the log ends with a human summary.
@@ -31,12 +31,12 @@ checkpoint plan:
         json=f"{RESULTS}/plan/plan.json",
     log:
         f"{RESULTS}/logs/plan.log",
+    conda:
+        ENVS
     params:
         shardscope=SHARDSCOPE,
         config=json.dumps(planner_config(config), sort_keys=True),
         jobs=f"{RESULTS}/plan/jobs",
-    conda:
-        ENVS
     shell:
         "{params.shardscope} plan --topology {input.topology} --config-json {params.config:q} --out {output.json}"
         " --jobs-dir {params.jobs} 2> {log}"

@@ -16,14 +16,14 @@ rule train:
         f"{RESULTS}/logs/training/{{job}}.log",
     wildcard_constraints:
         job=SINGLE_NODE_JOB,
+    conda:
+        ENVS
     threads: lambda wildcards: plan_job("training", wildcards.job)["world_size"]
     resources:
         measure=1,
         gpu=lambda wildcards: job_gpus("training", wildcards.job),
     params:
         run=JOB_RUN,
-    conda:
-        ENVS
     shell:
         "{params.run} --id {wildcards.job} --out {output} --log {log}"
 
@@ -37,6 +37,8 @@ rule train_multinode:
         f"{RESULTS}/logs/training/{{job}}.log",
     wildcard_constraints:
         job=MULTINODE_JOB,
+    conda:
+        ENVS
     threads: lambda wildcards: multinode_job("training", wildcards.job)["nproc_per_node"]
     resources:
         measure=1,
@@ -47,7 +49,5 @@ rule train_multinode:
         gres=lambda wildcards: multinode_gres("training", wildcards.job),
     params:
         run=JOB_RUN,
-    conda:
-        ENVS
     shell:
         "{params.run} --id {wildcards.job} --out {output} --log {log}"
