@@ -171,7 +171,7 @@ def test_second_run_has_nothing_to_do_and_is_fast(pipeline):
     elapsed = time.perf_counter() - start
     assert result.returncode == 0
     assert "Nothing to be done" in result.stdout + result.stderr
-    assert elapsed < 10
+    assert elapsed < 30  # a sanity bound; the DAG's cost is measured in benchmarks/scale.py
 
 
 #: Rules that measure: a config edit must not schedule any of them unless it changes their job's spec.

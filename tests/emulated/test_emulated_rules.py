@@ -27,11 +27,21 @@ def snakemake(tmp_path: Path, *args: str, prefix: list[str] | None = None, timeo
     snakefile.write_text(
         "from snakemake.exceptions import WorkflowError\nfrom shardscope.errors import UserError\n"
         f'configfile: "{REPO}/config/config.yaml"\n'
-        f'include: "{REPO}/workflow/rules/common.smk"\ninclude: "{REPO}/workflow/rules/emulated_common.smk"\ninclude: "{REPO}/workflow/rules/emulated.smk"\n'
+        f'include: "{REPO}/workflow/rules/common.smk"\ninclude: "{REPO}/workflow/rules/topology.smk"\n'
+        f'include: "{REPO}/workflow/rules/emulated_common.smk"\ninclude: "{REPO}/workflow/rules/emulated.smk"\n'
         "rule all:\n    input: emulated_results\n")
     cmd = [*(prefix or []), sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(tmp_path),
            *args, "--cores", "2", "--resources", "measure=1"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=tmp_path)
+
+
+def planned_dry_run(tmp_path: Path, results: Path, *args: str, prefix: list[str] | None = None) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Probe and plan for real (the planner decides the emulated jobs), then dry-run rule ``all``;
+    the dry run and the plan's log (where the planner states skipped stages)."""
+    plan = snakemake(tmp_path, str(results / "plan" / "plan.json"), *args, prefix=prefix)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    log = (results / "logs" / "plan.log").read_text()
+    return snakemake(tmp_path, "-n", "all", *args, prefix=prefix), log
 
 
 def configfile(tmp_path: Path, section: dict) -> str:
@@ -43,23 +53,28 @@ def configfile(tmp_path: Path, section: dict) -> str:
 
 def planned(proc: subprocess.CompletedProcess[str]) -> list[str]:
     """Outputs of the emulated jobs a dry run planned."""
-    lines = proc.stdout.splitlines()
-    return sorted(lines[i + 1].split("output: ")[1] for i, line in enumerate(lines)
-                  if line.startswith("rule emulated_") and "output: " in lines[i + 1])
+    outputs, in_emulated_job = [], False
+    for line in proc.stdout.splitlines():
+        if line.startswith(("rule ", "localrule ", "checkpoint ")):
+            in_emulated_job = line.startswith("rule emulated_")
+        elif in_emulated_job and line.strip().startswith("output: "):
+            outputs.append(line.split("output: ")[1])
+            in_emulated_job = False
+    return sorted(outputs)
 
 
 def test_default_config_plans_no_emulated_job(tmp_path: Path) -> None:
-    proc = snakemake(tmp_path, "-n", "--config", f"results={tmp_path}/res")
+    proc, log = planned_dry_run(tmp_path, tmp_path / "res", "--config", f"results={tmp_path}/res")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert planned(proc) == [] and "shardscope: emulated" not in proc.stdout + proc.stderr
+    assert planned(proc) == [] and "shardscope: emulated" not in proc.stdout + proc.stderr + log
 
 
 def test_enabled_plans_every_preset_placement_and_job(tmp_path: Path) -> None:
-    proc = snakemake(tmp_path, "-n", "--configfile", configfile(tmp_path, {"enabled": True}))
+    proc, log = planned_dry_run(tmp_path, tmp_path / "res", "--configfile", configfile(tmp_path, {"enabled": True}))
     assert proc.returncode == 0, proc.stderr[-3000:]
     problem = netns.support_problem()
     if problem:  # a machine without root or iproute2: the one sentence, nothing planned
-        assert f"shardscope: emulated fabrics skipped: {problem}." in proc.stdout + proc.stderr and planned(proc) == []
+        assert f"shardscope: emulated fabrics skipped: {problem}." in log and planned(proc) == []
         return
     outputs = planned(proc)
     assert len(outputs) == JOBS
@@ -71,9 +86,10 @@ def test_without_root_the_stage_is_skipped_with_one_sentence(tmp_path: Path) -> 
     """A user namespace without a uid mapping makes Snakemake run as uid 65534: no root, same files."""
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-U", "true"], capture_output=True, check=False).returncode:
         pytest.skip("needs `unshare -U` (user namespaces) to run Snakemake as a non-root user")
-    proc = snakemake(tmp_path, "-n", "--configfile", configfile(tmp_path, {"enabled": True}), prefix=["unshare", "-U"])
+    proc, log = planned_dry_run(tmp_path, tmp_path / "res", "--configfile", configfile(tmp_path, {"enabled": True}),
+                                prefix=["unshare", "-U"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    sentences = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("shardscope:")]
+    sentences = [line for line in log.splitlines() if line.startswith("shardscope:") and "emulated" in line]
     expected = ("shardscope: emulated fabrics skipped: emulated fabrics need root (they create network namespaces, "
                 "veth links and tc qdiscs), and this process is not root.")
     assert sentences == [expected]

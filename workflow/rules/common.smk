@@ -107,13 +107,25 @@ def topology_resources():
 _PLAN_CACHE = {}
 
 
+def _plan_path():
+    """plan.json, once the plan checkpoint has run.
+
+    A job step on a cluster node (`--mode remote`, e.g. under the Slurm executor) builds a DAG of
+    its one job, which no longer holds the checkpoint (job rules take their spec file as input,
+    not plan.json), so asking the checkpoint there would make every job look unplanned: that
+    process only starts after the plan ran, so it reads the file where the checkpoint wrote it."""
+    if workflow.remote_exec:
+        return Path(RESULTS) / "plan" / "plan.json"
+    return Path(checkpoints.plan.get().output.json)
+
+
 def _plan_entry():
     """The plan's parsed JSON and its jobs by (kind, job_id), read once per plan file version.
 
     Input functions call this several times per job; re-reading and scanning the plan each
     time made building the DAG quadratic in the number of jobs. Keyed by path, modification
     time and size, so a re-planned plan.json is read again."""
-    path = Path(checkpoints.plan.get().output.json)
+    path = _plan_path()
     stat = path.stat()
     key = (str(path), stat.st_mtime_ns, stat.st_size)
     entry = _PLAN_CACHE.get(key)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
 from shardscope.contracts.jobs import CollectiveJob, JobSpec, PeerJob, TrainingJob
@@ -51,9 +52,13 @@ def collective_command(job: CollectiveJob, out: str) -> list[str]:
 
 def run_collective(job: CollectiveJob, out: str, log: str) -> int:
     """The collective sweep under the guard; the guard's exit status (0, the worker's, or 124 past ``wall_s``)."""
+    import shlex
+
     from shardscope.collectives.guard import run_guarded
 
-    return run_guarded(collective_command(job, out), job.job_id, log, job.wall_s)
+    command = collective_command(job, out)
+    print(f"shardscope: job {job.job_id}: {shlex.join(command)}", file=sys.stderr, flush=True)  # what ran, in the job's log
+    return run_guarded(command, job.job_id, log, job.wall_s)
 
 
 def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:

@@ -70,7 +70,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         write_job_files(plan, args.jobs_dir)
     for skip in plan["skipped"]:
-        print(f"shardscope: {skip['reason']}", file=sys.stderr)
+        print(f"shardscope: {skip['reason'].rstrip('.')}.", file=sys.stderr)  # one sentence per skipped stage
     print(dump_json(plan) if to_stdout else summarize(plan, args.topology), end="")
     return 0
 
