@@ -99,7 +99,10 @@ def test_without_root_the_stage_is_skipped_with_one_sentence(tmp_path: Path) -> 
 def test_a_rule_runs_over_the_fabric_and_collect_loads_it(prefix: str, ours: Callable[[], list[str]], tmp_path: Path) -> None:
     out = tmp_path / "res" / "emulated" / "fast" / "collectives" / "all" / "all_reduce.json"
     section = {"enabled": True, "prefix": prefix, "sweep": {"min_bytes": 65536, "max_bytes": 262144, "factor": 4, "warmup": 1, "iters": 2}}
-    proc = snakemake(tmp_path, str(out), "--configfile", configfile(tmp_path, section), timeout=240)
+    config = configfile(tmp_path, section)
+    plan = snakemake(tmp_path, str(tmp_path / "res" / "plan" / "plan.json"), "--configfile", config)  # the planner writes the job's spec
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    proc = snakemake(tmp_path, str(out), "--configfile", config, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["job"]["fabric"] == "emulated:fast" and doc["job"]["placement"] == "all@fast"
