@@ -89,9 +89,16 @@ def run(words: list[str], cwd: Path, timeout: int = 900) -> subprocess.Completed
     return subprocess.run(words, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
 
 
+#: The README's deploy block sets shell variables and deploys into a new folder: tests/deploy/test_module.py
+#: runs that block as written (with the clone's path filled in), so this test leaves it to that one.
+DEPLOY_BLOCK = "the deploy block (tests/deploy/test_module.py runs it as written)"
+
+
 def how_to_run(words: list[str]) -> tuple[str, list[str] | None]:
     """(what is done with a README command, the command to run or None to leave it out)."""
     tool = Path(words[0]).name
+    if "=" in words[0] or tool in ("snakedeploy", "sed"):  # the Deploy section's shell block
+        return DEPLOY_BLOCK, None
     if tool in ("python3", "pip") or words[1:3] == ["-m", "venv"] or "install" in words[1:2]:
         return "installs (.ci/run does)", None
     if words[1:3] == ["-m", "pytest"]:
@@ -110,7 +117,7 @@ def test_readme_has_the_commands_this_test_knows() -> None:
     assert tools.count("snakemake") >= 4 and tools.count("shardscope") >= 2 and "sbatch" in tools, tools
     ran = {how_to_run(c)[0] for c in every}
     assert ran <= {"installs (.ci/run does)", "is this test suite", "runs as written", "dry run (needs Slurm to submit)",
-                   "needs Slurm: its shardscope command, as a dry run"}, ran
+                   "needs Slurm: its shardscope command, as a dry run", DEPLOY_BLOCK}, ran
 
 
 def test_commands_split_chains_continuations_and_comments() -> None:
@@ -118,8 +125,9 @@ def test_commands_split_chains_continuations_and_comments() -> None:
     assert commands(block) == [["a", "x"], ["b", "y z"], ["c", "--flag", "q w"]]
 
 
-#: Rules that measure or decide what is measured: none of them may rerun on a finished pipeline.
-MEASURING_RULES = {"topology", "plan", "collective", "collective_multinode", "train", "train_multinode", "nccl_tests_peer",
+#: Rules that measure: none of them may rerun on a finished pipeline. (The topology probe and the plan may:
+#: in the copy their commands name the copy's interpreter, and the planner rewrites no unchanged job spec.)
+MEASURING_RULES = {"collective", "collective_multinode", "train", "train_multinode", "nccl_tests_peer",
                    "emulated_collective", "emulated_train"}
 
 
@@ -142,8 +150,8 @@ def run_readme(folder: Path, results: Path, config: dict) -> list[str]:
             else:
                 assert proc.returncode == 0, f"{shlex.join(command)} ({what}) failed:\n{output}"
             if command[1:] == ["--cores", "all"]:  # the pipeline: already run by the e2e fixture
-                # in this copy the workflow's own files (report template, bundled reference logs) have new absolute
-                # paths, so the bookkeeping rules may run again; no measurement may
+                # in this copy the interpreter and the workflow's own files (report template, bundled reference logs)
+                # have new absolute paths, so the probe, the plan and the bookkeeping rules may run again; no measurement may
                 rerun = re.findall(r"^(?:local)?(?:rule|checkpoint) (\w+):", proc.stdout + proc.stderr, flags=re.M)
                 assert not set(rerun) & MEASURING_RULES, output
             done.append(f"{what}: {shlex.join(command)}")
