@@ -25,7 +25,7 @@ from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of 
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.results.tablebase import valid as _valid
 from shardscope.topology.model import FABRICS
-from shardscope.contracts.names import OUTCOMES, STRATEGIES
+from shardscope.contracts.names import OUTCOMES, STRATEGIES, TRAINING_DTYPES
 
 #: Result documents that describe one job or one imported log (each has a world size).
 JOB_KINDS = ("collectives", "training", "collectives_import")
@@ -35,7 +35,6 @@ KINDS = JOB_KINDS + DERIVED_KINDS
 #: measured by our workers; nccl-tests and reference logs imported; modeled by the cost model;
 #: diagnosed (verdicts of stored sweeps, doctor checks of a node).
 SOURCES = ("measured", "nccl-tests", "reference", "modeled", "diagnosed")
-TRAINING_DTYPES = ("bfloat16", "float32")
 ACCELERATORS = ("nvidia", "amd", "none")
 #: Relative tolerance of tokens/s against micro_batch * seq_len * world_size / median step time.
 THROUGHPUT_RTOL = 1e-6
