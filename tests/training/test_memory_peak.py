@@ -17,7 +17,10 @@ from shardscope.training.memory_peak import (
     largest_micro_batch,
     logits_bytes,
     predict_peak,
+    settings_of_run,
+    zero_reduce_bucket,
 )
+from shardscope.training.fairness import DDP_BUCKET_BYTES, FairSettings
 
 GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vocab_size=512, max_seq_len=256)
 
@@ -70,6 +73,33 @@ def test_activations_grow_with_tokens_and_shrink_with_checkpointing() -> None:
     assert full < base / 5
     eager = activation_bytes(cfg, StepShape(1, 2048, "bfloat16", attention="eager"), "bf16")["total"]
     assert eager - base >= cfg.n_layers * cfg.n_heads * 2048 * 2048 * 2  # the probabilities, 2 bytes each
+
+
+def test_zero_buckets_are_deepspeeds_whole_allocation_from_the_runs_settings() -> None:
+    tiny, shape = PRESETS["tiny"], StepShape(2, 64)
+    default = predict_peak("zero2", tiny, 2, shape, device="cpu")
+    assert default.phases["backward"]["reduce_bucket"] == 500_000_000 * 4  # 5e8 elements whatever the model's size
+    equal = predict_peak("zero2", tiny, 2, shape, device="cpu", fair=FairSettings(buckets="equal"))
+    assert equal.phases["backward"]["reduce_bucket"] == DDP_BUCKET_BYTES
+    assert equal.peak_bytes < default.peak_bytes - 1.9e9
+    # ZeRO-1/2 allocate the bucket in the model's dtype, ZeRO-3 in the reduction dtype; overlap_comm doubles 1/2's
+    fp32_reduce = FairSettings(reduce_dtype="float32")
+    assert zero_reduce_bucket("zero2", "bfloat16", fp32_reduce) == 500_000_000 * 2
+    assert zero_reduce_bucket("zero3", "bfloat16", fp32_reduce) == 500_000_000 * 4
+    assert zero_reduce_bucket("zero1", "float32", FairSettings(), overlap_comm=True) == 2 * 500_000_000 * 4
+    assert zero_reduce_bucket("fsdp", "float32", FairSettings()) == 0
+    # a bucket smaller than the model is reduced as it fills: ZeRO-2's gradients no longer pile up to the end
+    assert "backward_end" in default.phases and "backward_end" in equal.phases  # 6.6e6 elements hold the tiny model
+    gpt2 = PRESETS["gpt2-small"]  # 1.2e8 parameters: within DeepSpeed's 5e8, beyond 25 MiB of fp32 (6.6e6 elements)
+    assert "backward_end" in predict_peak("zero2", gpt2, 8, StepShape(1, 512)).phases
+    assert "backward_end" not in predict_peak("zero2", gpt2, 8, StepShape(1, 512), fair=FairSettings(buckets="equal")).phases
+
+
+
+def test_settings_of_run_reads_the_recorded_policy() -> None:
+    fair, overlap = settings_of_run({"reduce_dtype_requested": "float32", "bucket_policy": "equal_bytes", "overlap_comm": True})
+    assert fair == FairSettings(reduce_dtype="float32", buckets="equal") and overlap is True
+    assert settings_of_run(None) == (FairSettings(), None)
 
 
 def test_peak_is_states_plus_the_largest_phase() -> None:

@@ -15,13 +15,7 @@ import pytest
 from shardscope.training.memory_check import compare_job, modeled_for_job
 from shardscope.training.memory_peak import calibrate_overhead
 
-#: The memory model's DeepSpeed buffer terms still assume the bucket sizing the worker used before the
-#: fair-settings change (issue 17: DeepSpeed's own default, 5e8-element reduce/all-gather buckets); the
-#: measured buffers of ZeRO-1/2/3 are now hundreds of times the modeled term. Known miss, to be fixed in
-#: training/memory_peak.py from the run's recorded settings; strict, so the fix flips these.
-_BUCKETS_NOT_MODELED = pytest.mark.xfail(strict=True, reason="memory model's DeepSpeed buckets predate DeepSpeed's default sizes")
-STRATEGIES = ("ddp", "zero0", pytest.param("zero1", marks=_BUCKETS_NOT_MODELED), pytest.param("zero2", marks=_BUCKETS_NOT_MODELED),
-              pytest.param("zero3", marks=_BUCKETS_NOT_MODELED), "fsdp", "fsdp_grad_op")
+STRATEGIES = ("ddp", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp_grad_op")
 TOLERANCE = 0.10
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardscope.contracts.models import ModelConfig
-from shardscope.training.memory_peak import PeakTerms, StepShape, predict_peak
+from shardscope.training.memory_peak import PeakTerms, StepShape, predict_peak, settings_of_run
 
 #: (measured key in a rank's record, modeled attribute of :class:`PeakTerms`)
 CATEGORIES = (("param_bytes", "param_bytes"), ("grad_bytes", "grad_bytes"), ("optim_bytes", "optim_bytes"),
@@ -20,13 +20,14 @@ CATEGORIES = (("param_bytes", "param_bytes"), ("grad_bytes", "grad_bytes"), ("op
 
 
 def modeled_for_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> PeakTerms:
-    """The modeled peak of the job a result document describes (its strategy, shape, dtype, world size)."""
+    """The modeled peak of the job a result document describes (its strategy, shape, dtype, world size, settings)."""
     job = doc["job"]
     cfg = ModelConfig(**job["model_config"])
     shape = StepShape(micro_batch=int(job["micro_batch"]), seq_len=int(job["seq_len"]), dtype=job["dtype"])
-    device = "gpu" if any("cuda" in str(d).lower() or "nvidia" in str(d).lower() for d in doc.get("env", {}).get("devices", [])) else "cpu"
+    device = "gpu" if on_gpu(doc) else "cpu"
+    fair, overlap_comm = settings_of_run(doc.get("settings"))
     return predict_peak(job["strategy"], cfg, int(job["world_size"]), shape, states="implementation",
-                        overhead_fraction=overhead_fraction, device=device)
+                        overhead_fraction=overhead_fraction, device=device, fair=fair, overlap_comm=overlap_comm)
 
 
 def _modeled_value(terms: PeakTerms, name: str) -> int:
@@ -63,3 +64,69 @@ def compare_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> dict[str
         out["categories"][measured_key] = {"measured": measured, "modeled": modeled,
                                            "ratio": measured / modeled if modeled else None}
     return out
+
+
+#: The two models of the model states the whole peak is built on, as figure 3 names them.
+MEMORY_MODELS = ("ZeRO paper", "implementation")
+#: The columns of one stored row of modeled terms (``memory_peak_predictions``), in order.
+TERM_COLUMNS = ("param_bytes", "grad_bytes", "optim_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes",
+                "peak_bytes")
+
+
+def _job_model_config(job: dict[str, Any]) -> ModelConfig | None:
+    """The job's model dimensions: as the worker recorded them, else a preset's; None when neither is known."""
+    from shardscope.contracts.models import resolve_model
+
+    if job.get("model_config"):
+        try:
+            return ModelConfig(**job["model_config"])
+        except (TypeError, ValueError):
+            return None
+    try:
+        return resolve_model(job["model"])[1]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def on_gpu(doc: dict[str, Any]) -> bool:
+    """Whether the run's devices were GPUs (the step temporaries differ between CPU and GPU AdamW)."""
+    return any("cuda" in str(d).lower() or "nvidia" in str(d).lower() for d in doc.get("env", {}).get("devices", []))
+
+
+def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every modeled term of the whole peak of one training run, once per model of the states (``MEMORY_MODELS``).
+
+    Computed once when the run is stored (the ``memory_peak_predictions`` table), so figures and
+    the report only query them. The ``ZeRO paper`` row puts the paper's bytes per parameter
+    under the same activations and buffers as the ``implementation`` row (what this code's
+    strategies hold). No rows when the run's model, shape, dtype or strategy is unknown, or
+    when a model has no numbers for the strategy and dtype. Overhead 0: it is calibrated on
+    measured runs (:func:`shardscope.training.memory_peak.calibrate_overhead`), not stored as a guess.
+    """
+    from shardscope.training.memory_model import predict_memory
+    from shardscope.training.modeled import implementation_memory
+
+    job = doc.get("job") or {}
+    cfg = _job_model_config(job)
+    try:
+        strategy, gpus, dtype = job["strategy"], int(job["world_size"]), job.get("dtype") or "float32"
+        shape = StepShape(micro_batch=int(job["micro_batch"]), seq_len=int(job["seq_len"]), dtype=dtype)
+    except (KeyError, TypeError, ValueError):
+        return []
+    if cfg is None or gpus < 1:
+        return []
+    fair, overlap_comm = settings_of_run(doc.get("settings"))
+    device = "gpu" if on_gpu(doc) else "cpu"
+    rows = []
+    for name in MEMORY_MODELS:
+        try:
+            states = (predict_memory if name == "ZeRO paper" else implementation_memory)(cfg.param_count(), strategy, gpus, dtype)
+            terms = predict_peak(strategy, cfg, gpus, shape, held=states, device=device, fair=fair, overlap_comm=overlap_comm)
+        except ValueError:
+            continue
+        rows.append({"run_id": run_id, "memory_model": name, "strategy": strategy, "model": job.get("model"),
+                     "gpus": gpus, "dtype": dtype, "micro_batch": shape.micro_batch, "seq_len": shape.seq_len,
+                     "attention": shape.attention, "checkpointing": shape.checkpointing, "device": device,
+                     **{c: int(getattr(terms, c)) for c in TERM_COLUMNS}, "peak_phase": terms.peak_phase,
+                     "method": "modeled"})
+    return rows

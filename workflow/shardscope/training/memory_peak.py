@@ -27,14 +27,20 @@ buffers (temporary, by phase)
     plus one gather buffer.
     backward, the head's (the log-softmax output consumed): the logits' gradient; DDP the
     head weight's gradient before it is copied into its bucket view; ZeRO-1/2 the reduce
-    bucket (``reduce_bucket_size`` elements, allocated whole); ZeRO-3 every parameter reused
-    within ``stage3_max_reuse_distance`` (1e9 elements) still gathered, plus the bucket.
+    bucket; ZeRO-3 every parameter reused within ``stage3_max_reuse_distance`` (1e9 elements)
+    still gathered, plus the bucket. The bucket is ``reduce_bucket_size`` elements as the run
+    configures DeepSpeed (:func:`shardscope.training.fairness.deepspeed_bucket_elements`: 5e8 by
+    default, 25 MiB under ``--buckets equal``), allocated whole however small the model
+    (DeepSpeed's ``torch.empty(reduce_bucket_size)``: 2 GB in fp32 for the tiny model too);
+    ZeRO-1/2 allocate it in the model's dtype (two with ``overlap_comm``, off by default for
+    stages 1-2), ZeRO-3 one in the reduction dtype (:func:`zero_reduce_bucket`).
     backward, inside the blocks (the output side's activations gone): FSDP the root unsharded
     plus three block-sized buffers (gathered flat buffer, unsharded parameters, unsharded
     gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
     (:func:`zero1_backward`). backward, at its end (ZeRO-2/3 when one bucket holds every
-    gradient, as the worker's ``max(Ψ, 1e6)`` elements do below 5e8 parameters, reduced only then): every gradient whole beside the bucket (and ZeRO-3's
-    gathered parameters), no activations left.
+    gradient, as DeepSpeed's default 5e8 elements do for models below 5e8 parameters, reduced
+    only then): every gradient whole beside the bucket (and ZeRO-3's gathered parameters), no
+    activations left.
     step: the optimizer's temporaries (see :func:`step_temporaries`).
 overhead
     what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
@@ -49,14 +55,12 @@ from typing import Any
 
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import STRATEGIES
+from shardscope.training.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 
 ATTENTION_KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_8bit")
 OFFLOAD = ("none", "cpu")
-#: DeepSpeed's ``reduce_bucket_size`` as :func:`shardscope.training.strategies.prepare_deepspeed` sets it.
-DEEPSPEED_BUCKET_CAP = 500_000_000
-DEEPSPEED_BUCKET_FLOOR = 1_000_000
 #: DeepSpeed's default ``stage3_max_reuse_distance``: a gathered parameter reused within this many
 #: elements is not released, so a model smaller than it stays gathered from forward to backward.
 DEEPSPEED_REUSE_DISTANCE = 1_000_000_000
@@ -166,9 +170,26 @@ def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     return shape.tokens * cfg.vocab_size * (4 if policy == "fp32" else 6)
 
 
-def deepspeed_bucket_elements(n_params: int) -> int:
-    """``reduce_bucket_size`` as the worker configures DeepSpeed (the parameter count, within [1e6, 5e8])."""
-    return int(min(DEEPSPEED_BUCKET_CAP, max(n_params, DEEPSPEED_BUCKET_FLOOR)))
+def reduce_bucket_elements(dtype: str, fair: FairSettings) -> int:
+    """DeepSpeed's ``reduce_bucket_size`` (elements) for a run in ``dtype`` under ``fair``: the worker's own setting."""
+    reduce_dtype = fair.resolved_reduce_dtype(dtype)
+    return deepspeed_bucket_elements(fair, reduce_dtype, dtype)["reduce"]
+
+
+def zero_reduce_bucket(strategy: str, dtype: str, fair: FairSettings, overlap_comm: bool | None = None) -> int:
+    """Bytes of the gradient reduce bucket(s) DeepSpeed allocates for ZeRO-1/2/3, whole, whatever the model's size.
+
+    ZeRO-1/2 allocate ``reduce_bucket_size`` elements in the model's dtype (the gradient
+    accumulation dtype, which defaults to it), a second one when ``overlap_comm`` is on
+    (DeepSpeed's default for stages 1-2 is off); ZeRO-3 one bucket in the reduction dtype
+    (``communication_data_type``). Other strategies: 0.
+    """
+    if strategy not in ("zero1", "zero2", "zero3"):
+        return 0
+    elements = reduce_bucket_elements(dtype, fair)
+    if strategy == "zero3":
+        return elements * dtype_bytes(fair.resolved_reduce_dtype(dtype))
+    return elements * dtype_bytes(dtype) * (2 if overlap_comm else 1)
 
 
 @dataclass(frozen=True)
@@ -212,13 +233,16 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
     return temp
 
 
-def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: int, policy: str) -> dict[str, dict[str, int]]:
+def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: int, policy: str,
+                     fair: FairSettings | None = None, overlap_comm: bool | None = None) -> dict[str, dict[str, int]]:
     """Buffers each phase holds besides the activations, by name (see the module docstring).
 
     Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward:
     the log-softmax output consumed, the logits' gradient alive) and ``backward_blocks`` (inside
-    the blocks' backward, the output side's activations gone).
+    the blocks' backward, the output side's activations gone). ``fair`` and ``overlap_comm``
+    are the run's settings (DeepSpeed's bucket sizes follow from them; defaults: the worker's).
     """
+    fair = fair or FairSettings()
     e_param = 4 if policy in ("fp32", "autocast") else 2
     e_grad = e_param
     block = block_params(cfg) * e_param
@@ -229,7 +253,7 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     if strategy in ("ddp", "zero0"):  # autograd's head gradient before it is copied into the bucket view
         head["head_weight_grad"] = cfg.vocab_size * cfg.d_model * e_grad
     elif strategy in ("zero1", "zero2"):
-        bucket = deepspeed_bucket_elements(cfg.param_count()) * e_grad
+        bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     elif strategy == "fsdp":
         forward["root_gather_and_unsharded"] = 2 * root
@@ -241,13 +265,13 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         blocks["block_grads"] = block
     elif strategy == "zero3":
         gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE) * e_param
-        bucket = deepspeed_bucket_elements(cfg.param_count()) * e_grad
+        bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
         forward["gathered_params"] = head["gathered_params"] = blocks["gathered_params"] = gathered
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     return {"forward": forward, "backward": head, "backward_blocks": blocks}
 
 
-def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: int) -> dict[str, int]:
+def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: int, bucket_elements: int) -> dict[str, int]:
     """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
 
     Stage 1 keeps every full gradient until the end of backward (it partitions only the
@@ -257,7 +281,7 @@ def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: 
     """
     head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
-    cap = bucket if bucket < cfg.param_count() * e_grad else None  # a full bucket is reduced: no more piles up
+    cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up
     def grads(nbytes: int) -> int:
         return min(nbytes, cap) if cap is not None else nbytes
     candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + (k + 1) * block_grads),
@@ -326,12 +350,17 @@ def _optim_sharded(strategy: str) -> bool:
 
 def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, states: str = "implementation",
                  optimizer: OptimizerAssumption | None = None, overhead_fraction: float = 0.0,
-                 device: str = "gpu", held: dict[str, int] | None = None) -> PeakTerms:
+                 device: str = "gpu", held: dict[str, int] | None = None, fair: FairSettings | None = None,
+                 overlap_comm: bool | None = None) -> PeakTerms:
     """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
 
     ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
     e.g. from the user's bytes-per-parameter assumption; else ``states`` picks the model.
+    ``fair`` (reduce dtype, bucket policy) and ``overlap_comm`` are the run's recorded settings
+    (:func:`settings_of_run`); by default the worker's defaults (DeepSpeed's own buckets, its per-stage
+    ``overlap_comm``).
     """
+    fair = fair or FairSettings()
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
@@ -345,7 +374,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     else:
         held = {key: int(held[key]) for key in ("param_bytes", "grad_bytes", "optim_bytes")}
     acts = activation_bytes(cfg, shape, policy)
-    buffers = strategy_buffers(strategy, cfg, shape, gpus, policy)
+    buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
     step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
     log_softmax = shape.tokens * cfg.vocab_size * 4
     phases = {
@@ -355,9 +384,11 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         "step": {"optimizer_temporaries": step_temp, "activations": 0},
     }
     e_grad = 4 if policy in ("fp32", "autocast") else 2
+    bucket_elements = reduce_bucket_elements(shape.dtype, fair)
     if strategy == "zero1":
-        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad)
-    whole_bucket = deepspeed_bucket_elements(cfg.param_count()) >= cfg.param_count()
+        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
+                                                   bucket_elements)
+    whole_bucket = bucket_elements >= cfg.param_count()
     if strategy in ("zero2", "zero3") and whole_bucket:  # one bucket holds every gradient: reduced only at the end
         phases["backward_end"] = {**buffers["backward_blocks"], "full_grads": cfg.param_count() * e_grad, "activations": 0}
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
@@ -369,7 +400,22 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                      overhead_bytes=overhead, peak_bytes=modeled + overhead, peak_phase=phase, phases=phases,
                      assumptions={"policy": policy, "states": states, "device": device, **asdict(shape), "gpus": gpus,
                                   "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
+                                  "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
                                   "activations_at_forward_end": acts["total"]}, **held)
+
+
+def settings_of_run(settings: dict[str, Any] | None) -> tuple[FairSettings, bool | None]:
+    """The fair settings and ``overlap_comm`` a run recorded (its result's ``settings`` block); the worker's defaults if absent.
+
+    ``reduce_dtype_requested`` and ``bucket_policy`` are what the worker was asked for
+    (:meth:`shardscope.training.fairness.FairSettings.describe`), ``overlap_comm`` what
+    DeepSpeed resolved; a result written before issue 17 has none and gets the defaults.
+    """
+    settings = settings or {}
+    fair = FairSettings(reduce_dtype=settings.get("reduce_dtype_requested") or "auto",
+                        buckets="equal" if settings.get("bucket_policy") == "equal_bytes" else "default")
+    overlap = settings.get("overlap_comm")
+    return fair, (bool(overlap) if overlap is not None else None)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
