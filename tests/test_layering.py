@@ -39,13 +39,6 @@ PENDING = {
     ("shardscope.figures.reference", "shardscope.costmodel.machine"): REFERENCE_STAGE,
     ("shardscope.figures.reference", "shardscope.costmodel.sweep"): REFERENCE_STAGE,
     ("shardscope.figures.reference", "shardscope.diagnose.evaluate"): REFERENCE_STAGE,
-    ("shardscope.figures.queries", "shardscope.training.memory_model"):
-        "memory model computed once by the predictions stage (issue 15 part 6, with issue 18)",
-    ("shardscope.figures.queries", "shardscope.training.memory_peak"):
-        "figure 3's modeled activations and buffers, computed at query time until the predictions stage stores them "
-        "(issue 15 part 6, with issue 18)",
-    ("shardscope.figures.queries", "shardscope.training.modeled"):
-        "implementation memory model computed once by the predictions stage (issue 15 part 6)",
     ("shardscope.figures.decision", "shardscope.training.memory_model"):
         "decision map's memory numbers from the database (issue 15 part 6, figures/decision.py is issue 21's)",
     ("shardscope.paper.context", "shardscope.training.memory_model"):

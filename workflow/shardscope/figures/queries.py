@@ -16,8 +16,7 @@ import pandas as pd
 from shardscope.figures.links import nominal_link
 from shardscope.figures.reference import load_manifest
 from shardscope.figures.verdict_text import verdict_text
-from shardscope.training.memory_model import predict_memory
-from shardscope.training.modeled import implementation_memory
+from shardscope.results.schemas_predictions import MEMORY_MODELS  # noqa: F401  (figure 3's two models, for the captions)
 
 #: A run's fabric: what the run recorded, else "cpu" for CPU runs, else "unknown".
 FABRIC_SQL = "coalesce(r.fabric, CASE WHEN r.device_type = 'cpu' THEN 'cpu' END, 'unknown')"
@@ -161,8 +160,8 @@ def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return df
 
 
-def measured_memory(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Per-rank bytes held by each strategy (the largest rank) in its latest finished run."""
+def measured_memory(con: duckdb.DuckDBPyConnection, keep_run_id: bool = False) -> pd.DataFrame:
+    """Per-rank bytes held by each strategy (the largest rank) in its latest finished run (``run_id`` on request)."""
     return con.execute(f"""
         WITH per_run AS (
             SELECT t.run_id, r.measured_at, r.host, {FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model,
@@ -181,7 +180,7 @@ def measured_memory(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         SELECT * FROM per_run
         QUALIFY row_number() OVER (PARTITION BY host, model, world_size, dtype, strategy
                                    ORDER BY measured_at DESC, run_id) = 1
-        ORDER BY host, model, world_size, strategy""").df().drop(columns=["run_id", "measured_at"])
+        ORDER BY host, model, world_size, strategy""").df().drop(columns=["measured_at"] if keep_run_id else ["run_id", "measured_at"])
 
 
 def device_capacity_bytes(device_type: str | None, devices: str | None, probed_bytes: float | None = None) -> float | None:
@@ -195,38 +194,27 @@ def device_capacity_bytes(device_type: str | None, devices: str | None, probed_b
     return float(match[1]) * 1e9 if match else None
 
 
-#: The two memory models drawn beside the measured bytes (both ``method`` modeled).
-MEMORY_MODELS = ("ZeRO paper", "implementation")
+def modeled_memory_terms(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """The stored modeled terms of every training run's whole peak (``memory_peak_predictions``), one row per model.
 
-
-def _modeled_memory(model: str, n_params: int, strategy: str, world_size: int, dtype: str) -> dict[str, int] | None:
-    """Per-rank bytes of one memory model, or None where it has no numbers for the strategy and dtype."""
-    try:
-        if model == "ZeRO paper":
-            return predict_memory(n_params, strategy, world_size, dtype)
-        return implementation_memory(n_params, strategy, world_size, dtype)
-    except ValueError:
-        return None
-
-
-def _modeled_transient(rec: dict, states: dict[str, int], on_gpu: bool) -> dict[str, float | None]:
-    """Modeled activations, buffers and whole peak beside one memory model's states (issue 18); None where the
-    run's model is not a preset or its shape is unknown."""
-    from shardscope.contracts.models import resolve_model
-    from shardscope.training.memory_peak import StepShape, predict_peak
-
-    none = {"activation_bytes": None, "buffer_bytes": None, "tracked_peak_bytes": None}
-    try:
-        _, cfg = resolve_model(rec["model"])
-        shape = StepShape(micro_batch=int(rec["micro_batch"]), seq_len=int(rec["seq_len"]), dtype=rec["dtype"] or "float32")
-    except (ValueError, TypeError):
-        return none
-    terms = predict_peak(rec["strategy"], cfg, int(rec["world_size"]), shape, held=states, device="gpu" if on_gpu else "cpu")
-    return {"activation_bytes": terms.activation_bytes, "buffer_bytes": terms.buffer_bytes, "tracked_peak_bytes": terms.peak_bytes}
+    A database collected before the table existed has none (``shardscope collect`` adds it): no modeled rows.
+    """
+    columns = ["run_id", "memory_model", "param_bytes", "grad_bytes", "optim_bytes", "activation_bytes", "buffer_bytes",
+               "overhead_bytes", "peak_bytes", "peak_phase"]
+    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'memory_peak_predictions'"
+                       ).fetchone()[0]:
+        return pd.DataFrame(columns=columns)
+    return con.execute("""
+        SELECT run_id, memory_model, param_bytes, grad_bytes, optim_bytes, activation_bytes, buffer_bytes,
+               overhead_bytes, peak_bytes, peak_phase
+        FROM memory_peak_predictions ORDER BY run_id, memory_model""").df()
 
 
 def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Measured bytes held beside two models for the same model, world size and dtype.
+
+    The modeled rows are the terms stored for the same run when it was collected
+    (``memory_peak_predictions``, :func:`modeled_memory_terms`): nothing is computed here.
 
     ``memory_model`` names the model of a modeled row: ``ZeRO paper`` (the paper's bytes per parameter,
     :func:`~shardscope.training.memory_model.predict_memory`) or ``implementation`` (what this
@@ -237,25 +225,25 @@ def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     part of the state cannot make the rest negative); ``capacity_bytes`` the GPU's memory where
     the topology or the GPU's name gives it.
     """
-    measured = measured_memory(con)
+    measured = measured_memory(con, keep_run_id=True)
+    modeled = {(r["run_id"], r["memory_model"]): r for r in modeled_memory_terms(con).to_dict("records")}
     rows = []
     for rec in measured.to_dict("records"):
+        run_id = rec.pop("run_id")
         capacity = device_capacity_bytes(rec.pop("device_type"), rec.pop("devices"), rec.pop("gpu_memory_bytes"))
         peak = rec["peak_memory_bytes"]
         rest = max(peak - rec["held_bytes"], 0) if pd.notna(peak) else None
         rows.append({**rec, "method": "measured", "memory_model": None, "rest_bytes": rest, "capacity_bytes": capacity})
-        if pd.isna(rec["param_count"]):
-            continue
         for name in MEMORY_MODELS:
-            model = _modeled_memory(name, int(rec["param_count"]), rec["strategy"], int(rec["world_size"]),
-                                    rec["dtype"] or "float32")
-            if model is None:
+            terms = modeled.get((run_id, name))
+            if terms is None:
                 continue
-            rows.append({**rec, **_modeled_transient(rec, model, capacity is not None), "method": "modeled", "memory_model": name,
-                         "param_bytes": model["param_bytes"], "grad_bytes": model["grad_bytes"], "optim_bytes": model["optim_bytes"],
-                         "held_bytes": model["total_bytes"], "peak_memory_bytes": None, "peak_memory_method": None,
+            states = {k: int(terms[k]) for k in ("param_bytes", "grad_bytes", "optim_bytes")}
+            rows.append({**rec, **states, "activation_bytes": terms["activation_bytes"], "buffer_bytes": terms["buffer_bytes"],
+                         "tracked_peak_bytes": terms["peak_bytes"], "method": "modeled", "memory_model": name,
+                         "held_bytes": sum(states.values()), "peak_memory_bytes": None, "peak_memory_method": None,
                          "rest_bytes": None, "capacity_bytes": capacity})
-    columns = [c for c in measured.columns if c not in ("device_type", "devices", "gpu_memory_bytes")]
+    columns = [c for c in measured.columns if c not in ("run_id", "device_type", "devices", "gpu_memory_bytes")]
     return pd.DataFrame(rows, columns=[*columns, "method", "memory_model", "rest_bytes", "capacity_bytes"])
 
 

@@ -24,6 +24,7 @@ from shardscope.results.documents_derived import (
     identity_digest,
 )
 from shardscope.results.schemas import DERIVED_KINDS, KINDS, TRAINING_DTYPES
+from shardscope.training.memory_check import memory_terms_rows
 from shardscope.training.memory_model import SHARDED, predict_memory
 
 TOPOLOGY_SCHEMA_PREFIX = "shardscope.topology/"
@@ -198,6 +199,7 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in _RANK_MEMORY_KEYS}}
                             for r in doc.get("ranks", [])],
         "memory_predictions": [prediction] if prediction else [],
+        "memory_peak_predictions": memory_terms_rows(run_id, doc),
         "training_comm": [{"run_id": run_id, **{k: r.get(k) for k in ("op", "dtype", "calls", "size_bytes", "volume_bytes")}}
                           for r in ((summary.get("comm_bytes") or {}).get("measured") or {}).get("per_op", [])],
     }

@@ -20,7 +20,7 @@ from pandera.typing import Series
 from shardscope.collectives.factors import OPS
 from shardscope.results.schemas_comm import TrainingCommSchema
 from shardscope.results.schemas_diagnosis import DoctorFindingsSchema, VerdictRowsSchema, VerdictsSchema
-from shardscope.results.schemas_predictions import CollectivePredictionsSchema, StrategyPredictionsSchema
+from shardscope.results.schemas_predictions import CollectivePredictionsSchema, MemoryPeakPredictionsSchema, StrategyPredictionsSchema
 from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of this module's API)
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.results.tablebase import valid as _valid
@@ -351,6 +351,7 @@ TABLES: dict[str, type[pa.DataFrameModel]] = {
     "training_memory": TrainingMemorySchema,
     "training_comm": TrainingCommSchema,
     "memory_predictions": MemoryPredictionsSchema,
+    "memory_peak_predictions": MemoryPeakPredictionsSchema,
     "topologies": TopologiesSchema,
     "gpus": GpusSchema,
     "links": LinksSchema,

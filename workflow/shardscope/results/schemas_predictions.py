@@ -17,6 +17,7 @@ from shardscope.collectives.factors import OPS
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.topology.model import FABRICS
 from shardscope.contracts.names import STRATEGIES
+from shardscope.training.memory_check import MEMORY_MODELS
 
 #: Modeled values are computed, not printed and re-read: their relations hold to rounding error.
 MODELED_RTOL = 1e-6
@@ -115,3 +116,49 @@ class StrategyPredictionsSchema(_Table):
         fits = df["fits"].astype("boolean")
         agree = (fits == (df["memory_total_bytes"] <= df["memory_available_bytes"])).fillna(False).astype(bool)
         return (known & agree) | (~known & fits.isna())
+
+
+#: Phases in which the modeled peak can happen (:func:`shardscope.training.memory_peak.predict_peak`).
+PEAK_PHASES = ("forward", "backward", "backward_blocks", "backward_end", "step")
+
+
+class MemoryPeakPredictionsSchema(_Table):
+    """Per (training run, model of the states): every modeled term of the whole per-GPU peak (issue 18).
+
+    Written once when the run is collected (:func:`shardscope.training.memory_check.memory_terms_rows`),
+    for the run's strategy, model, GPUs, dtype, micro-batch, sequence length and settings;
+    figure 3 and the report only query it. ``peak_bytes`` is the sum of the terms; the overhead
+    is 0 until calibrated on measured runs.
+    """
+
+    run_id: Series[str]
+    memory_model: Series[str] = pa.Field(isin=MEMORY_MODELS)
+    strategy: Series[str] = pa.Field(isin=STRATEGIES)
+    model: Series[str] = pa.Field(nullable=True)
+    gpus: Series[int] = pa.Field(ge=1)
+    dtype: Series[str] = pa.Field(isin=["float32", "bfloat16"])
+    micro_batch: Series[int] = pa.Field(ge=1)
+    seq_len: Series[int] = pa.Field(ge=1)
+    attention: Series[str] = pa.Field(isin=["sdpa", "eager"])
+    checkpointing: Series[str] = pa.Field(isin=["none", "full"])
+    device: Series[str] = pa.Field(isin=["cpu", "gpu"])
+    param_bytes: Series[int] = pa.Field(ge=0)
+    grad_bytes: Series[int] = pa.Field(ge=0)
+    optim_bytes: Series[int] = pa.Field(ge=0)
+    activation_bytes: Series[int] = pa.Field(ge=0)
+    buffer_bytes: Series[int] = pa.Field(ge=0)
+    overhead_bytes: Series[int] = pa.Field(ge=0)
+    peak_bytes: Series[int] = pa.Field(gt=0)
+    peak_phase: Series[str] = pa.Field(isin=PEAK_PHASES)
+    method: Series[str] = pa.Field(isin=["modeled"])
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["run_id", "memory_model"]
+
+    @pa.dataframe_check(error="peak_bytes must equal the sum of the states, activations, buffers and overhead")
+    def peak_is_the_sum_of_its_terms(cls, df: pd.DataFrame) -> Series[bool]:
+        """The modeled peak is its terms added up, nothing else."""
+        parts = ("param_bytes", "grad_bytes", "optim_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes")
+        return df["peak_bytes"] == sum(df[c] for c in parts)

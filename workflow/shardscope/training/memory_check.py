@@ -22,7 +22,9 @@ CATEGORIES = (("param_bytes", "param_bytes"), ("grad_bytes", "grad_bytes"), ("op
 def modeled_for_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> PeakTerms:
     """The modeled peak of the job a result document describes (its strategy, shape, dtype, world size, settings)."""
     job = doc["job"]
-    cfg = ModelConfig(**job["model_config"])
+    cfg = _job_model_config(job)
+    if cfg is None:
+        raise ValueError(f"the job's model {job.get('model')!r} has no recorded dimensions and is not a preset")
     shape = StepShape(micro_batch=int(job["micro_batch"]), seq_len=int(job["seq_len"]), dtype=job["dtype"])
     device = "gpu" if on_gpu(doc) else "cpu"
     fair, overlap_comm = settings_of_run(doc.get("settings"))
