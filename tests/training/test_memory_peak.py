@@ -171,3 +171,37 @@ def test_bad_input_names_the_flag_and_exits_2(capsys: pytest.CaptureFixture[str]
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
     assert out == "" and len(lines) == 1 and fragment in lines[0], err
+
+
+def test_hsdp_holds_what_fsdp_on_one_shard_group_holds() -> None:
+    from shardscope.training.memory_peak import whole_peak
+
+    cfg = PRESETS["llama-1b"]
+    hsdp = whole_peak("hsdp", cfg, 16, 2048, 1, shard_group=8)
+    fsdp8 = whole_peak("fsdp", cfg, 8, 2048, 1)
+    fsdp16 = whole_peak("fsdp", cfg, 16, 2048, 1)
+    assert hsdp.strategy == "hsdp" and hsdp.assumptions["replicas"] == 2 and hsdp.assumptions["shard_group"] == 8
+    assert (hsdp.param_bytes, hsdp.grad_bytes, hsdp.optim_bytes) == (fsdp8.param_bytes, fsdp8.grad_bytes, fsdp8.optim_bytes)
+    assert hsdp.state_bytes == pytest.approx(2 * fsdp16.state_bytes, rel=1e-6)  # sharded 8 ways, not 16
+    assert hsdp.phases == fsdp8.phases  # FSDP's buffers: the unsharded root and block
+    assert whole_peak("hsdp", cfg, 8, 2048).peak_bytes == whole_peak("fsdp", cfg, 8, 2048).peak_bytes  # one group: FSDP
+    with pytest.raises(ValueError, match="positive divisor of the 16 GPUs"):
+        whole_peak("hsdp", cfg, 16, 2048, shard_group=3)
+    with pytest.raises(ValueError, match="HSDP's alone"):
+        whole_peak("zero3", cfg, 16, 2048, shard_group=8)
+
+
+def test_whole_peak_is_predict_peak_for_the_named_shape_and_says_what_fits() -> None:
+    from shardscope.training.memory_peak import whole_peak
+
+    cfg = PRESETS["mistral-7b"]
+    terms = whole_peak("zero3", "mistral-7b", 8, 4096, 1, "full")
+    same = predict_peak("zero3", cfg, 8, StepShape(1, 4096, "bfloat16", checkpointing="full"))
+    assert terms == same
+    assert terms.fits(terms.peak_bytes) and not terms.fits(terms.peak_bytes - 1)
+    assert whole_peak("zero3", "mistral-7b", 8, 4096, 2).peak_bytes > whole_peak("zero3", "mistral-7b", 8, 4096, 1).peak_bytes
+    for bad, match in (({"seq_len": cfg.max_seq_len + 1}, "maximum sequence length"), ({"micro_batch": 0}, "micro_batch"),
+                       ({"checkpointing": "selective"}, "activation checkpointing must be one of none, full")):
+        args = {"seq_len": 4096, "micro_batch": 1, "checkpointing": "none", **bad}
+        with pytest.raises(ValueError, match=match):
+            whole_peak("zero3", "mistral-7b", 8, **args)

@@ -1,5 +1,9 @@
 """The whole per-GPU peak of one training step, term by term (modeled, torch-free).
 
+One function answers "does it fit?" everywhere (advise, the decision map, the report):
+:func:`whole_peak` ``(strategy, model, gpus, seq_len, micro_batch, checkpointing, *, dtype, ...)``
+returns every term; ``.peak_bytes`` is the peak and ``.fits(capacity_bytes)`` the verdict.
+
 ``peak = model states + max over phases(activations + buffers alive then) + overhead``
 
 Every term is counted from what :class:`shardscope.training.model.GPT` and the strategies in
@@ -42,6 +46,9 @@ buffers (temporary, by phase)
     only then): every gradient whole beside the bucket (and ZeRO-3's gathered parameters), no
     activations left.
     step: the optimizer's temporaries (see :func:`step_temporaries`).
+HSDP (``hsdp``, a shard group of ``g`` GPUs)
+    FSDP inside each group, replicas across groups: model states sharded ``g`` ways, FSDP's
+    buffers (:func:`hsdp_shard_group`).
 overhead
     what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
     fraction of the modeled peak, *calibrated* from a measured run
@@ -57,6 +64,10 @@ from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import STRATEGIES
 from shardscope.training.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 
+#: Strategies the memory model answers for: the worker's, and HSDP (shard inside a group of
+#: ``shard_group`` GPUs, replicate across groups). ``contracts.names.STRATEGIES`` has no "hsdp" in this
+#: branch (issue 17 adds it to the worker and contracts), so the model accepts it here on its own.
+MODELED_STRATEGIES = tuple(dict.fromkeys((*STRATEGIES, "hsdp")))
 ATTENTION_KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_8bit")
@@ -309,6 +320,10 @@ class PeakTerms:
     """Per phase, each buffer term and the activations then (the whole breakdown)."""
     assumptions: dict[str, Any] = field(default_factory=dict)
 
+    def fits(self, capacity_bytes: float) -> bool:
+        """Whether the whole peak fits a GPU of ``capacity_bytes`` ("fits" means the whole peak, nothing less)."""
+        return self.peak_bytes <= capacity_bytes
+
     @property
     def state_bytes(self) -> int:
         """Parameters, gradients and optimizer state."""
@@ -351,20 +366,27 @@ def _optim_sharded(strategy: str) -> bool:
 def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, states: str = "implementation",
                  optimizer: OptimizerAssumption | None = None, overhead_fraction: float = 0.0,
                  device: str = "gpu", held: dict[str, int] | None = None, fair: FairSettings | None = None,
-                 overlap_comm: bool | None = None) -> PeakTerms:
+                 overlap_comm: bool | None = None, shard_group: int | None = None) -> PeakTerms:
     """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
 
     ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
     e.g. from the user's bytes-per-parameter assumption; else ``states`` picks the model.
     ``fair`` (reduce dtype, bucket policy) and ``overlap_comm`` are the run's recorded settings
     (:func:`settings_of_run`); by default the worker's defaults (DeepSpeed's own buckets, its per-stage
-    ``overlap_comm``).
+    ``overlap_comm``). ``shard_group`` is HSDP's shard-group size (see :func:`hsdp_shard_group`).
     """
     fair = fair or FairSettings()
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if strategy not in MODELED_STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(MODELED_STRATEGIES)}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"number of GPUs must be at least 1, got {gpus!r}")
+    if strategy == "hsdp":
+        group = hsdp_shard_group(gpus, shard_group)
+        terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm)
+        return replace(terms, strategy="hsdp", assumptions={**terms.assumptions, "gpus": gpus, "shard_group": group,
+                                                            "replicas": gpus // group})
+    if shard_group is not None:
+        raise ValueError(f"a shard-group size is HSDP's alone, not {strategy!r}'s")
     if not 0 <= overhead_fraction < 1:
         raise ValueError(f"overhead fraction must be in [0, 1), got {overhead_fraction!r}")
     optimizer = optimizer or OptimizerAssumption()
@@ -404,6 +426,22 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                                   "activations_at_forward_end": acts["total"]}, **held)
 
 
+def hsdp_shard_group(gpus: int, shard_group: int | None) -> int:
+    """HSDP's shard-group size on ``gpus`` GPUs: ``shard_group`` (a divisor of ``gpus``), or all of them when None.
+
+    HSDP shards parameters, gradients and optimizer state inside each group of ``shard_group``
+    GPUs (FSDP within the group) and replicates them across the ``gpus / shard_group`` groups
+    (gradients all-reduced between replicas after the in-group reduce-scatter, in place on the
+    shard). So per GPU it holds what FSDP on ``shard_group`` GPUs holds, with FSDP's buffers
+    (the unsharded root and block being computed): the memory model treats it as exactly that.
+    """
+    if shard_group is None:
+        return gpus
+    if isinstance(shard_group, bool) or not isinstance(shard_group, int) or shard_group < 1 or gpus % shard_group:
+        raise ValueError(f"HSDP's shard-group size must be a positive divisor of the {gpus} GPUs, got {shard_group!r}")
+    return shard_group
+
+
 def settings_of_run(settings: dict[str, Any] | None) -> tuple[FairSettings, bool | None]:
     """The fair settings and ``overlap_comm`` a run recorded (its result's ``settings`` block); the worker's defaults if absent.
 
@@ -416,6 +454,34 @@ def settings_of_run(settings: dict[str, Any] | None) -> tuple[FairSettings, bool
                         buckets="equal" if settings.get("bucket_policy") == "equal_bytes" else "default")
     overlap = settings.get("overlap_comm")
     return fair, (bool(overlap) if overlap is not None else None)
+
+
+def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int, micro_batch: int = 1,
+               checkpointing: str = "none", *, dtype: str = "bfloat16", attention: str = "sdpa",
+               states: str = "implementation", optimizer: OptimizerAssumption | None = None,
+               overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
+               shard_group: int | None = None) -> PeakTerms:
+    """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
+
+    ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group) training
+    ``model`` (a preset name or its dimensions) at ``seq_len`` tokens and ``micro_batch``
+    sequences per GPU, activation checkpointing ``none`` or ``full``, in ``dtype``. Returns
+    every term (:class:`PeakTerms`); ``.peak_bytes`` is the peak, and
+    ``terms.fits(capacity_bytes)`` the verdict. Model states are ``implementation`` (what this
+    code's strategies hold) or ``paper`` (the ZeRO paper's bytes per parameter); the overhead
+    is 0 unless a calibrated fraction is given. Raises ValueError naming the argument on bad input.
+    """
+    from shardscope.contracts.models import resolve_model
+
+    cfg = resolve_model(model)[1] if isinstance(model, str) else model
+    for name, value in (("seq_len", seq_len), ("micro_batch", micro_batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if seq_len > cfg.max_seq_len:
+        raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
+    shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention, checkpointing=checkpointing)
+    return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
+                        device=device, fair=fair, shard_group=shard_group)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
