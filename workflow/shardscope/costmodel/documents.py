@@ -185,6 +185,9 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
         except UserError as exc:
             strategies, note = [], f"strategies not predicted: {exc}"
     doc = predictions_document(topology, machine, collectives, strategies, assumptions.to_dict(), None, created_at)
+    from shardscope.training.memory_cases import memory_case_rows
+
+    doc["memory"] = memory_case_rows(plan, machine.memory_bytes if machine.fabric != "cpu" else None)
     doc["plan"] = {"device": plan.get("device"), "ops": ops, "world_sizes": world_sizes, "transports": transports,
                    "sizes_bytes": sizes, "training_world_sizes": sorted(by_size), "strategies_note": note}
     return doc

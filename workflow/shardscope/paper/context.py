@@ -25,6 +25,7 @@ from shardscope.figures.plots import FIGURES
 from shardscope.figures.reference import load_manifest, reference_database
 from shardscope.figures.sources import open_results, require_database
 from shardscope.figures.style import format_params, strategy_name
+from shardscope.paper import memory_cases
 from shardscope.paper import queries as report_queries
 from shardscope.paper import tables
 from shardscope.training.memory_model import memory_table
@@ -166,6 +167,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         emulated = report_queries.emulated_training(con)
         modeled_steps = report_queries.modeled_vs_measured_steps(con)
         doctor = report_queries.doctor_warnings(con)
+        mistral_peak = memory_cases.mistral_peak_table(con)
     decision = decision_map(speed)
     ok = speed[speed["outcome"] == "ok"]
     by_label = {run.label: run for run in load_manifest()}
@@ -204,6 +206,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
                                optimizer_gb=mistral["optim_bytes"] / 1e9, total_gb=mistral["total_bytes"] / 1e9)
                 [["strategy", "gpus", "params_gb", "grads_gb", "optimizer_gb", "total_gb"]],
                 {"params_gb": gb, "grads_gb": gb, "optimizer_gb": gb, "total_gb": gb}),
+            "mistral_peak": markdown_table(mistral_peak, memory_cases.GB_FORMATS),
             "emulated": markdown_table(
                 emulated[["preset", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",
                           "comm_time_share"]],

@@ -62,7 +62,8 @@ def predictions_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str,
                label=doc.get("label"), topology_hash=topo["hash"], env_json=json.dumps(env, sort_keys=True, default=str))
     return {"runs": [run],
             "collective_predictions": [{"run_id": run_id, **row} for row in doc["collectives"]],
-            "strategy_predictions": [{"run_id": run_id, **row} for row in doc["strategies"]]}
+            "strategy_predictions": [{"run_id": run_id, **row} for row in doc["strategies"]],
+            "memory_case_predictions": [{"run_id": run_id, **row} for row in doc.get("memory") or []]}
 
 
 def _spread(summary: dict[str, Any]) -> dict[str, Any]:

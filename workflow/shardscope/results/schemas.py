@@ -20,7 +20,8 @@ from pandera.typing import Series
 from shardscope.collectives.factors import OPS
 from shardscope.results.schemas_comm import TrainingCommSchema
 from shardscope.results.schemas_diagnosis import DoctorFindingsSchema, VerdictRowsSchema, VerdictsSchema
-from shardscope.results.schemas_predictions import CollectivePredictionsSchema, MemoryPeakPredictionsSchema, StrategyPredictionsSchema
+from shardscope.results.schemas_predictions import (CollectivePredictionsSchema, MemoryCasePredictionsSchema, MemoryPeakPredictionsSchema,
+                                                 StrategyPredictionsSchema)
 from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of this module's API)
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.results.tablebase import valid as _valid
@@ -357,6 +358,7 @@ TABLES: dict[str, type[pa.DataFrameModel]] = {
     "links": LinksSchema,
     "collective_predictions": CollectivePredictionsSchema,
     "strategy_predictions": StrategyPredictionsSchema,
+    "memory_case_predictions": MemoryCasePredictionsSchema,
     "verdicts": VerdictsSchema,
     "verdict_rows": VerdictRowsSchema,
     "doctor_findings": DoctorFindingsSchema,

@@ -122,24 +122,14 @@ class StrategyPredictionsSchema(_Table):
 PEAK_PHASES = ("forward", "backward", "backward_blocks", "backward_end", "step")
 
 
-class MemoryPeakPredictionsSchema(_Table):
-    """Per (training run, model of the states): every modeled term of the whole per-GPU peak (issue 18).
+class _WholePeakTerms(_Table):
+    """The columns every stored whole peak shares: its shape and each modeled term (their sum is the peak)."""
 
-    Written once when the run is collected (:func:`shardscope.training.memory_check.memory_terms_rows`),
-    for the run's strategy, model, GPUs, dtype, micro-batch, sequence length and settings;
-    figure 3 and the report only query it. ``peak_bytes`` is the sum of the terms; the overhead
-    is 0 until calibrated on measured runs.
-    """
-
-    run_id: Series[str]
-    memory_model: Series[str] = pa.Field(isin=MEMORY_MODELS)
     strategy: Series[str] = pa.Field(isin=STRATEGIES)
-    model: Series[str] = pa.Field(nullable=True)
     gpus: Series[int] = pa.Field(ge=1)
     dtype: Series[str] = pa.Field(isin=["float32", "bfloat16"])
     micro_batch: Series[int] = pa.Field(ge=1)
     seq_len: Series[int] = pa.Field(ge=1)
-    attention: Series[str] = pa.Field(isin=["sdpa", "eager"])
     checkpointing: Series[str] = pa.Field(isin=["none", "full"])
     device: Series[str] = pa.Field(isin=["cpu", "gpu"])
     param_bytes: Series[int] = pa.Field(ge=0)
@@ -152,13 +142,58 @@ class MemoryPeakPredictionsSchema(_Table):
     peak_phase: Series[str] = pa.Field(isin=PEAK_PHASES)
     method: Series[str] = pa.Field(isin=["modeled"])
 
-    class Config:
-        strict = True
-        coerce = True
-        unique = ["run_id", "memory_model"]
-
     @pa.dataframe_check(error="peak_bytes must equal the sum of the states, activations, buffers and overhead")
     def peak_is_the_sum_of_its_terms(cls, df: pd.DataFrame) -> Series[bool]:
         """The modeled peak is its terms added up, nothing else."""
         parts = ("param_bytes", "grad_bytes", "optim_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes")
         return df["peak_bytes"] == sum(df[c] for c in parts)
+
+
+class MemoryPeakPredictionsSchema(_WholePeakTerms):
+    """Per (training run, model of the states): every modeled term of the whole per-GPU peak (issue 18).
+
+    Written once when the run is collected (:func:`shardscope.training.memory_check.memory_terms_rows`),
+    for the run's strategy, model, GPUs, dtype, micro-batch, sequence length and settings;
+    figure 3 and the report only query it. ``peak_bytes`` is the sum of the terms; the overhead
+    is 0 until calibrated on measured runs.
+    """
+
+    run_id: Series[str]
+    memory_model: Series[str] = pa.Field(isin=MEMORY_MODELS)
+    model: Series[str] = pa.Field(nullable=True)
+    attention: Series[str] = pa.Field(isin=["sdpa", "eager"])
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["run_id", "memory_model"]
+
+
+#: The named cases the predictions stage models (:mod:`shardscope.training.memory_cases`).
+MEMORY_CASES = ("planned", "seed_mistral")
+
+
+class MemoryCasePredictionsSchema(_WholePeakTerms):
+    """Per (prediction run, case, strategy, model, GPUs, checkpointing): the modeled whole peak and whether it fits.
+
+    Written by the predictions stage: the plan's training jobs (``planned``) and the seed
+    article's Mistral-7B on 8 x 80 GB at seq 4096 (``seed_mistral``), which the report's table reads.
+    """
+
+    run_id: Series[str]
+    memory_case: Series[str] = pa.Field(isin=MEMORY_CASES)
+    model: Series[str] = pa.Field(str_length={"min_value": 1})
+    capacity_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)
+    fits: Series[pd.BooleanDtype] = pa.Field(nullable=True)
+
+    class Config:
+        strict = True
+        coerce = True
+        unique = ["run_id", "memory_case", "strategy", "model", "gpus", "checkpointing"]
+
+    @pa.dataframe_check(error="fits must be peak_bytes <= capacity_bytes, and null when the capacity is unknown")
+    def fits_matches_capacity(cls, df: pd.DataFrame) -> Series[bool]:
+        """"Fits" is the whole peak against the GPU's memory, nothing less."""
+        known = df["capacity_bytes"].notna()
+        agree = (df["fits"].astype("boolean") == (df["peak_bytes"] <= df["capacity_bytes"])).fillna(False).astype(bool)
+        return (known & agree) | (~known & df["fits"].isna())

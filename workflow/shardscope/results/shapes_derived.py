@@ -34,6 +34,7 @@ def predictions_shape(row_shape: Any) -> dict[str, Any]:
             "fabric_label": {"type": "string", "minLength": 1},
             "collectives": {"type": "array", "items": row_shape("collective_predictions", skip=("run_id",))},
             "strategies": {"type": "array", "items": row_shape("strategy_predictions", skip=("run_id",))},
+            "memory": {"type": "array", "items": row_shape("memory_case_predictions", skip=("run_id",))},
         },
     }
 
