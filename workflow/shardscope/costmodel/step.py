@@ -254,6 +254,20 @@ def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumpti
     return predict_peak(strategy, cfg, gpus, shape, held=held).peak_bytes
 
 
+def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float]) -> dict[str, float]:
+    """Seconds of communication issued in each phase."""
+    per_phase: dict[str, float] = {}
+    for m in messages:
+        per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * collective_time(m.op, m.size_bytes)
+    return per_phase
+
+
+def exposed_comm_s(compute_s: float, per_phase: dict[str, float], overlap: float) -> float:
+    """Communication left exposed: each phase's time less what hides behind its compute (forward 1/3, backward 2/3)."""
+    windows = {"forward": compute_s / 3.0, "backward": 2.0 * compute_s / 3.0, "after_step": 0.0}
+    return sum(t - min(overlap * t, windows[phase]) for phase, t in per_phase.items())
+
+
 def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_flops: float,
                  collective_time: Callable[[str, int], float], memory_bytes: int | None,
                  a: StepAssumptions | None = None,
@@ -273,11 +287,8 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
         messages: list[Message] = []
     else:
         messages = recorded_messages(strategy, cfg, a, recorded) if recorded else messages_for(strategy, cfg, a)
-    per_phase: dict[str, float] = {}
-    for m in messages:
-        per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * collective_time(m.op, m.size_bytes)
-    windows = {"forward": compute / 3.0, "backward": 2.0 * compute / 3.0, "after_step": 0.0}
-    exposed = sum(t - min(a.overlap * t, windows[phase]) for phase, t in per_phase.items())
+    per_phase = phase_comm_times(messages, collective_time)
+    exposed = exposed_comm_s(compute, per_phase, a.overlap)
     comm = sum(per_phase.values())
     memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a)}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None

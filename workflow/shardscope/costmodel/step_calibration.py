@@ -177,28 +177,52 @@ def collective_timers(con: Any) -> dict[tuple[str | None, int], Callable[[str, i
     return timers
 
 
+def _assumptions(sample: StepSample) -> StepAssumptions:
+    return StepAssumptions(micro_batch=sample.micro_batch, seq_len=sample.seq_len, mfu=1.0,
+                           comm_bytes=2 if sample.dtype == "bfloat16" else 4,
+                           reduce_bytes=2 if sample.reduce_dtype == "bfloat16" else 4, dtype=sample.dtype)
+
+
+def _workload(sample: StepSample, timer: Callable[[str, int], float]) -> tuple[float, dict[str, float]]:
+    """(FLOPs of one GPU's step, seconds of communication per phase) of a sample: what the fit varies nothing of."""
+    from shardscope.contracts.models import PRESETS
+    from shardscope.costmodel.step import messages_for, phase_comm_times, recorded_messages
+
+    cfg, a = PRESETS[sample.model], _assumptions(sample)
+    flops = cfg.flops_per_token(sample.seq_len) * sample.micro_batch * sample.seq_len
+    if sample.world_size < 2:
+        return flops, {}
+    messages = (recorded_messages(sample.strategy, cfg, a, sample.recorded) if sample.recorded
+                else messages_for(sample.strategy, cfg, a))
+    return flops, phase_comm_times(messages, timer)
+
+
 def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[str, int], float]) -> float:
+    """The step model's time of ``sample`` at compute ``rate`` (FLOP/s) and ``overlap`` (:func:`predict_step`'s formula)."""
+    from dataclasses import replace
+
     from shardscope.contracts.models import PRESETS
 
-    cfg = PRESETS[sample.model]
-    a = StepAssumptions(micro_batch=sample.micro_batch, seq_len=sample.seq_len, mfu=1.0, overlap=overlap,
-                        comm_bytes=2 if sample.dtype == "bfloat16" else 4,
-                        reduce_bytes=2 if sample.reduce_dtype == "bfloat16" else 4, dtype=sample.dtype)
-    return predict_step(sample.strategy, sample.model, cfg, sample.world_size, rate, timer, None, a,
+    a = replace(_assumptions(sample), overlap=overlap)
+    return predict_step(sample.strategy, sample.model, PRESETS[sample.model], sample.world_size, rate, timer, None, a,
                         recorded=sample.recorded or None).step_time_s
 
 
 def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float]:
     """(FLOP/s, overlap) minimising the squared log errors: a grid over overlap, golden-section search over log rate."""
-    from shardscope.contracts.models import PRESETS
+    from shardscope.costmodel.step import exposed_comm_s
 
-    s0 = samples[0]
-    flops = PRESETS[s0.model].flops_per_token(s0.seq_len) * s0.micro_batch * s0.seq_len
+    work = [(_workload(s, timer), s.measured_s) for s in samples]
+    flops = work[0][0][0]
     shortest = min(s.measured_s for s in samples)
 
     def loss(log_rate: float, overlap: float) -> float:
         rate = math.exp(log_rate)
-        return sum(math.log(_modeled(s, rate, overlap, timer) / s.measured_s) ** 2 for s in samples)
+        total = 0.0
+        for (f, phases), measured in work:
+            compute = f / rate
+            total += math.log((compute + exposed_comm_s(compute, phases, overlap)) / measured) ** 2
+        return total
 
     best = (math.inf, 0.0, 0.0)
     golden = (math.sqrt(5) - 1) / 2
