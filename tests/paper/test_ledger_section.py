@@ -51,3 +51,25 @@ def test_ranking_sentence_names_the_disagreements():
     assert text.startswith("The model orders 2 of 3 strategy pairs as measured (pairs whose measured step times differ by more than 10%")
     assert text.endswith("it disagrees on: tiny on 2: measured ddp faster than zero3, modeled the reverse.")
     assert ranking_sentence({}) is None
+
+
+def test_ledger_section_shows_the_newest_stored_step_calibration(module_db, tmp_path):
+    import shutil
+
+    from shardscope.costmodel.step_calibration import calibrate_steps, store_calibrations
+
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(module_db, db)
+    assert ledger_section(db)["step_calibration"] is None
+    with connect_readonly(db) as con:
+        found, _ = calibrate_steps(con)
+    store_calibrations(str(db), found, created_at="2026-01-01T00:00:00+00:00")
+    shown = ledger_section(db)["step_calibration"]
+    assert shown["sentence"].startswith(f"{found[0].model} on {found[0].world_size} ranks")
+    assert f"overlap {found[0].overlap:.2f}, fitted on {len(found[0].run_ids)} measured runs" in shown["sentence"]
+    rows = _rows(shown["table"])
+    assert set(rows) == {s["strategy"] for s in found[0].strategies}
+    first = found[0].strategies[0]
+    assert rows[first["strategy"]][:3] == [f"{first['measured_s']:.4f}", f"{first['modeled_s']:.4f}",
+                                           f"{first['modeled_s'] / first['measured_s'] - 1:+.1%}"]
+    assert shown["ranking"].startswith("The model orders")
