@@ -24,7 +24,9 @@ DeepSpeed ZeRO-1/2's gradient all-reduce, 2Ψ where the paper counts Ψ, is time
 
 Overlap is explicit: a collective issued in forward (backward) can hide behind forward
 (backward) compute, at most ``overlap`` of its time and at most the length of that compute;
-the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``.
+the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``,
+plus ``call_overhead_s`` per collective call where a calibration measured one (host work that hides
+behind nothing).
 
 Memory is the whole modeled peak (:func:`whole_peak_bytes`: the ZeRO paper's model states plus
 activations and buffers) against ``usable_fraction`` of the GPU memory.
@@ -73,6 +75,9 @@ class StepAssumptions:
     dtype: str = "bfloat16"
     """dtype of the memory model (bf16: 2 + 2 + 12 bytes per parameter)."""
     usable_fraction: float = DEFAULT_USABLE_FRACTION
+    call_overhead_s: float = 0.0
+    """Host time per collective call that overlaps nothing (framework dispatch, buffer copies); 0 unless calibrated
+    from measured runs (:mod:`shardscope.costmodel.step_calibration`)."""
     ddp_bucket_bytes: int = DDP_BUCKET_BYTES
     deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
 
@@ -89,6 +94,8 @@ class StepAssumptions:
             raise ValueError(f"mfu must be in (0, 1], got {self.mfu!r}")
         if not 0 <= self.overlap <= 1:
             raise ValueError(f"overlap must be in [0, 1], got {self.overlap!r}")
+        if not (self.call_overhead_s >= 0 and self.call_overhead_s < 1):
+            raise ValueError(f"call_overhead_s must be in [0, 1) seconds, got {self.call_overhead_s!r}")
         if not 0 < self.usable_fraction <= 1:
             raise ValueError(f"usable memory fraction must be in (0, 1], got {self.usable_fraction!r}")
         if self.dtype not in ("bfloat16", "float32"):
@@ -288,8 +295,9 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     else:
         messages = recorded_messages(strategy, cfg, a, recorded) if recorded else messages_for(strategy, cfg, a)
     per_phase = phase_comm_times(messages, collective_time)
-    exposed = exposed_comm_s(compute, per_phase, a.overlap)
-    comm = sum(per_phase.values())
+    calls = sum(m.count for m in messages)
+    exposed = exposed_comm_s(compute, per_phase, a.overlap) + calls * a.call_overhead_s
+    comm = sum(per_phase.values()) + calls * a.call_overhead_s
     memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a)}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
     fits = None if available is None else memory["total_bytes"] <= available

@@ -8,15 +8,17 @@ world size, :func:`calibrate_steps` fits, per such job,
 
 - the **compute rate** (FLOP/s actually reached: ``peak × MFU``; MFU itself where the GPU's peak
   is known, on CPU processes there is none and the rate is reported alone), and
-- the **overlap** (share of a collective's time hidden behind compute of its phase),
+- the **overlap** (share of a collective's time hidden behind compute of its phase), and
+- the **host overhead per collective call** (``call_overhead_s``: framework dispatch and buffer
+  copies around each call, FSDP2's and DeepSpeed's hooks, which hide behind nothing; what the
+  sweep's alpha, timed on bare collectives, does not see),
 
 by least squares on log(modeled / measured) step time over the strategies, with each
 strategy's collectives those its run recorded (``training_comm``; the modeled volumes in the
 run's reduce dtype where none were recorded) and each call timed by an alpha-beta fit of the
 measured sweep of that op and world size (:func:`shardscope.costmodel.calibrate.calibrate`
 against a nominal 1 GB/s, so its efficiency is the measured bandwidth; an op without a sweep
-is timed as an all-reduce of its size, which moves at least as much). Two parameters over the
-strategies: the fit is checked in-sample (each strategy's modeled step against its measured
+is timed as an all-reduce of its size, which moves at least as much). Three parameters over the strategies: the fit is checked in-sample (each strategy's modeled step against its measured
 one) and held out (each strategy predicted from a fit on the others), and the model's
 strategy ranking against the measured one (:func:`shardscope.costmodel.ledger.ranking_agreement`).
 
@@ -35,10 +37,10 @@ from typing import Any
 
 from shardscope.costmodel.step import RecordedCollective, StepAssumptions, predict_step
 
-#: Overlap values tried by the fit (0, 0.05, ..., 1).
-OVERLAP_GRID = tuple(i / 20 for i in range(21))
-#: Fewest strategies of one job a calibration needs (two parameters are fitted).
-MIN_STRATEGIES = 3
+#: Overlap values tried by the fit (0, 0.1, ..., 1).
+OVERLAP_GRID = tuple(i / 10 for i in range(11))
+#: Fewest strategies of one job a calibration needs (three parameters are fitted).
+MIN_STRATEGIES = 4
 #: Nominal bandwidth the collective fits are made against (GB/s): their efficiency is then GB/s.
 _NOMINAL_GBPS = 1.0
 
@@ -57,7 +59,7 @@ _SWEEPS = """
 _TABLE = """
     CREATE TABLE IF NOT EXISTS step_calibrations (
         calibration_id VARCHAR, created_at VARCHAR, host VARCHAR, model VARCHAR, world_size INTEGER, dtype VARCHAR,
-        micro_batch INTEGER, seq_len INTEGER, effective_flops DOUBLE, mfu DOUBLE, overlap DOUBLE,
+        micro_batch INTEGER, seq_len INTEGER, effective_flops DOUBLE, mfu DOUBLE, overlap DOUBLE, call_overhead_s DOUBLE,
         median_error DOUBLE, worst_error DOUBLE, held_out_worst_error DOUBLE, run_ids VARCHAR, detail_json VARCHAR)"""
 
 
@@ -91,6 +93,8 @@ class StepCalibration:
     effective_flops: float
     """FLOP/s reached (peak × MFU)."""
     overlap: float
+    call_overhead_s: float
+    """Host seconds per collective call that hide behind nothing."""
     mfu: float | None
     """effective_flops / the GPU's peak; None where no peak is known (CPU processes)."""
     run_ids: tuple[str, ...]
@@ -121,7 +125,7 @@ class StepCalibration:
 
         peak = peak_flops or (self.effective_flops / self.mfu if self.mfu else None)
         mfu = min(1.0, self.effective_flops / peak) if peak else (base or StepAssumptions()).mfu
-        return replace(base or StepAssumptions(), mfu=mfu, overlap=self.overlap)
+        return replace(base or StepAssumptions(), mfu=mfu, overlap=self.overlap, call_overhead_s=self.call_overhead_s)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types, with the summary errors."""
@@ -183,67 +187,80 @@ def _assumptions(sample: StepSample) -> StepAssumptions:
                            reduce_bytes=2 if sample.reduce_dtype == "bfloat16" else 4, dtype=sample.dtype)
 
 
-def _workload(sample: StepSample, timer: Callable[[str, int], float]) -> tuple[float, dict[str, float]]:
-    """(FLOPs of one GPU's step, seconds of communication per phase) of a sample: what the fit varies nothing of."""
+def _workload(sample: StepSample, timer: Callable[[str, int], float]) -> tuple[float, dict[str, float], int]:
+    """(FLOPs of one GPU's step, seconds of communication per phase, collective calls) of a sample."""
     from shardscope.contracts.models import PRESETS
     from shardscope.costmodel.step import messages_for, phase_comm_times, recorded_messages
 
     cfg, a = PRESETS[sample.model], _assumptions(sample)
     flops = cfg.flops_per_token(sample.seq_len) * sample.micro_batch * sample.seq_len
     if sample.world_size < 2:
-        return flops, {}
+        return flops, {}, 0
     messages = (recorded_messages(sample.strategy, cfg, a, sample.recorded) if sample.recorded
                 else messages_for(sample.strategy, cfg, a))
-    return flops, phase_comm_times(messages, timer)
+    return flops, phase_comm_times(messages, timer), sum(m.count for m in messages)
 
 
-def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[str, int], float]) -> float:
-    """The step model's time of ``sample`` at compute ``rate`` (FLOP/s) and ``overlap`` (:func:`predict_step`'s formula)."""
+def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[str, int], float],
+             call_overhead_s: float = 0.0) -> float:
+    """The step model's time of ``sample`` at compute ``rate`` (FLOP/s), ``overlap`` and per-call overhead (:func:`predict_step`)."""
     from dataclasses import replace
 
     from shardscope.contracts.models import PRESETS
 
-    a = replace(_assumptions(sample), overlap=overlap)
+    a = replace(_assumptions(sample), overlap=overlap, call_overhead_s=call_overhead_s)
     return predict_step(sample.strategy, sample.model, PRESETS[sample.model], sample.world_size, rate, timer, None, a,
                         recorded=sample.recorded or None).step_time_s
 
 
-def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float]:
-    """(FLOP/s, overlap) minimising the squared log errors: a grid over overlap, golden-section search over log rate."""
+def _golden(f: Callable[[float], float], lo: float, hi: float, rounds: int = 40) -> float:
+    """The minimiser of a unimodal ``f`` on [lo, hi] by golden-section search."""
+    golden = (math.sqrt(5) - 1) / 2
+    c, d = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    fc, fd = f(c), f(d)
+    for _ in range(rounds):
+        if fc < fd:
+            hi, d, fd = d, c, fc
+            c = hi - golden * (hi - lo)
+            fc = f(c)
+        else:
+            lo, c, fc = c, d, fd
+            d = lo + golden * (hi - lo)
+            fd = f(d)
+    return (lo + hi) / 2
+
+
+def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float, float]:
+    """(FLOP/s, overlap, per-call seconds) minimising the squared log errors: a grid over overlap, golden-section
+    searches over the per-call overhead and, inside, the log rate."""
     from shardscope.costmodel.step import exposed_comm_s
 
     work = [(_workload(s, timer), s.measured_s) for s in samples]
     flops = work[0][0][0]
     shortest = min(s.measured_s for s in samples)
+    most_calls = max(1, max(calls for (_, _, calls), _ in work))
 
-    def loss(log_rate: float, overlap: float) -> float:
+    def loss(log_rate: float, overlap: float, per_call: float) -> float:
         rate = math.exp(log_rate)
         total = 0.0
-        for (f, phases), measured in work:
+        for (f, phases, calls), measured in work:
             compute = f / rate
-            total += math.log((compute + exposed_comm_s(compute, phases, overlap)) / measured) ** 2
+            total += math.log((compute + exposed_comm_s(compute, phases, overlap) + calls * per_call) / measured) ** 2
         return total
 
-    best = (math.inf, 0.0, 0.0)
-    golden = (math.sqrt(5) - 1) / 2
+    centre = math.log(flops / shortest)
+    best = (math.inf, 0.0, 0.0, 0.0)
     for overlap in OVERLAP_GRID:
-        lo, hi = math.log(flops / shortest) - 2.0, math.log(flops / shortest) + 12.0  # compute from 7x to ~0 of a step
-        c, d = hi - golden * (hi - lo), lo + golden * (hi - lo)
-        fc, fd = loss(c, overlap), loss(d, overlap)
-        for _ in range(40):
-            if fc < fd:
-                hi, d, fd = d, c, fc
-                c = hi - golden * (hi - lo)
-                fc = loss(c, overlap)
-            else:
-                lo, c, fc = c, d, fd
-                d = lo + golden * (hi - lo)
-                fd = loss(d, overlap)
-        x = (lo + hi) / 2
-        value = loss(x, overlap)
-        if value < best[0]:
-            best = (value, math.exp(x), overlap)
-    return best[1], best[2]
+        def best_rate(per_call: float, overlap: float = overlap) -> float:
+            return _golden(lambda x: loss(x, overlap, per_call), centre - 2.0, centre + 12.0, 24)
+
+        per_call = _golden(lambda p: loss(best_rate(p), overlap, p), 0.0, 0.9 * shortest / most_calls, 16)
+        for p in (0.0, per_call):  # the search's end point at 0 is not evaluated exactly
+            x = best_rate(p)
+            value = loss(x, overlap, p)
+            if value < best[0]:
+                best = (value, math.exp(x), overlap, p)
+    return best[1], best[2], best[3]
 
 
 def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[StepCalibration], list[str]]:
@@ -266,18 +283,18 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
             notes.append(f"{model} on {n} ranks ({host}): {len(samples)} strategies measured, a calibration needs {MIN_STRATEGIES}")
             continue
         timer = timer or (lambda op, size: 0.0)
-        rate, overlap = _fit(samples, timer)
+        rate, overlap, per_call = _fit(samples, timer)
         rows = []
         for s in samples:
             others = [o for o in samples if o is not s]
-            held_rate, held_overlap = _fit(others, timer)
+            held = _fit(others, timer)
             rows.append({"strategy": s.strategy, "run_id": s.run_id, "measured_s": s.measured_s,
-                         "modeled_s": _modeled(s, rate, overlap, timer),
-                         "held_out_s": _modeled(s, held_rate, held_overlap, timer),
+                         "modeled_s": _modeled(s, rate, overlap, timer, per_call),
+                         "held_out_s": _modeled(s, held[0], held[1], timer, held[2]),
                          "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)"})
         ranking = ranking_agreement([{"model": model, "world_size": n, "strategy": r["strategy"], "measured": r["measured_s"],
                                       "modeled": r["modeled_s"]} for r in rows])
-        out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap,
+        out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call,
                                    rate / peak_flops if peak_flops else None,
                                    tuple(r["run_id"] for r in rows), rows, ranking))
     return out, notes
@@ -296,9 +313,9 @@ def store_calibrations(db: str, calibrations: Sequence[StepCalibration], created
         for c in calibrations:
             detail = json.dumps(c.to_dict(), sort_keys=True, default=str)
             cid = hashlib.sha256(detail.encode()).hexdigest()[:16]
-            con.execute("INSERT INTO step_calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            con.execute("INSERT INTO step_calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [cid, stamp, c.host, c.model, c.world_size, c.dtype, c.micro_batch, c.seq_len, c.effective_flops,
-                         c.mfu, c.overlap, c.median_error, c.worst_error, c.held_out_worst_error,
+                         c.mfu, c.overlap, c.call_overhead_s, c.median_error, c.worst_error, c.held_out_worst_error,
                          json.dumps(list(c.run_ids)), detail])
     return len(calibrations)
 
@@ -322,6 +339,7 @@ def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence
         mfu = f"MFU {c.mfu:.3f}" if c.mfu is not None else "no peak known: MFU not defined"
         lines.append(f"{c.model} on {c.world_size} ranks ({c.host}, {c.dtype}, micro-batch {c.micro_batch}, seq {c.seq_len}): "
                      f"compute {c.effective_flops / 1e9:.2f} GFLOP/s ({mfu}), overlap {c.overlap:.2f}, "
+                     f"{c.call_overhead_s * 1e3:.2f} ms per collective call, "
                      f"from {len(c.run_ids)} measured runs")
         lines.append(f"  {'strategy':<14} {'measured s':>11} {'modeled s':>10} {'error':>7} {'held out s':>11} {'error':>7}  wire bytes")
         for s in c.strategies:
