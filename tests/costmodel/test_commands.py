@@ -84,7 +84,9 @@ def test_register_adds_the_public_subcommands() -> None:
     parser = argparse.ArgumentParser(prog="shardscope")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["advise", "--model", "tiny", "--topology", "auto", "--gpus", "1"])
-    assert args.func.__name__ == "_cmd_advise" and args.overlap == 0.5
+    assert args.func.__name__ == "_cmd_advise" and args.overlap is None  # resolved at run time: calibrated, else 0.5
+    args = parser.parse_args(["calibrate-step", "--db", "x.duckdb", "--store"])
+    assert args.func.__name__ == "_cmd_calibrate_step" and args.store
     args = parser.parse_args(["predict", "collectives", "--topology", "x"])
     assert args.func.__name__ == "_cmd_predict_collectives"
 
