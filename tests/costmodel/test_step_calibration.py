@@ -97,9 +97,13 @@ def test_stored_calibrations_keep_their_runs_and_label_advise(module_db, tmp_pat
         found, _ = calibrate_steps(con)
     assert found, "the module database has five strategies of one job and the sweeps at its world size"
     store_calibrations(str(db), found, created_at="2026-01-01T00:00:00+00:00")
+    stored = latest_calibration(db, found[0].model, found[0].world_size)
     with connect_readonly(db) as con:
-        stored = latest_calibration(con, found[0].model, found[0].world_size)
         measured = {r for (r,) in con.execute("SELECT run_id FROM training_runs").fetchall()}
+        from shardscope.results.ddl import schema_problems
+
+        assert schema_problems(con) == []  # stored beside the database: `collect` still takes it
+    assert latest_calibration(db, "gpt2-small") is None
     assert stored["overlap"] == pytest.approx(found[0].overlap) and set(stored["run_ids"]) <= measured
     assert len(stored["run_ids"]) == len(found[0].strategies)
 

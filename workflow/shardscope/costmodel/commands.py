@@ -149,10 +149,8 @@ def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tupl
     overlap = (args.overlap, "given") if args.overlap is not None else (DEFAULT_OVERLAP, constant)
     if getattr(args, "calibration_db", None) and (args.mfu is None or args.overlap is None):
         from shardscope.costmodel.step_calibration import latest_calibration
-        from shardscope.results.store import connect_readonly
 
-        with connect_readonly(args.calibration_db) as con:
-            found = latest_calibration(con, args.model, args.gpus)
+        found = latest_calibration(args.calibration_db, args.model, args.gpus)
         if found is None:
             constant = f"constant: {args.calibration_db} holds no step calibration"
             mfu = mfu if args.mfu is not None else (DEFAULT_MFU, constant)
@@ -190,8 +188,8 @@ def _cmd_calibrate_step(args: argparse.Namespace) -> int:
     with connect_readonly(args.db) as con:
         found, notes = calibrate_steps(con, args.peak_tflops * 1e12 if args.peak_tflops else None)
     if args.store and found:
-        store_calibrations(args.db, found)
-        notes = [*notes, f"stored {len(found)} calibration(s) in {args.db} (table step_calibrations)"]
+        path = store_calibrations(args.db, found)
+        notes = [*notes, f"stored {len(found)} calibration(s) with their run ids in {path}"]
     if args.json:
         print(dump_json({"calibrations": [c.to_dict() for c in found], "notes": notes}), end="")
     else:
@@ -360,7 +358,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate-step", help="fit the step model's compute rate and overlap to the measured training runs")
     p.add_argument("--db", required=True, help="results database with measured training runs and collective sweeps")
     p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="the GPU's dense peak, to report MFU")
-    p.add_argument("--store", action="store_true", help="keep the calibrations in the database (table step_calibrations)")
+    p.add_argument("--store", action="store_true", help="keep the calibrations beside the database (<db>.step_calibrations.json)")
     p.add_argument("--json", action="store_true", help="print the calibrations as JSON")
     p.set_defaults(func=_cmd_calibrate_step)
 

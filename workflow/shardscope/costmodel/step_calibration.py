@@ -22,8 +22,8 @@ is timed as an all-reduce of its size, which moves at least as much). Three para
 one) and held out (each strategy predicted from a fit on the others), and the model's
 strategy ranking against the measured one (:func:`shardscope.costmodel.ledger.ranking_agreement`).
 
-:func:`store_calibrations` keeps them in the database's ``step_calibrations`` table with the
-run ids they came from; :func:`latest_calibration` reads the newest one for a job.
+:func:`store_calibrations` keeps them, with the run ids they came from, beside the database
+(:func:`calibrations_path`); :func:`latest_calibration` reads the newest one for a job.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from shardscope.costmodel.step import RecordedCollective, StepAssumptions, predict_step
@@ -56,13 +58,6 @@ _SWEEPS = """
     SELECT c.op, c.world_size, c.size_bytes, c.time_s, r.host
     FROM collectives c JOIN runs r ON r.run_id = c.run_id
     WHERE r.source = 'measured' AND coalesce(r.transport, 'default') = 'default' AND c.time_s > 0"""
-_TABLE = """
-    CREATE TABLE IF NOT EXISTS step_calibrations (
-        calibration_id VARCHAR, created_at VARCHAR, host VARCHAR, model VARCHAR, world_size INTEGER, dtype VARCHAR,
-        micro_batch INTEGER, seq_len INTEGER, effective_flops DOUBLE, mfu DOUBLE, overlap DOUBLE, call_overhead_s DOUBLE,
-        median_error DOUBLE, worst_error DOUBLE, held_out_worst_error DOUBLE, run_ids VARCHAR, detail_json VARCHAR)"""
-
-
 @dataclass(frozen=True)
 class StepSample:
     """One measured training run, with what the step model needs to predict it."""
@@ -300,36 +295,54 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
     return out, notes
 
 
-def store_calibrations(db: str, calibrations: Sequence[StepCalibration], created_at: str | None = None) -> int:
-    """Append ``calibrations`` to the database's ``step_calibrations`` table (atomically); the rows written."""
+def calibrations_path(db: str | os.PathLike[str]) -> Path:
+    """Where the step calibrations of results database ``db`` are kept: ``<db>.step_calibrations.json`` beside it.
+
+    Beside the database, not in it: the database holds only the tables its documents load (``collect``
+    refuses any other table), and a calibration is derived from its rows rather than loaded.
+    """
+    db = Path(db)
+    return db.with_name(db.name + ".step_calibrations.json")
+
+
+def store_calibrations(db: str | os.PathLike[str], calibrations: Sequence[StepCalibration],
+                       created_at: str | None = None) -> Path:
+    """Append ``calibrations`` (with their run ids) to :func:`calibrations_path` of ``db``, atomically; the file."""
     import hashlib
-    from pathlib import Path
 
-    from shardscope.results.store import updating
+    from shardscope.fileio import atomic_write_json
 
+    path = calibrations_path(db)
     stamp = created_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    with updating(Path(db)) as con:
-        con.execute(_TABLE)
-        for c in calibrations:
-            detail = json.dumps(c.to_dict(), sort_keys=True, default=str)
-            cid = hashlib.sha256(detail.encode()).hexdigest()[:16]
-            con.execute("INSERT INTO step_calibrations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [cid, stamp, c.host, c.model, c.world_size, c.dtype, c.micro_batch, c.seq_len, c.effective_flops,
-                         c.mfu, c.overlap, c.call_overhead_s, c.median_error, c.worst_error, c.held_out_worst_error,
-                         json.dumps(list(c.run_ids)), detail])
-    return len(calibrations)
+    kept = _stored(path)
+    for c in calibrations:
+        detail = c.to_dict()
+        cid = hashlib.sha256(json.dumps(detail, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        kept.append({"calibration_id": cid, "created_at": stamp, **detail, "run_ids": list(c.run_ids)})
+    atomic_write_json(path, {"kind": "step_calibrations", "database": str(Path(db).name), "calibrations": kept})
+    return path
 
 
-def latest_calibration(con: Any, model: str | None = None, world_size: int | None = None) -> dict[str, Any] | None:
-    """The newest stored calibration (of ``model`` on ``world_size`` ranks when given), or None."""
-    tables = {name for (name,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    if "step_calibrations" not in tables:
-        return None
-    rows = _rows(con, "SELECT * FROM step_calibrations ORDER BY created_at DESC, calibration_id")
+def _stored(path: Path) -> list[dict[str, Any]]:
+    from shardscope.errors import UserError
+
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return list(doc["calibrations"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: not a step calibrations file written by `shardscope calibrate-step --store` ({exc})") from None
+
+
+def latest_calibration(db: str | os.PathLike[str], model: str | None = None,
+                       world_size: int | None = None) -> dict[str, Any] | None:
+    """The newest stored calibration of ``db`` (of ``model`` on ``world_size`` ranks when given, else the newest), or None."""
+    rows = sorted(_stored(calibrations_path(db)), key=lambda r: (str(r["created_at"]), r["calibration_id"]), reverse=True)
     for row in rows:
         if (model is None or row["model"] == model) and (world_size is None or row["world_size"] == world_size):
-            return {**row, "run_ids": json.loads(row["run_ids"])}
-    return rows and {**rows[0], "run_ids": json.loads(rows[0]["run_ids"])} or None
+            return row
+    return None
 
 
 def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence[str]) -> str:

@@ -37,11 +37,9 @@ def ranking_sentence(ranking: dict[str, Any]) -> str | None:
 
 def _calibration_text(stored: dict[str, Any]) -> dict[str, str]:
     """The newest stored step calibration (``shardscope calibrate-step --store``): a sentence and its per-strategy table."""
-    import json
-
     from shardscope.paper.context import markdown_table
 
-    detail = json.loads(stored["detail_json"])
+    detail = stored
     mfu = f"MFU {stored['mfu']:.3f}" if stored["mfu"] is not None else "no peak known, so no MFU"
     sentence = (f"{stored['model']} on {stored['world_size']} ranks ({stored['host']}): compute "
                 f"{stored['effective_flops'] / 1e9:.2f} GFLOP/s ({mfu}) and overlap {stored['overlap']:.2f}, fitted on "
@@ -66,7 +64,7 @@ def ledger_section(db: str | os.PathLike[str]) -> dict[str, Any]:
 
     with connect_readonly(db) as con:
         book = ledger(con)
-        stored = latest_calibration(con)
+    stored = latest_calibration(db)
     return {
         "step_calibration": _calibration_text(stored) if stored else None,
         "has_pairs": bool(book.collectives or book.training or book.calibrated or stored),
