@@ -280,6 +280,10 @@ def _cmd_predict_plan(args: argparse.Namespace) -> int:
           f"{len(document['strategies'])} strategy predictions for {args.plan}; modeled, not measured")
     if plan_info["strategies_note"]:
         print(f"note: {plan_info['strategies_note']}")
+    elif document["strategies"]:
+        step = document["assumptions"]["step"]
+        print(f"note: step times assume MFU {step['mfu']:g} and overlap {step['overlap']:g}, the step model's constants "
+              "(no calibration: `shardscope calibrate-step --store` fits them to measured runs; `advise --calibration-db` uses them)")
     for note in document["topology"]["notes"]:
         print(f"note: {note}")
     return 0
