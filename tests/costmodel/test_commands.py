@@ -84,7 +84,9 @@ def test_register_adds_the_public_subcommands() -> None:
     parser = argparse.ArgumentParser(prog="shardscope")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["advise", "--model", "tiny", "--topology", "auto", "--gpus", "1"])
-    assert args.func.__name__ == "_cmd_advise" and args.overlap == 0.5
+    assert args.func.__name__ == "_cmd_advise" and args.overlap is None  # resolved at run time: calibrated, else 0.5
+    args = parser.parse_args(["calibrate-step", "--db", "x.duckdb", "--store"])
+    assert args.func.__name__ == "_cmd_calibrate_step" and args.store
     args = parser.parse_args(["predict", "collectives", "--topology", "x"])
     assert args.func.__name__ == "_cmd_predict_collectives"
 
@@ -100,3 +102,18 @@ def test_registers_beside_every_other_stage() -> None:
     for stage in (*[s for s in STAGES if s != "costmodel"], "costmodel"):
         importlib.import_module(f"shardscope.{stage}.commands").register(sub)
     assert parser.parse_args(["advise", "--model", "tiny", "--topology", "auto", "--gpus", "1"]).func.__name__ == "_cmd_advise"
+
+
+def test_predict_plan_labels_its_step_constants(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import yaml
+
+    from shardscope.plan.planner import make_plan
+    from shardscope.topology.parse import parse_file
+
+    topo = tmp_path / "topology.json"
+    topo.write_text(json.dumps(parse_file(DATA / "topo" / "01-hgx-h200-nvswitch-nv18-12nics.txt").to_dict()))
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "config.yaml").read_text())
+    (tmp_path / "plan.json").write_text(json.dumps(make_plan(json.loads(topo.read_text()), config)))
+    code, out, _ = _run(capsys, "predict", "plan", "--topology", str(topo), "--plan", str(tmp_path / "plan.json"))
+    assert code == 0
+    assert "note: step times assume MFU 0.45 and overlap 0.5, the step model's constants (no calibration" in out

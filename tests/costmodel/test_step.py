@@ -96,3 +96,49 @@ def test_assumptions_are_validated(bad: dict) -> None:
 def test_unknown_strategy() -> None:
     with pytest.raises(ValueError):
         messages_for("zero4", CFG, StepAssumptions())
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero0", "zero1", "zero3", "fsdp", "fsdp_grad_op"])
+def test_gradients_travel_in_the_reduce_dtype_and_parameters_in_the_compute_dtype(strategy: str) -> None:
+    """A bf16 run reducing in fp32 (the harness's reduce_dtype float32): 4 bytes per gradient, 2 per gathered parameter."""
+    a = StepAssumptions(comm_bytes=2, reduce_bytes=4)
+    volume = {op: sum(m.size_bytes * m.count for m in messages_for(strategy, CFG, a) if m.op == op)
+              for op in ("all_reduce", "reduce_scatter", "all_gather")}
+    grads_op = "all_reduce" if strategy in ("ddp", "zero0") else "reduce_scatter"
+    assert volume[grads_op] == PSI * 4
+    gathers = {"ddp": 0, "zero0": 0, "zero1": 1, "zero3": 2, "fsdp": 2, "fsdp_grad_op": 1}[strategy]
+    assert volume["all_gather"] == gathers * PSI * 2
+    assert StepAssumptions(comm_bytes=2).gradient_bytes == 2  # no reduce dtype given: the wire dtype
+
+
+def test_recorded_bytes_replace_the_modeled_volumes_in_the_strategys_phases() -> None:
+    """DeepSpeed ZeRO-2 all-reduces its gradients (2Ψ, not the paper's reduce-scatter): the recorded bytes are timed as they ran."""
+    from shardscope.costmodel.step import RecordedCollective, recorded_messages
+
+    a = StepAssumptions()
+    recorded = [RecordedCollective("all_reduce", 4, PSI * 2), RecordedCollective("all_gather", 2, PSI * 2)]
+    messages = recorded_messages("zero2", CFG, a, recorded)
+    by_op = {m.op: m for m in messages}
+    assert by_op["all_reduce"].phase == "backward" and by_op["all_gather"].phase == "after_step"
+    assert {(m.op, m.count, m.size_bytes) for m in messages} == {("all_reduce", 4, PSI // 2), ("all_gather", 2, PSI)}
+    # ZeRO-3: the recorded all-gathers split between forward and backward as the schedule issues them
+    z3 = recorded_messages("zero3", CFG, a, [RecordedCollective("all_gather", 2 * (CFG.n_layers + 1), 4 * PSI)])
+    assert {m.phase for m in z3} == {"forward", "backward"}
+    assert sum(m.size_bytes * m.count for m in z3) == pytest.approx(4 * PSI, rel=1e-6)
+
+    def timer(op: str, size: int) -> float:  # an all-reduce moves twice its size
+        return 1e-5 + (2 if op == "all_reduce" else 1) * size / 10e9
+
+    plain = predict_step("zero2", "llama-1b", CFG, 8, 1e15, timer, None, a)
+    measured = predict_step("zero2", "llama-1b", CFG, 8, 1e15, timer, None, a, recorded=recorded)
+    assert measured.comm_time_s > 1.4 * plain.comm_time_s  # an all-reduce of Ψ gradients (2Ψ moved) for a reduce-scatter (Ψ)
+    assert measured.messages == tuple(messages)
+
+
+def test_plan_predictions_reduce_in_the_plans_reduce_dtype() -> None:
+    from shardscope.costmodel.documents import _plan_assumptions
+
+    profile = {"micro_batch": 1, "seq_len": 128, "dtype": "bfloat16"}
+    assert _plan_assumptions(profile, [{"reduce_dtype": "float32"}]).reduce_bytes == 4
+    assert _plan_assumptions(profile, [{"reduce_dtype": "auto"}]).reduce_bytes == 2
+    assert _plan_assumptions({**profile, "dtype": "float32"}, []).gradient_bytes == 4

@@ -133,6 +133,7 @@ def test_cpu_database_says_how_to_enable_emulated_fabrics_and_has_no_modeled_ste
                                bundled_reference=False).read_text())
     assert "No training run on an emulated fabric is in the database. Set emulated.enabled: true" in text
     assert "No strategy predictions match a measured training run here" in text
+    assert "CPU collectives after calibrating the gloo model on one sweep (all_reduce on 2 ranks" in text
     assert "Measured here (the latest run of each sweep)" in text and "not judged" in text  # no verdicts loaded
 
 
@@ -155,6 +156,9 @@ def test_gpu_database_report_has_emulated_slowdowns_modeled_steps_and_doctor_war
     for strategy, name, measured in (("ddp", "DDP", 0.05), ("zero3", "ZeRO-3", 0.08)):
         assert re.search(rf"gpuhost nvswitch gpt2-small 8 all {re.escape(name)} ok {modeled[strategy]:.4f} "
                          rf"[0-9.]+ {measured:.4f} {measured / modeled[strategy]:.2f}", text), strategy
+    # The ledger: the accuracy command's numbers per op and strategy, and the ranking agreement.
+    ledger = text[text.index("The cost model's own error"):text.index("Strategy vs fabric, measured on emulated links")]
+    assert "shardscope accuracy --db" in ledger and "all_reduce 20" in ledger and "The model orders 1 of 1 strategy pairs" in ledger
     # Doctor: the warn/fail findings of the latest run, with what to do.
     doctor = text[text.index("Node checks"):text.index("Recommendations")]
     assert "gpuhost pcie_acs warn" in doctor and "gpuhost nccl_env warn" in doctor and "NCCL_P2P_DISABLE=1" in doctor

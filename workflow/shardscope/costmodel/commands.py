@@ -95,8 +95,9 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     from shardscope.costmodel.sweep import DEFAULT_SIZES, predict_sweep
 
     doc, source = load_topology(args.topology)
+    (mfu, overlap), labels = _step_constants(args)
     try:
-        assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=args.mfu, overlap=args.overlap,
+        assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=mfu, overlap=overlap,
                                       usable_fraction=args.usable_memory)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -118,7 +119,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         print(dump_json(result.to_dict()), end="")
         return 0
     print(f"{result.model} on {result.gpus} x {result.machine.spec.family} ({result.machine.fabric}); modeled, not measured")
-    print(_assumptions_line(args.model, result.assumptions, result.ranking[0].memory_available_bytes))
+    print(_assumptions_line(args.model, result.assumptions, result.ranking[0].memory_available_bytes, labels))
     for p in result.ranking:
         fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[p.fits]
         print(f"  {p.strategy:>12}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  comm {p.comm_time_s:7.3f} s"
@@ -138,14 +139,62 @@ def _cmd_advise(args: argparse.Namespace) -> int:
 TIE_MARGIN = 0.05
 
 
-def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None) -> str:
-    """What the ranking assumes, in one line: micro-batch, sequence length, MFU, overlap, usable memory."""
+def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tuple[str, str]]:
+    """(MFU, overlap) for ``advise`` and where each comes from: ``--mfu``/``--overlap``, else the newest calibration
+    stored in ``--calibration-db`` (``shardscope calibrate-step --store``), else the step model's constants, labelled so."""
+    from shardscope.costmodel.step import DEFAULT_MFU, DEFAULT_OVERLAP
+
+    constant = "constant: no calibration"
+    mfu = (args.mfu, "given") if args.mfu is not None else (DEFAULT_MFU, constant)
+    overlap = (args.overlap, "given") if args.overlap is not None else (DEFAULT_OVERLAP, constant)
+    if getattr(args, "calibration_db", None) and (args.mfu is None or args.overlap is None):
+        from shardscope.costmodel.step_calibration import latest_calibration
+
+        found = latest_calibration(args.calibration_db, args.model, args.gpus)
+        if found is None:
+            constant = f"constant: {args.calibration_db} holds no step calibration"
+            mfu = mfu if args.mfu is not None else (DEFAULT_MFU, constant)
+            overlap = overlap if args.overlap is not None else (DEFAULT_OVERLAP, constant)
+        else:
+            where = (f"calibrated from {len(found['run_ids'])} measured runs of {found['model']} on {found['world_size']} ranks "
+                     f"({found['calibration_id']})")
+            if args.overlap is None:
+                overlap = (float(found["overlap"]), where)
+            if args.mfu is None:
+                mfu = ((float(found["mfu"]), where) if found["mfu"] is not None else
+                       (DEFAULT_MFU, "constant: the calibration's runs had no known peak FLOP/s (CPU processes)"))
+    return (mfu[0], overlap[0]), (mfu[1], overlap[1])
+
+
+def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None,
+                      labels: tuple[str, str] | None = None) -> str:
+    """What the ranking assumes, in one line: micro-batch, sequence length, MFU and overlap (with where each came
+    from), usable memory."""
     from shardscope.contracts.models import resolve_model
 
     seq_len = assumptions.seq_len_for(resolve_model(model)[1])
     usable = f"{usable_bytes / 1e9:.0f} GB" if usable_bytes else "unknown"
-    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, MFU {assumptions.mfu:g}, "
-            f"overlap {assumptions.overlap:g}, usable memory {assumptions.usable_fraction:.0%} of the GPU's ({usable})")
+    mfu_from, overlap_from = labels or ("given", "given")
+    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, MFU {assumptions.mfu:g} ({mfu_from}), "
+            f"overlap {assumptions.overlap:g} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
+            f"of the GPU's ({usable})")
+
+
+def _cmd_calibrate_step(args: argparse.Namespace) -> int:
+    """``shardscope calibrate-step``: the step model's compute rate and overlap fitted on the database's measured runs."""
+    from shardscope.costmodel.step_calibration import calibrate_steps, format_calibrations, store_calibrations
+    from shardscope.results.store import connect_readonly
+
+    with connect_readonly(args.db) as con:
+        found, notes = calibrate_steps(con, args.peak_tflops * 1e12 if args.peak_tflops else None)
+    if args.store and found:
+        path = store_calibrations(args.db, found)
+        notes = [*notes, f"stored {len(found)} calibration(s) with their run ids in {path}"]
+    if args.json:
+        print(dump_json({"calibrations": [c.to_dict() for c in found], "notes": notes}), end="")
+    else:
+        print(format_calibrations(found, notes))
+    return 0
 
 
 def _tie_line(ranking: Any) -> str | None:
@@ -231,6 +280,10 @@ def _cmd_predict_plan(args: argparse.Namespace) -> int:
           f"{len(document['strategies'])} strategy predictions for {args.plan}; modeled, not measured")
     if plan_info["strategies_note"]:
         print(f"note: {plan_info['strategies_note']}")
+    elif document["strategies"]:
+        step = document["assumptions"]["step"]
+        print(f"note: step times assume MFU {step['mfu']:g} and overlap {step['overlap']:g}, the step model's constants "
+              "(no calibration: `shardscope calibrate-step --store` fits them to measured runs; `advise --calibration-db` uses them)")
     for note in document["topology"]["notes"]:
         print(f"note: {note}")
     return 0
@@ -277,9 +330,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="comma-separated strategies to rank")
     p.add_argument("--micro-batch", type=_positive(int, "--micro-batch"), default=1, help="sequences per GPU per step")
     p.add_argument("--seq-len", type=_positive(int, "--seq-len"), help="tokens per sequence (default: the model's, at most 4096)")
-    p.add_argument("--mfu", type=_fraction, default=DEFAULT_MFU, help=f"model FLOPs utilisation of compute (default {DEFAULT_MFU})")
-    p.add_argument("--overlap", type=_fraction, default=DEFAULT_OVERLAP,
-                   help=f"share of communication that may hide behind compute (default {DEFAULT_OVERLAP})")
+    p.add_argument("--mfu", type=_fraction, help=f"model FLOPs utilisation of compute (default: calibrated, else {DEFAULT_MFU})")
+    p.add_argument("--overlap", type=_fraction,
+                   help=f"share of communication that may hide behind compute (default: calibrated, else {DEFAULT_OVERLAP})")
+    p.add_argument("--calibration-db", metavar="DB",
+                   help="results database whose newest step calibration (`shardscope calibrate-step --store`) sets MFU and overlap")
     p.add_argument("--usable-memory", type=_fraction, default=DEFAULT_USABLE_FRACTION,
                    help=f"share of GPU memory the whole modeled peak may use (default {DEFAULT_USABLE_FRACTION})")
     _topology_args(p)
@@ -303,6 +358,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the predictions document")
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
     p.set_defaults(func=_cmd_predict_plan)
+
+    p = sub.add_parser("calibrate-step", help="fit the step model's compute rate and overlap to the measured training runs")
+    p.add_argument("--db", required=True, help="results database with measured training runs and collective sweeps")
+    p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="the GPU's dense peak, to report MFU")
+    p.add_argument("--store", action="store_true", help="keep the calibrations beside the database (<db>.step_calibrations.json)")
+    p.add_argument("--json", action="store_true", help="print the calibrations as JSON")
+    p.set_defaults(func=_cmd_calibrate_step)
 
     p = sub.add_parser("accuracy", help="the cost model's error: stored predictions against the measured jobs, per op and strategy")
     p.add_argument("--db", required=True, help="results database (measurements and the predictions document collected with them)")

@@ -126,12 +126,17 @@ def plan_sizes(sweep: Mapping[str, Any]) -> list[int]:
     return sizes
 
 
-def _plan_assumptions(profile: Mapping[str, Any]) -> StepAssumptions:
-    """Step assumptions from the plan's sizing: its micro-batch, sequence length and dtype (bf16: 2-byte gradients)."""
+def _plan_assumptions(profile: Mapping[str, Any], training: list[Mapping[str, Any]] | None = None) -> StepAssumptions:
+    """Step assumptions from the plan's sizing: its micro-batch, sequence length and dtype (bf16: 2-byte parameters),
+    gradients in the training jobs' ``reduce_dtype`` (``auto``: the training dtype), as the harness reduces them."""
     dtype = str(profile.get("dtype") or "bfloat16")
+    requested = {str(j.get("reduce_dtype") or "auto") for j in training or []}
+    reduce_dtype = requested.pop() if len(requested) == 1 else "auto"
+    reduce_dtype = dtype if reduce_dtype == "auto" else reduce_dtype
     try:
         return StepAssumptions(micro_batch=int(profile["micro_batch"]), seq_len=int(profile["seq_len"]), dtype=dtype,
-                               comm_bytes=2 if dtype == "bfloat16" else 4)
+                               comm_bytes=2 if dtype == "bfloat16" else 4,
+                               reduce_bytes=2 if reduce_dtype == "bfloat16" else 4)
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"plan: the profile cannot size a training step ({exc})") from None
 
@@ -166,7 +171,7 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
     for transport in transports:
         chosen = sorted({int(j["world_size"]) for j in jobs if j["transport"] == transport})
         collectives += rows_for_sweep(predict_sweep(machine, ops, chosen, sizes, None, transport), topo_hash, transport)
-    assumptions = _plan_assumptions(profile)
+    assumptions = _plan_assumptions(profile, training)
     strategies: list[dict[str, Any]] = []
     note = None
     by_size: dict[int, list[dict[str, Any]]] = {}

@@ -41,6 +41,14 @@ from shardscope.topology.model import Link, classify_fabric, max_nvlinks
 _THROUGH_CPU = ("PHB", "NODE", "SYS", "SOC")
 #: Path codes of two GPUs behind one PCIe switch (no host bridge between them).
 _SAME_SWITCH = ("PIX", "PXB")
+#: Host-staged traffic (P2P off): the bytes per second one root port moves up and down together, in
+#: links of that port. Assumption: the host does not serve a port's two directions at once at full
+#: rate, but from one pool one link wide. Sources: NVIDIA/nccl#384 (P2P disabled, PCIe 3.0: 3.9 GB/s
+#: all_reduce, where both directions run, against 10.3 GB/s broadcast, one way; maintainer: "Some
+#: components (in particular some CPUs) do not handle bidirectional traffic well"); NVIDIA/nccl-tests#74
+#: (p2pBandwidthLatencyTest on PCIe 4.0, "Bidirectional P2P=Disabled": 19-21 GB/s for both directions
+#: of a pair together, about one 24 GB/s link). Not fitted to tests/data/published/.
+HOST_STAGED_POOL_LINKS = 1.0
 #: Largest set whose cuts are all enumerated; larger sets use single-GPU, island and socket cuts.
 EXACT_CUT_LIMIT = 12
 
@@ -133,9 +141,11 @@ class Machine:
 
         ``p2p=False`` (``NCCL_P2P_DISABLE=1``, or peer access unavailable): GPU pairs talk through host
         memory (NCCL's SHM transport), so each rank's send goes up to the root complex and its receive
-        comes back down. The ``k`` members behind one PCIe switch (joined by ``PIX``/``PXB`` paths)
-        then share the switch's uplink, one GPU link wide, in each direction: at most ``link / k``
-        each, where P2P would stay inside the switch.
+        comes back down. The ``k`` members behind one root port (one PCIe switch, joined by
+        ``PIX``/``PXB`` paths, or a GPU alone on its port) send ``k`` flows up and receive ``k`` down
+        through it, and the host serves both directions of a port from one pool
+        (:data:`HOST_STAGED_POOL_LINKS` links wide): at most ``pool · link / (2k)`` each, where P2P
+        would stay inside the switch.
         """
         members = list(members)
         if len(members) < 2:
@@ -148,9 +158,8 @@ class Machine:
                 best = capacity
         if not p2p and best[1] == "pcie":
             for group in self._switch_groups(members):
-                if len(group) > 1:
-                    shared = min(self.pcie_gbps[g] for g in group) / len(group)
-                    best = min(best, (shared, "pcie"))
+                shared = HOST_STAGED_POOL_LINKS * min(self.pcie_gbps[g] for g in group) / (2 * len(group))
+                best = min(best, (shared, "pcie"))
         return best
 
     def _switch_groups(self, members: Sequence[int]) -> list[list[int]]:

@@ -3,8 +3,10 @@
 Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × mfu)``, split 1/3 forward and
 2/3 backward (2N and 4N of the 6N FLOPs per token).
 
-Communication per step, Ψ parameters of ``e`` bytes each on the wire (the ZeRO paper's
-volumes, in nccl-tests sizes), each collective timed by :mod:`shardscope.costmodel.collectives`:
+Communication per step, Ψ parameters on the wire (the ZeRO paper's volumes, in nccl-tests sizes),
+gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`` setting, whose
+``auto`` is the training dtype) and gathered parameters in the compute dtype (``comm_bytes``),
+each collective timed by :mod:`shardscope.costmodel.collectives`:
 
 - ``ddp`` / ``zero0``: all-reduce of the gradients (2Ψ moved) in buckets — torch DDP's
   25 MiB (``bucket_cap_mb``), DeepSpeed's ``reduce_bucket_size`` of 5e8 elements — during backward;
@@ -15,9 +17,16 @@ volumes, in nccl-tests sizes), each collective timed by :mod:`shardscope.costmod
   reduce-scatter of its gradients in backward (3Ψ);
 - ``fsdp_grad_op``: all-gather per unit in forward, reduce-scatter in backward (2Ψ).
 
+Where a training run recorded the bytes of every collective of one step (``summary.comm_bytes``,
+the ``training_comm`` table: calls and summed size per op), :func:`recorded_messages` replaces
+these volumes by the recorded ones, issued in the phases the strategy issues that op in (so
+DeepSpeed ZeRO-1/2's gradient all-reduce, 2Ψ where the paper counts Ψ, is timed as it ran).
+
 Overlap is explicit: a collective issued in forward (backward) can hide behind forward
 (backward) compute, at most ``overlap`` of its time and at most the length of that compute;
-the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``.
+the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``,
+plus ``call_overhead_s`` per collective call where a calibration measured one (host work that hides
+behind nothing).
 
 Memory is the whole modeled peak (:func:`whole_peak_bytes`: the ZeRO paper's model states plus
 activations and buffers) against ``usable_fraction`` of the GPU memory.
@@ -60,14 +69,21 @@ class StepAssumptions:
     mfu: float = DEFAULT_MFU
     overlap: float = DEFAULT_OVERLAP
     comm_bytes: int = 2
-    """Bytes per element on the wire (2: bf16 gradients and parameters; 4: fp32)."""
+    """Bytes per gathered parameter element on the wire (2: bf16; 4: fp32)."""
+    reduce_bytes: int | None = None
+    """Bytes per gradient element on the wire (the run's ``reduce_dtype``: 4 for fp32); None: ``comm_bytes``."""
     dtype: str = "bfloat16"
     """dtype of the memory model (bf16: 2 + 2 + 12 bytes per parameter)."""
     usable_fraction: float = DEFAULT_USABLE_FRACTION
+    call_overhead_s: float = 0.0
+    """Host time per collective call that overlaps nothing (framework dispatch, buffer copies); 0 unless calibrated
+    from measured runs (:mod:`shardscope.costmodel.step_calibration`)."""
     ddp_bucket_bytes: int = DDP_BUCKET_BYTES
     deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
 
     def __post_init__(self) -> None:
+        if self.reduce_bytes is not None and (isinstance(self.reduce_bytes, bool) or self.reduce_bytes not in (2, 4)):
+            raise ValueError(f"reduce_bytes must be 2 (bf16) or 4 (fp32), got {self.reduce_bytes!r}")
         for name in ("micro_batch", "comm_bytes", "ddp_bucket_bytes", "deepspeed_bucket_elements"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -78,10 +94,17 @@ class StepAssumptions:
             raise ValueError(f"mfu must be in (0, 1], got {self.mfu!r}")
         if not 0 <= self.overlap <= 1:
             raise ValueError(f"overlap must be in [0, 1], got {self.overlap!r}")
+        if not (self.call_overhead_s >= 0 and self.call_overhead_s < 1):
+            raise ValueError(f"call_overhead_s must be in [0, 1) seconds, got {self.call_overhead_s!r}")
         if not 0 < self.usable_fraction <= 1:
             raise ValueError(f"usable memory fraction must be in (0, 1], got {self.usable_fraction!r}")
         if self.dtype not in ("bfloat16", "float32"):
             raise ValueError(f"dtype must be bfloat16 or float32, got {self.dtype!r}")
+
+    @property
+    def gradient_bytes(self) -> int:
+        """Bytes per gradient element on the wire."""
+        return self.reduce_bytes or self.comm_bytes
 
     def seq_len_for(self, cfg: ModelConfig) -> int:
         """Sequence length used for ``cfg``."""
@@ -109,6 +132,22 @@ class Message:
             raise ValueError(f"a message needs a positive size and count, got {self.size_bytes} x {self.count}")
         if self.phase not in PHASES:
             raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {self.phase!r}")
+
+
+@dataclass(frozen=True)
+class RecordedCollective:
+    """One op's collectives in one step of a measured training run (a ``training_comm`` row, summed over dtypes)."""
+
+    op: str
+    calls: int
+    size_bytes: int
+    """Their summed nccl-tests size."""
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"unknown collective {self.op!r}")
+        if self.calls < 1 or self.size_bytes < 1:
+            raise ValueError(f"a recorded collective needs positive calls and size, got {self.calls} x {self.size_bytes}")
 
 
 @dataclass(frozen=True)
@@ -160,19 +199,53 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions) -> list[Me
     """The collectives one step of ``strategy`` issues (see the module docstring)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    e, total = a.comm_bytes, cfg.param_count() * a.comm_bytes
-    ds_bucket = a.deepspeed_bucket_elements * e
+    e, g = a.comm_bytes, a.gradient_bytes
+    grads, params = cfg.param_count() * g, cfg.param_count() * e
     if strategy == "ddp":
-        return _buckets("all_reduce", total, a.ddp_bucket_bytes, "backward")
+        return _buckets("all_reduce", grads, a.ddp_bucket_bytes, "backward")
     if strategy == "zero0":
-        return _buckets("all_reduce", total, ds_bucket, "backward")
+        return _buckets("all_reduce", grads, a.deepspeed_bucket_elements * g, "backward")
     if strategy in ("zero1", "zero2"):
-        return _buckets("reduce_scatter", total, ds_bucket, "backward") + _buckets("all_gather", total, ds_bucket, "after_step")
+        return (_buckets("reduce_scatter", grads, a.deepspeed_bucket_elements * g, "backward")
+                + _buckets("all_gather", params, a.deepspeed_bucket_elements * e, "after_step"))
     units = unit_params(cfg)
     out = [Message("all_gather", p * e, 1, "forward") for p in units]
     if strategy in ("zero3", "fsdp"):
         out += [Message("all_gather", p * e, 1, "backward") for p in units]
-    return out + [Message("reduce_scatter", p * e, 1, "backward") for p in units]
+    return out + [Message("reduce_scatter", p * g, 1, "backward") for p in units]
+
+
+def _default_phase(strategy: str, op: str) -> str:
+    """Where a recorded op the modeled schedule lacks is issued: gradient reductions in backward,
+    ZeRO-1/2's parameter all-gather after the step, a sharded strategy's gathers in forward, the rest after the step."""
+    if op in ("all_reduce", "reduce_scatter"):
+        return "backward"
+    if op == "all_gather":
+        return "after_step" if strategy in ("zero1", "zero2") else "forward"
+    return "after_step"
+
+
+def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
+                      recorded: list[RecordedCollective] | tuple[RecordedCollective, ...]) -> list[Message]:
+    """The messages of one step from what a training run recorded, in the phases ``strategy`` issues each op in.
+
+    Each op's recorded bytes and calls are split over phases as :func:`messages_for` splits that
+    op's bytes (ZeRO-3/FSDP all-gathers: forward and backward alike); an op the modeled schedule
+    does not issue goes to :func:`_default_phase`. Message size = the phase's bytes / its calls.
+    """
+    modeled: dict[str, dict[str, int]] = {}
+    for m in messages_for(strategy, cfg, a):
+        modeled.setdefault(m.op, {}).setdefault(m.phase, 0)
+        modeled[m.op][m.phase] += m.size_bytes * m.count
+    out = []
+    for rec in recorded:
+        phases = modeled.get(rec.op) or {_default_phase(strategy, rec.op): 1}
+        total = sum(phases.values())
+        for phase, weight in phases.items():
+            calls = max(1, round(rec.calls * weight / total))
+            size = max(1, round(rec.size_bytes * weight / total / calls))
+            out.append(Message(rec.op, size, calls, phase))
+    return out
 
 
 def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions) -> int:
@@ -188,23 +261,43 @@ def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumpti
     return predict_peak(strategy, cfg, gpus, shape, held=held).peak_bytes
 
 
+def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float]) -> dict[str, float]:
+    """Seconds of communication issued in each phase."""
+    per_phase: dict[str, float] = {}
+    for m in messages:
+        per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * collective_time(m.op, m.size_bytes)
+    return per_phase
+
+
+def exposed_comm_s(compute_s: float, per_phase: dict[str, float], overlap: float) -> float:
+    """Communication left exposed: each phase's time less what hides behind its compute (forward 1/3, backward 2/3)."""
+    windows = {"forward": compute_s / 3.0, "backward": 2.0 * compute_s / 3.0, "after_step": 0.0}
+    return sum(t - min(overlap * t, windows[phase]) for phase, t in per_phase.items())
+
+
 def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_flops: float,
                  collective_time: Callable[[str, int], float], memory_bytes: int | None,
-                 a: StepAssumptions | None = None) -> StepPrediction:
-    """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call."""
+                 a: StepAssumptions | None = None,
+                 recorded: list[RecordedCollective] | tuple[RecordedCollective, ...] | None = None) -> StepPrediction:
+    """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call.
+
+    ``recorded``: the bytes a measured run of the same job moved per step (:func:`recorded_messages`);
+    without it, the modeled volumes in the reduce dtype (:func:`messages_for`).
+    """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
     a = a or StepAssumptions()
     seq = a.seq_len_for(cfg)
     tokens = a.micro_batch * seq
     compute = cfg.flops_per_token(seq) * tokens / (peak_flops * a.mfu)
-    messages = messages_for(strategy, cfg, a) if gpus > 1 else []
-    per_phase: dict[str, float] = {}
-    for m in messages:
-        per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * collective_time(m.op, m.size_bytes)
-    windows = {"forward": compute / 3.0, "backward": 2.0 * compute / 3.0, "after_step": 0.0}
-    exposed = sum(t - min(a.overlap * t, windows[phase]) for phase, t in per_phase.items())
-    comm = sum(per_phase.values())
+    if gpus < 2:
+        messages: list[Message] = []
+    else:
+        messages = recorded_messages(strategy, cfg, a, recorded) if recorded else messages_for(strategy, cfg, a)
+    per_phase = phase_comm_times(messages, collective_time)
+    calls = sum(m.count for m in messages)
+    exposed = exposed_comm_s(compute, per_phase, a.overlap) + calls * a.call_overhead_s
+    comm = sum(per_phase.values()) + calls * a.call_overhead_s
     memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a)}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
     fits = None if available is None else memory["total_bytes"] <= available

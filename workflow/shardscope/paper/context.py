@@ -28,6 +28,7 @@ from shardscope.figures.style import format_params, strategy_name
 from shardscope.paper import memory_cases
 from shardscope.paper import queries as report_queries
 from shardscope.paper import tables
+from shardscope.paper.ledger import ledger_section
 from shardscope.training.memory_model import memory_table
 
 
@@ -187,6 +188,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         "unjudged_cpu": bool((ours["verdict"] == "unknown").any() and (ours["fabric"] == "cpu").any()),
         "emulated": tables.emulated_sentences(slowdown),
         "has_modeled_steps": not modeled_steps.empty,
+        "ledger": ledger_section(db),
         "doctor": doctor.to_dict("records"),
         "recommendations": _recommendations(speed),
         "answers": {name: entry["answer"] for name, entry in index.items()},

@@ -1,0 +1,368 @@
+"""The step model's compute rate and overlap calibrated from the user's own measured training runs.
+
+The uncalibrated step model assumes :data:`~shardscope.costmodel.step.DEFAULT_MFU` and
+:data:`~shardscope.costmodel.step.DEFAULT_OVERLAP`, constants no measurement checked. Where a
+results database holds measured training runs of several strategies of one job (same model,
+world size, dtype, micro-batch and sequence length) and measured collective sweeps at that
+world size, :func:`calibrate_steps` fits, per such job,
+
+- the **compute rate** (FLOP/s actually reached: ``peak × MFU``; MFU itself where the GPU's peak
+  is known, on CPU processes there is none and the rate is reported alone), and
+- the **overlap** (share of a collective's time hidden behind compute of its phase), and
+- the **host overhead per collective call** (``call_overhead_s``: framework dispatch and buffer
+  copies around each call, FSDP2's and DeepSpeed's hooks, which hide behind nothing; what the
+  sweep's alpha, timed on bare collectives, does not see),
+
+by least squares on log(modeled / measured) step time over the strategies, with each
+strategy's collectives those its run recorded (``training_comm``; the modeled volumes in the
+run's reduce dtype where none were recorded) and each call timed by an alpha-beta fit of the
+measured sweep of that op and world size (:func:`shardscope.costmodel.calibrate.calibrate`
+against a nominal 1 GB/s, so its efficiency is the measured bandwidth; an op without a sweep
+is timed as an all-reduce of its size, which moves at least as much). Three parameters over the strategies: the fit is checked in-sample (each strategy's modeled step against its measured
+one) and held out (each strategy predicted from a fit on the others), and the model's
+strategy ranking against the measured one (:func:`shardscope.costmodel.ledger.ranking_agreement`).
+
+:func:`store_calibrations` keeps them, with the run ids they came from, beside the database
+(:func:`calibrations_path`); :func:`latest_calibration` reads the newest one for a job.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardscope.costmodel.step import RecordedCollective, StepAssumptions, predict_step
+
+#: Overlap values tried by the fit (0, 0.1, ..., 1).
+OVERLAP_GRID = tuple(i / 10 for i in range(11))
+#: Fewest strategies of one job a calibration needs (three parameters are fitted).
+MIN_STRATEGIES = 4
+#: Nominal bandwidth the collective fits are made against (GB/s): their efficiency is then GB/s.
+_NOMINAL_GBPS = 1.0
+
+_TRAINING = """
+    SELECT t.run_id, t.strategy, t.model, t.world_size, coalesce(t.dtype, 'float32') AS dtype, t.micro_batch, t.seq_len,
+           t.median_step_time_s AS measured, coalesce(t.reduce_dtype, t.dtype, 'float32') AS reduce_dtype, r.host
+    FROM training_runs t JOIN runs r ON r.run_id = t.run_id
+    WHERE r.source = 'measured' AND t.outcome = 'ok' AND t.median_step_time_s > 0
+      AND t.micro_batch IS NOT NULL AND t.seq_len IS NOT NULL
+    ORDER BY t.model, t.world_size, t.strategy, r.measured_at"""
+_RECORDED = "SELECT run_id, op, sum(calls) AS calls, sum(size_bytes) AS size_bytes FROM training_comm GROUP BY run_id, op"
+_SWEEPS = """
+    SELECT c.op, c.world_size, c.size_bytes, c.time_s, r.host
+    FROM collectives c JOIN runs r ON r.run_id = c.run_id
+    WHERE r.source = 'measured' AND coalesce(r.transport, 'default') = 'default' AND c.time_s > 0"""
+@dataclass(frozen=True)
+class StepSample:
+    """One measured training run, with what the step model needs to predict it."""
+
+    run_id: str
+    strategy: str
+    model: str
+    world_size: int
+    dtype: str
+    micro_batch: int
+    seq_len: int
+    measured_s: float
+    reduce_dtype: str
+    host: str | None = None
+    recorded: tuple[RecordedCollective, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepCalibration:
+    """Compute rate and overlap fitted on one job's strategies, and how well the step model then fits them."""
+
+    host: str | None
+    model: str
+    world_size: int
+    dtype: str
+    micro_batch: int
+    seq_len: int
+    effective_flops: float
+    """FLOP/s reached (peak × MFU)."""
+    overlap: float
+    call_overhead_s: float
+    """Host seconds per collective call that hide behind nothing."""
+    mfu: float | None
+    """effective_flops / the GPU's peak; None where no peak is known (CPU processes)."""
+    run_ids: tuple[str, ...]
+    strategies: list[dict[str, Any]] = field(default_factory=list)
+    """Per strategy: measured, modeled (in-sample) and held-out step times, the bytes' source."""
+    ranking: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def worst_error(self) -> float:
+        """Largest in-sample |modeled / measured - 1|."""
+        return max(abs(s["modeled_s"] / s["measured_s"] - 1) for s in self.strategies)
+
+    @property
+    def median_error(self) -> float:
+        """Median in-sample |modeled / measured - 1|."""
+        errors = sorted(abs(s["modeled_s"] / s["measured_s"] - 1) for s in self.strategies)
+        mid = len(errors) // 2
+        return errors[mid] if len(errors) % 2 else (errors[mid - 1] + errors[mid]) / 2
+
+    @property
+    def held_out_worst_error(self) -> float:
+        """Largest |held-out modeled / measured - 1|."""
+        return max(abs(s["held_out_s"] / s["measured_s"] - 1) for s in self.strategies)
+
+    def assumptions(self, base: StepAssumptions | None = None, peak_flops: float | None = None) -> StepAssumptions:
+        """Step assumptions with this calibration's MFU (for ``peak_flops``, else its own) and overlap."""
+        from dataclasses import replace
+
+        peak = peak_flops or (self.effective_flops / self.mfu if self.mfu else None)
+        mfu = min(1.0, self.effective_flops / peak) if peak else (base or StepAssumptions()).mfu
+        return replace(base or StepAssumptions(), mfu=mfu, overlap=self.overlap, call_overhead_s=self.call_overhead_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types, with the summary errors."""
+        return {**asdict(self), "median_error": self.median_error, "worst_error": self.worst_error,
+                "held_out_worst_error": self.held_out_worst_error}
+
+
+def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def load_samples(con: Any) -> list[StepSample]:
+    """Measured ok training runs of preset models, with their recorded collectives (empty where none were recorded)."""
+    from shardscope.contracts.models import PRESETS
+
+    tables = {name for (name,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if not {"training_runs", "runs"} <= tables:
+        return []
+    recorded: dict[str, list[RecordedCollective]] = {}
+    if "training_comm" in tables:
+        for row in _rows(con, _RECORDED):
+            if int(row["calls"]) > 0 and int(row["size_bytes"]) > 0:
+                recorded.setdefault(str(row["run_id"]), []).append(
+                    RecordedCollective(str(row["op"]), int(row["calls"]), int(row["size_bytes"])))
+    return [StepSample(str(r["run_id"]), str(r["strategy"]), str(r["model"]), int(r["world_size"]), str(r["dtype"]),
+                       int(r["micro_batch"]), int(r["seq_len"]), float(r["measured"]), str(r["reduce_dtype"]), r["host"],
+                       tuple(recorded.get(str(r["run_id"]), ())))
+            for r in _rows(con, _TRAINING) if str(r["model"]) in PRESETS]
+
+
+def collective_timers(con: Any) -> dict[tuple[str | None, int], Callable[[str, int], float]]:
+    """Per (host, world size): time of one call of (op, size) from alpha-beta fits of the measured sweeps."""
+    from shardscope.costmodel.calibrate import calibrate
+    from shardscope.errors import UserError
+
+    groups: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
+    for row in _rows(con, _SWEEPS):
+        groups.setdefault((row["host"], int(row["world_size"])), []).append(row)
+    timers = {}
+    for key, rows in groups.items():
+        try:
+            fits = calibrate(rows, lambda op, n: _NOMINAL_GBPS)
+        except UserError:
+            continue
+        fallback = fits.get("all_reduce") or next(iter(fits.values()))
+
+        def timer(op: str, size: int, fits: Mapping[str, Any] = fits, fallback: Any = fallback) -> float:
+            return (fits.get(op) or fallback).time_s(size, _NOMINAL_GBPS)
+
+        timers[key] = timer
+    return timers
+
+
+def _assumptions(sample: StepSample) -> StepAssumptions:
+    return StepAssumptions(micro_batch=sample.micro_batch, seq_len=sample.seq_len, mfu=1.0,
+                           comm_bytes=2 if sample.dtype == "bfloat16" else 4,
+                           reduce_bytes=2 if sample.reduce_dtype == "bfloat16" else 4, dtype=sample.dtype)
+
+
+def _workload(sample: StepSample, timer: Callable[[str, int], float]) -> tuple[float, dict[str, float], int]:
+    """(FLOPs of one GPU's step, seconds of communication per phase, collective calls) of a sample."""
+    from shardscope.contracts.models import PRESETS
+    from shardscope.costmodel.step import messages_for, phase_comm_times, recorded_messages
+
+    cfg, a = PRESETS[sample.model], _assumptions(sample)
+    flops = cfg.flops_per_token(sample.seq_len) * sample.micro_batch * sample.seq_len
+    if sample.world_size < 2:
+        return flops, {}, 0
+    messages = (recorded_messages(sample.strategy, cfg, a, sample.recorded) if sample.recorded
+                else messages_for(sample.strategy, cfg, a))
+    return flops, phase_comm_times(messages, timer), sum(m.count for m in messages)
+
+
+def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[str, int], float],
+             call_overhead_s: float = 0.0) -> float:
+    """The step model's time of ``sample`` at compute ``rate`` (FLOP/s), ``overlap`` and per-call overhead (:func:`predict_step`)."""
+    from dataclasses import replace
+
+    from shardscope.contracts.models import PRESETS
+
+    a = replace(_assumptions(sample), overlap=overlap, call_overhead_s=call_overhead_s)
+    return predict_step(sample.strategy, sample.model, PRESETS[sample.model], sample.world_size, rate, timer, None, a,
+                        recorded=sample.recorded or None).step_time_s
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, rounds: int = 40) -> float:
+    """The minimiser of a unimodal ``f`` on [lo, hi] by golden-section search."""
+    golden = (math.sqrt(5) - 1) / 2
+    c, d = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    fc, fd = f(c), f(d)
+    for _ in range(rounds):
+        if fc < fd:
+            hi, d, fd = d, c, fc
+            c = hi - golden * (hi - lo)
+            fc = f(c)
+        else:
+            lo, c, fc = c, d, fd
+            d = lo + golden * (hi - lo)
+            fd = f(d)
+    return (lo + hi) / 2
+
+
+def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float, float]:
+    """(FLOP/s, overlap, per-call seconds) minimising the squared log errors: a grid over overlap, golden-section
+    searches over the per-call overhead and, inside, the log rate."""
+    from shardscope.costmodel.step import exposed_comm_s
+
+    work = [(_workload(s, timer), s.measured_s) for s in samples]
+    flops = work[0][0][0]
+    shortest = min(s.measured_s for s in samples)
+    most_calls = max(1, max(calls for (_, _, calls), _ in work))
+
+    def loss(log_rate: float, overlap: float, per_call: float) -> float:
+        rate = math.exp(log_rate)
+        total = 0.0
+        for (f, phases, calls), measured in work:
+            compute = f / rate
+            total += math.log((compute + exposed_comm_s(compute, phases, overlap) + calls * per_call) / measured) ** 2
+        return total
+
+    centre = math.log(flops / shortest)
+    best = (math.inf, 0.0, 0.0, 0.0)
+    for overlap in OVERLAP_GRID:
+        def best_rate(per_call: float, overlap: float = overlap) -> float:
+            return _golden(lambda x: loss(x, overlap, per_call), centre - 2.0, centre + 12.0, 24)
+
+        per_call = _golden(lambda p: loss(best_rate(p), overlap, p), 0.0, 0.9 * shortest / most_calls, 16)
+        for p in (0.0, per_call):  # the search's end point at 0 is not evaluated exactly
+            x = best_rate(p)
+            value = loss(x, overlap, p)
+            if value < best[0]:
+                best = (value, math.exp(x), overlap, p)
+    return best[1], best[2], best[3]
+
+
+def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[StepCalibration], list[str]]:
+    """One :class:`StepCalibration` per job with enough strategies and a measured sweep; and why others have none."""
+    from shardscope.costmodel.ledger import ranking_agreement
+
+    timers = collective_timers(con)
+    jobs: dict[tuple[Any, ...], dict[str, StepSample]] = {}
+    for s in load_samples(con):
+        jobs.setdefault((s.host, s.model, s.world_size, s.dtype, s.micro_batch, s.seq_len), {})[s.strategy] = s  # newest wins
+    out, notes = [], []
+    for key, by_strategy in sorted(jobs.items(), key=lambda kv: str(kv[0])):
+        host, model, n, dtype, micro, seq = key
+        samples = list(by_strategy.values())
+        timer = timers.get((host, n))
+        if n > 1 and timer is None:
+            notes.append(f"{model} on {n} ranks ({host}): no measured collective sweep at that world size to time its collectives")
+            continue
+        if len(samples) < MIN_STRATEGIES:
+            notes.append(f"{model} on {n} ranks ({host}): {len(samples)} strategies measured, a calibration needs {MIN_STRATEGIES}")
+            continue
+        timer = timer or (lambda op, size: 0.0)
+        rate, overlap, per_call = _fit(samples, timer)
+        rows = []
+        for s in samples:
+            others = [o for o in samples if o is not s]
+            held = _fit(others, timer)
+            rows.append({"strategy": s.strategy, "run_id": s.run_id, "measured_s": s.measured_s,
+                         "modeled_s": _modeled(s, rate, overlap, timer, per_call),
+                         "held_out_s": _modeled(s, held[0], held[1], timer, held[2]),
+                         "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)"})
+        ranking = ranking_agreement([{"model": model, "world_size": n, "strategy": r["strategy"], "measured": r["measured_s"],
+                                      "modeled": r["modeled_s"]} for r in rows])
+        out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call,
+                                   rate / peak_flops if peak_flops else None,
+                                   tuple(r["run_id"] for r in rows), rows, ranking))
+    return out, notes
+
+
+def calibrations_path(db: str | os.PathLike[str]) -> Path:
+    """Where the step calibrations of results database ``db`` are kept: ``<db>.step_calibrations.json`` beside it.
+
+    Beside the database, not in it: the database holds only the tables its documents load (``collect``
+    refuses any other table), and a calibration is derived from its rows rather than loaded.
+    """
+    db = Path(db)
+    return db.with_name(db.name + ".step_calibrations.json")
+
+
+def store_calibrations(db: str | os.PathLike[str], calibrations: Sequence[StepCalibration],
+                       created_at: str | None = None) -> Path:
+    """Append ``calibrations`` (with their run ids) to :func:`calibrations_path` of ``db``, atomically; the file."""
+    import hashlib
+
+    from shardscope.fileio import atomic_write_json
+
+    path = calibrations_path(db)
+    stamp = created_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    kept = _stored(path)
+    for c in calibrations:
+        detail = c.to_dict()
+        cid = hashlib.sha256(json.dumps(detail, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        kept.append({"calibration_id": cid, "created_at": stamp, **detail, "run_ids": list(c.run_ids)})
+    atomic_write_json(path, {"kind": "step_calibrations", "database": str(Path(db).name), "calibrations": kept})
+    return path
+
+
+def _stored(path: Path) -> list[dict[str, Any]]:
+    from shardscope.errors import UserError
+
+    if not path.exists():
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return list(doc["calibrations"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: not a step calibrations file written by `shardscope calibrate-step --store` ({exc})") from None
+
+
+def latest_calibration(db: str | os.PathLike[str], model: str | None = None,
+                       world_size: int | None = None) -> dict[str, Any] | None:
+    """The newest stored calibration of ``db`` (of ``model`` on ``world_size`` ranks when given, else the newest), or None."""
+    rows = sorted(_stored(calibrations_path(db)), key=lambda r: (str(r["created_at"]), r["calibration_id"]), reverse=True)
+    for row in rows:
+        if (model is None or row["model"] == model) and (world_size is None or row["world_size"] == world_size):
+            return row
+    return None
+
+
+def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence[str]) -> str:
+    """The calibrations as text: the fitted values, then per strategy measured / modeled / held out."""
+    lines = []
+    for c in calibrations:
+        mfu = f"MFU {c.mfu:.3f}" if c.mfu is not None else "no peak known: MFU not defined"
+        lines.append(f"{c.model} on {c.world_size} ranks ({c.host}, {c.dtype}, micro-batch {c.micro_batch}, seq {c.seq_len}): "
+                     f"compute {c.effective_flops / 1e9:.2f} GFLOP/s ({mfu}), overlap {c.overlap:.2f}, "
+                     f"{c.call_overhead_s * 1e3:.2f} ms per collective call, "
+                     f"from {len(c.run_ids)} measured runs")
+        lines.append(f"  {'strategy':<14} {'measured s':>11} {'modeled s':>10} {'error':>7} {'held out s':>11} {'error':>7}  wire bytes")
+        for s in c.strategies:
+            lines.append(f"  {s['strategy']:<14} {s['measured_s']:>11.4f} {s['modeled_s']:>10.4f} "
+                         f"{s['modeled_s'] / s['measured_s'] - 1:>+7.1%} {s['held_out_s']:>11.4f} "
+                         f"{s['held_out_s'] / s['measured_s'] - 1:>+7.1%}  {s['wire_bytes']}")
+        r = c.ranking
+        lines.append(f"  median |error| {c.median_error:.1%}, worst {c.worst_error:.1%} (held out: worst {c.held_out_worst_error:.1%}); "
+                     f"ranking: {r['agree']} of {r['pairs_ranked']} pairs ordered as measured "
+                     f"({r['within_noise']} within {r['noise']:.0%} not ranked)")
+        lines += [f"  disagrees: {d}" for d in r["disagree"]]
+    lines += [f"note: {n}" for n in notes]
+    return "\n".join(lines) if lines else "no measured training runs to calibrate the step model on"

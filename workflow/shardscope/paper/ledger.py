@@ -1,0 +1,77 @@
+"""The report's ledger section: the cost model's error against the measurements of the same jobs.
+
+The numbers are :func:`shardscope.costmodel.ledger.ledger`'s, the very query and summary that
+``shardscope accuracy --db`` prints; this module only lays them out as Markdown tables and one
+sentence on the strategy ranking, so the report and the command can never disagree.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pandas as pd
+
+RATIO_FORMATS = {"median modeled/measured": "{:.2f}", "median error": "{:.1%}", "worst error": "{:.1%}",
+                 "worst modeled/measured": "{:.2f}"}
+
+
+def _summary_frame(groups: list[Any], what: str) -> pd.DataFrame:
+    """One row per op or strategy (and ``overall``): pairs, median ratio, median and worst |error|."""
+    return pd.DataFrame([{what: g.group, "pairs": g.pairs, "median modeled/measured": g.median_ratio,
+                          "median error": g.median_error, "worst error": g.worst_error,
+                          "worst modeled/measured": g.worst_ratio} for g in groups])
+
+
+def ranking_sentence(ranking: dict[str, Any]) -> str | None:
+    """Whether the model orders the strategies as measured, in one sentence (None without training pairs)."""
+    if not ranking:
+        return None
+    text = (f"The model orders {ranking['agree']} of {ranking['pairs_ranked']} strategy pairs as measured "
+            f"(pairs whose measured step times differ by more than {ranking['noise']:.0%}; "
+            f"{ranking['within_noise']} closer pairs are within the noise and not ranked)")
+    if ranking["disagree"]:
+        text += "; it disagrees on: " + "; ".join(ranking["disagree"])
+    return text + "."
+
+
+def _calibration_text(stored: dict[str, Any]) -> dict[str, str]:
+    """The newest stored step calibration (``shardscope calibrate-step --store``): a sentence and its per-strategy table."""
+    from shardscope.paper.context import markdown_table
+
+    detail = stored
+    mfu = f"MFU {stored['mfu']:.3f}" if stored["mfu"] is not None else "no peak known, so no MFU"
+    sentence = (f"{stored['model']} on {stored['world_size']} ranks ({stored['host']}): compute "
+                f"{stored['effective_flops'] / 1e9:.2f} GFLOP/s ({mfu}) and overlap {stored['overlap']:.2f}, fitted on "
+                f"{len(stored['run_ids'])} measured runs (calibration {stored['calibration_id']}, {stored['created_at']})")
+    frame = pd.DataFrame([{"strategy": r["strategy"], "measured s": r["measured_s"], "modeled s": r["modeled_s"],
+                           "error": r["modeled_s"] / r["measured_s"] - 1, "held out s": r["held_out_s"],
+                           "held-out error": r["held_out_s"] / r["measured_s"] - 1, "bytes on the wire": r["wire_bytes"]}
+                          for r in detail["strategies"]])
+    formats = {"measured s": "{:.4f}", "modeled s": "{:.4f}", "error": "{:+.1%}", "held out s": "{:.4f}",
+               "held-out error": "{:+.1%}"}
+    return {"sentence": sentence, "table": markdown_table(frame, formats),
+            "ranking": ranking_sentence(detail.get("ranking") or {}) or ""}
+
+
+def ledger_section(db: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ledger of ``db`` for the report template: tables per op and strategy, the ranking and the notes."""
+    from shardscope.costmodel.ledger import ledger
+    from shardscope.paper.context import markdown_table
+    from shardscope.results.store import connect_readonly
+
+    from shardscope.costmodel.step_calibration import latest_calibration
+
+    with connect_readonly(db) as con:
+        book = ledger(con)
+    stored = latest_calibration(db)
+    return {
+        "step_calibration": _calibration_text(stored) if stored else None,
+        "has_pairs": bool(book.collectives or book.training or book.calibrated or stored),
+        "collectives": markdown_table(_summary_frame(book.collectives, "op"), RATIO_FORMATS) if book.collectives else None,
+        "training": markdown_table(_summary_frame(book.training, "strategy"), RATIO_FORMATS) if book.training else None,
+        "calibrated": markdown_table(_summary_frame(book.calibrated, "op"), RATIO_FORMATS) if book.calibrated else None,
+        "calibrated_on": book.calibrated_on,
+        "ranking": ranking_sentence(book.ranking),
+        "notes": list(book.notes),
+    }
