@@ -269,9 +269,10 @@ def _host() -> duckdb.DuckDBPyConnection:
     Starting a DuckDB instance costs about 30 ms of CPU and an ATTACH about 3 ms, so one
     instance per thread serves every load of a process (a collect called once per file).
     """
-    con = getattr(_HOSTS, "con", None)
-    if con is None:
-        con = _HOSTS.con = duckdb.connect()
+    con, pid = getattr(_HOSTS, "con", None), getattr(_HOSTS, "pid", None)
+    if con is None or pid != os.getpid():  # a forked child never uses its parent's instance
+        con, _HOSTS.pid = duckdb.connect(), os.getpid()
+        _HOSTS.con = con
     return con
 
 
