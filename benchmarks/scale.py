@@ -117,7 +117,7 @@ def as_machine(results: Path, host: str, folder: Path) -> list[str]:
 
 
 def inflated_results(results: Path, k: int, folder: Path) -> Path:
-    """A copy of the run's plan with ``k`` planned jobs (its jobs repeated under new ids) and its topology."""
+    """A copy of the run's plan with ``k`` planned jobs (its jobs repeated under new ids), their spec files and its topology."""
     plan = json.loads((results / "plan" / "plan.json").read_text())
     base = [("collectives", j) for j in plan["collectives"]] + [("training", j) for j in plan["training"]]
     inflated: dict[str, list[dict]] = {"collectives": [], "training": []}
@@ -135,6 +135,9 @@ def inflated_results(results: Path, k: int, folder: Path) -> Path:
         for p in (out / name).rglob("*"):
             os.utime(p)
     (out / "plan" / "plan.json").write_text(json.dumps({**plan, **inflated}))
+    from shardscope.plan.jobs import write_job_files
+
+    write_job_files({**plan, **inflated}, out / "plan" / "jobs")  # as the plan rule does: the job rules' inputs
     return out
 
 

@@ -55,8 +55,8 @@ def test_every_figure_stays_within_the_width_bound(fleet):
 def test_the_figures_data_is_exactly_the_query(fleet):
     db, figs = fleet
     with open_results(db, None) as con:
-        expected = {"speed_vs_ddp": queries.strategy_speed(con), "memory_by_strategy": queries.memory_measured_and_modeled(con),
-                    "machine_ranking": queries.machine_ranking(con)}
+        expected = {f.name: f.query(con) for f in FIGURES} | {"machine_ranking": queries.machine_ranking(con)}
+    assert len(expected) == 6 and all(len(df) for df in expected.values())
     for name, df in expected.items():
         assert (figs / f"{name}.csv").read_text() == df.to_csv(index=False), name
     speed = pd.read_csv(figs / "speed_vs_ddp.csv")
@@ -83,3 +83,28 @@ def test_captions_summarise_instead_of_listing_every_host(fleet):
     assert "On 12 machines (cpu, cpu; median per strategy" in memory
     for text in (speed, memory):
         assert sum(host in text for host in HOSTS) <= 2, text  # the two machines of the small kind may be named
+
+
+def test_the_reports_ranking_table_is_exactly_the_query(fleet, tmp_path):
+    import html
+    import re
+
+    from shardscope.paper.render import render_report
+
+    db, figs = fleet
+    report = render_report(db, figs, Path(__file__).parents[2] / "paper" / "report.md", tmp_path / "report.html",
+                           bundled_reference=False).read_text()
+    section = report.split("<h3>Machines of the same kind</h3>", 1)[1].split("<h3>", 1)[0]
+    table = section.split("<table>", 1)[1].split("</table>", 1)[0]
+    rows = [[html.unescape(cell) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]
+            for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    with open_results(db, None) as con:
+        ranking = queries.machine_ranking(con)
+    assert rows[0] == ["fabric", "GPU model", "measure", "setting", "rank", "machine", "value", "unit",
+                       "vs median of kind", "machines of kind", "verdict"]
+    assert len(rows) - 1 == len(ranking) == 2 * len(HOSTS)
+    expected = [[r.fabric, r.gpu_model, r.measure, r.setting, str(r.rank), r.host, f"{r.value:.4g}", r.unit,
+                 f"{r.vs_kind_median:.2f}", str(r.machines_of_kind), r.verdict] for r in ranking.itertuples()]
+    assert rows[1:] == expected
+    assert [r[5] for r in rows[1:] if r[-1] == "slow"] == [SLOW, SLOW]  # slow in bandwidth and in throughput
+    assert f"1 slow: {SLOW}" in section

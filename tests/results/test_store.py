@@ -87,6 +87,31 @@ def test_a_failure_inside_the_load_leaves_the_database_as_it_was(tmp_path, sampl
     assert sorted(p.name for p in db.parent.iterdir()) == sorted(["r.duckdb", "r.duckdb.lock", "good", "more"])
 
 
+def test_loads_in_one_process_leave_nothing_behind_after_a_failure(tmp_path, sample_docs, monkeypatch):
+    """Every load of a process attaches its copy to one in-memory DuckDB; a failed one must not leak into the next."""
+    from shardscope.results import store
+
+    db = tmp_path / "r.duckdb"
+    collect(db, write_docs(tmp_path / "good", sample_docs[:2]))
+    real_load = store._load
+
+    def explode(con, frames):
+        real_load(con, frames)
+        con.execute("CREATE TEMP TABLE leftover (x INTEGER)")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(store, "_load", explode)
+    with pytest.raises(RuntimeError):
+        collect(db, write_docs(tmp_path / "more", sample_docs[2:4]))
+    monkeypatch.setattr(store, "_load", real_load)
+    host = store._host()
+    assert host.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal").fetchall() == [("memory",)]
+    assert host.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'temp'").fetchone()[0] == 0
+    summary = collect(db, write_docs(tmp_path / "again", sample_docs[2:4]))
+    assert summary["new_runs"] == 2 and query_db(db, "SELECT count(*) FROM runs")[0][0] == 4
+    assert sorted(p.name for p in db.parent.iterdir()) == sorted(["r.duckdb", "r.duckdb.lock", "good", "more", "again"])
+
+
 def _collect_in_child(db: str, paths: list[str]) -> None:
     collect(db, paths)
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from shardscope.errors import UserError
 from shardscope.figures import queries
-from shardscope.figures.captions import decision_name, ties_with
+from shardscope.figures.captions import answer_ranking, decision_name, ties_with
 from shardscope.figures.decision import decision_map
 from shardscope.figures.plots import FIGURES
 from shardscope.figures.reference import load_manifest, reference_database
@@ -29,6 +29,7 @@ from shardscope.paper import memory_cases
 from shardscope.paper import queries as report_queries
 from shardscope.paper import tables
 from shardscope.paper.ledger import ledger_section
+from shardscope.paper.ranking import RANKING_FORMATS, has_peers, ranking_table
 from shardscope.training.memory_model import memory_table
 
 
@@ -169,6 +170,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         modeled_steps = report_queries.modeled_vs_measured_steps(con)
         doctor = report_queries.doctor_warnings(con)
         mistral_peak = memory_cases.mistral_peak_table(con)
+        ranking = queries.machine_ranking(con)
     decision = decision_map(speed)
     ok = speed[speed["outcome"] == "ok"]
     by_label = {run.label: run for run in load_manifest()}
@@ -191,6 +193,8 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         "ledger": ledger_section(db),
         "doctor": doctor.to_dict("records"),
         "recommendations": _recommendations(speed),
+        "ranking": {"ranked": has_peers(ranking), "answer": answer_ranking(ranking),
+                    "machines": int(ranking["host"].nunique()), "tolerance": queries.PEER_TOLERANCE},
         "answers": {name: entry["answer"] for name, entry in index.items()},
         "figures": {name: figure_html(figures_dir, entry) for name, entry in index.items()},
         "tables": {
@@ -216,5 +220,6 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
             "modeled_vs_measured": markdown_table(tables.modeled_vs_measured_table(modeled_steps), tables.MODELED_FORMATS),
             "doctor": markdown_table(doctor[["host", "check_name", "status", "read", "concluded", "action"]]),
             "decision": markdown_table(_decision_table(decision)),
+            "machine_ranking": markdown_table(ranking_table(ranking), RANKING_FORMATS),
         },
     }

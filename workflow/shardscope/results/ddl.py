@@ -74,7 +74,13 @@ def column_unit(name: str) -> str | None:
 
 def column_types(table: str) -> dict[str, str]:
     """Column name -> DuckDB type of ``table``, in schema order."""
-    return {name: sql_type(col.dtype) for name, col in TABLES[table].to_schema().columns.items()}
+    return dict(_column_types(table))
+
+
+@functools.cache
+def _column_types(table: str) -> tuple[tuple[str, str], ...]:
+    """:func:`column_types`, worked out once per process (every load checks the database against it)."""
+    return tuple((name, sql_type(col.dtype)) for name, col in TABLES[table].to_schema().columns.items())
 
 
 def _quote(text: str) -> str:
