@@ -27,7 +27,7 @@ class P:
 @pytest.mark.parametrize("gpus", [2, 4, 8])
 def test_map_report_caption_and_advise_agree(gpus: int) -> None:
     memory_gb = 80
-    grid = decision_map(EMPTY, gpus=gpus, memories_gb=(memory_gb,))
+    grid = decision_map(EMPTY, gpus=gpus, memories_gb=(memory_gb,), presets_only=True)
     table = _decision_table(grid)
     caption = answer_decision(grid)
     checked = 0
@@ -80,6 +80,6 @@ def test_measured_evidence_orders_first_and_its_noise_decides_ties() -> None:
 def test_the_mistral_case_of_the_issue_is_one_answer() -> None:
     """Issue 21: advise said ZeRO-2, the map FSDP/ZeRO-3 for Mistral-7B on 8 x H100; now both say the same, as a tie."""
     advice = advise(preset("hgx-h100"), "mistral-7b", 8)
-    grid = decision_map(EMPTY, memories_gb=(80,))
+    grid = decision_map(EMPTY, memories_gb=(80,), presets_only=True)
     cell = grid[(grid["panel"] == "nvswitch") & (grid["preset"] == "mistral-7b")].iloc[0]
     assert advice.decision.recommended == cell["strategy"] == "fsdp" and "zero2" in advice.decision.tied

@@ -296,8 +296,8 @@ def answer_decision(df: pd.DataFrame) -> str:
         for _, group in at80.groupby((at80["strategy"] != at80["strategy"].shift()).cumsum(), sort=False):
             name = group["strategy"].iloc[0]
             if name != "none":
-                ranges.append(f"{strategy_name(name)} from {format_params(group['n_params'].min())} "
-                              f"to {format_params(group['n_params'].max())}")
+                low, high = format_params(group["n_params"].min()), format_params(group["n_params"].max())
+                ranges.append(f"{strategy_name(name)} at {low}" if low == high else f"{strategy_name(name)} from {low} to {high}")
         if at80["strategy"].eq("none").any():
             ranges.append(f"nothing fits from {format_params(at80.loc[at80['strategy'] == 'none', 'n_params'].min())}")
         picks = at80[at80["preset"].notna()]

@@ -117,11 +117,11 @@ def panels(speed: pd.DataFrame) -> list[dict[str, object]]:
     return result
 
 
-def decision_map(speed: pd.DataFrame, gpus: int = GPUS,
-                 memories_gb: tuple[float, ...] = GPU_MEMORY_GB) -> pd.DataFrame:
-    """One row per (panel, GPU memory, model): the decision and the bytes behind it."""
+def decision_map(speed: pd.DataFrame, gpus: int = GPUS, memories_gb: tuple[float, ...] = GPU_MEMORY_GB,
+                 presets_only: bool = False) -> pd.DataFrame:
+    """One row per (panel, GPU memory, model): the decision and the bytes behind it (only the presets' columns if asked)."""
     rows = []
-    cols = columns()
+    cols = [c for c in columns() if c[1] is not None or not presets_only]
     for panel in panels(speed):
         evidence: Evidence | None = panel["evidence"]  # type: ignore[assignment]
         where = panel_setup(str(panel["panel"]), gpus)
