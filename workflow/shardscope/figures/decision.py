@@ -12,8 +12,6 @@ never a measurement of that model size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import pandas as pd
 
@@ -142,8 +140,3 @@ def decision_map(speed: pd.DataFrame, gpus: int = GPUS, memories_gb: tuple[float
                 })
     return pd.DataFrame(rows)
 
-
-def largest_picked(df: pd.DataFrame) -> Mapping[str, float]:
-    """Per strategy of one panel and memory: the largest parameter count it is recommended for."""
-    picked = df[df["strategy"] != "none"]
-    return picked.groupby("strategy")["n_params"].max().to_dict()
