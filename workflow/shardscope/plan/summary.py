@@ -14,15 +14,17 @@ from typing import Any
 from shardscope.plan.jobs import planned_jobs
 
 #: Seconds one job of each kind took on this machine kind (2 CPU cores, gloo, config/config.yaml's
-#: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` with other work on the machine.
-#: Constants measured, not modeled; they are used only for plans on CPU (device ``cpu``).
+#: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` on 2026-12-01 with other work on the
+#: machine (load average about 9; the run took 673 s): means per kind of that run. Constants measured,
+#: not modeled; they are used only for plans on CPU (device ``cpu``). An idle machine is faster.
 CPU_JOB_SECONDS: dict[str, float] = {
-    "collective": 21.0, "train:ddp": 28.0, "train:zero": 51.0, "train:fsdp": 45.0, "peer": 21.0,
+    "collective": 43.0, "train:ddp": 45.0, "train:zero": 62.0, "train:fsdp": 68.0, "peer": 43.0,
 }
 #: The stages every run has besides the planned jobs (topology, plan, reference runs, predictions,
-#: doctor, verdicts, collect, figures, paper), together, on the same machine, in the same run.
-CPU_FIXED_SECONDS = 150.0
-CPU_BASIS = "per-job-kind seconds measured on a 2-core CPU node by benchmarks/pipeline_time.py, not modeled"
+#: doctor, verdicts, collect, figures, paper), together, in the same run.
+CPU_FIXED_SECONDS = 118.0
+CPU_BASIS = ("per-job-kind seconds measured on a loaded 2-core CPU node by benchmarks/pipeline_time.py, "
+             "not modeled")
 
 
 @dataclass(frozen=True)
