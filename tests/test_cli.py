@@ -333,15 +333,15 @@ def test_advise_prints_its_assumptions_and_millisecond_ties_as_a_tie_with_the_ma
 
 
 def test_advise_without_a_tie_prints_none() -> None:
-    from shardscope.costmodel.commands import _tie_line
+    from shardscope.costmodel.decision import decide
 
-    class P:  # the fields _tie_line reads of a StepPrediction
-        def __init__(self, strategy: str, step: float, fits: bool | None = True) -> None:
-            self.strategy, self.step_time_s, self.fits, self.memory_total_bytes = strategy, step, fits, 1
+    class P:  # the fields decide reads of a StepPrediction
+        def __init__(self, strategy: str, step: float, peak: int = 1) -> None:
+            self.strategy, self.step_time_s, self.memory_total_bytes = strategy, step, peak
 
-    assert _tie_line([P("ddp", 1.0), P("zero1", 1.2)]) is None
-    assert _tie_line([P("ddp", 0.9, fits=False), P("zero1", 1.0), P("zero2", 1.5)]) is None
-    assert _tie_line([P("zero1", 1.0), P("zero2", 1.04)]).startswith("tie: zero1, zero2 are within 4.0% ")
+    assert decide([P("ddp", 1.0), P("zero1", 1.2)], None).tie_sentence() is None
+    assert decide([P("ddp", 0.9, peak=100), P("zero1", 1.0), P("zero2", 1.5)], 10, 1.0).tie_sentence() is None
+    assert decide([P("zero1", 1.0), P("zero2", 1.04)], None).tie_sentence().startswith("tie: zero1, zero2 are within 4.0% ")
 
 
 def test_collectives_import_without_out_prints_one_summary_line() -> None:

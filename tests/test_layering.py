@@ -41,6 +41,17 @@ PENDING = {
     ("shardscope.figures.reference", "shardscope.diagnose.evaluate"): REFERENCE_STAGE,
     ("shardscope.figures.decision", "shardscope.training.memory_model"):
         "decision map's memory numbers from the database (issue 15 part 6, figures/decision.py is issue 21's)",
+    ("shardscope.figures.decision", "shardscope.costmodel.advise"):
+        "the decision map calls the one decision function of advise (issue 21) until the predictions stage stores "
+        "the map's cells in the database (issue 15 part 6)",
+    ("shardscope.figures.decision", "shardscope.costmodel.decision"):
+        "the decision map calls the one decision function of advise (issue 21) until the predictions stage stores "
+        "the map's cells in the database (issue 15 part 6)",
+    ("shardscope.figures.decision", "shardscope.costmodel.presets"):
+        "the decision map models each fabric on a published machine (issue 21) until the predictions stage stores "
+        "the map's cells in the database (issue 15 part 6)",
+    ("shardscope.figures.decision", "shardscope.costmodel.step"):
+        "the decision map's step shape (issue 21) until the predictions stage stores the map (issue 15 part 6)",
     ("shardscope.paper.context", "shardscope.training.memory_model"):
         "report's Mistral memory table from the database (issue 15 part 6)",
     ("shardscope.paper.tables", "shardscope.training.memory_model"):

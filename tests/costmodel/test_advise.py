@@ -13,7 +13,7 @@ from shardscope.costmodel.step import StepAssumptions
 from shardscope.errors import UserError
 
 JSON_KEYS = {"method", "model", "gpus", "nodes", "fabric", "gpu", "memory_bytes", "placement", "allreduce_busbw_gbps",
-             "bottleneck", "ranking", "recommended", "nvl_groups", "explanation", "assumptions", "notes"}
+             "bottleneck", "ranking", "recommended", "decision", "nvl_groups", "explanation", "assumptions", "notes"}
 
 
 def test_ranking_puts_fitting_strategies_first_by_step_time() -> None:
@@ -36,7 +36,8 @@ def test_json_contract() -> None:
     out = advise(preset("h100-nvl-pairs"), "llama-1b", 2).to_dict()
     assert set(out) == JSON_KEYS
     assert out["method"] == "modeled" and all(row["method"] == "modeled" for row in out["ranking"])
-    assert out["recommended"] == out["ranking"][0]["strategy"]
+    assert out["recommended"] == out["decision"]["recommended"] in [row["strategy"] for row in out["ranking"]]
+    assert out["decision"]["rule"] == "docs/design.md, 'The decision rule'"
     assert out["nvl_groups"]["inside"]["gpus"] == [0, 1]
     json.dumps(out)
 

@@ -101,7 +101,7 @@ def test_report_recommends_from_measurements_and_the_decision_map(module_db, dra
     text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html"),
                                bundled_reference=False).read_text())
     assert "Measured: On hostA (cpu), tiny on 2 ranks: DDP was fastest (0.0200 s per step)" in text
-    assert "mistral-7b (7.24 B) FSDP / ZeRO-3" in text and "mistral-7b (7.24 B) ZeRO-1" in text
+    assert "mistral-7b (7.24 B) fsdp (tie with zero2, zero3 within" in text and "docs/design.md" in text
 
 
 def test_missing_figures_are_a_user_error(module_db, tmp_path):

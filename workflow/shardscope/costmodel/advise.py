@@ -1,4 +1,7 @@
-"""``shardscope advise``: rank the strategies by modeled step time among those that fit, and say why.
+"""``shardscope advise``: rank the strategies by modeled step time among those that fit, recommend one, and say why.
+
+The recommendation (ties included) is :func:`shardscope.costmodel.decision.decide`'s, the rule of
+``docs/design.md`` that the decision map and the report use too.
 
 The job is placed on the best GPUs of the node (:mod:`.placement`); a job larger than one node
 spans identical nodes joined by their NICs. Every number is modeled (``method: modeled``).
@@ -12,6 +15,7 @@ from typing import Any
 
 from shardscope.costmodel.calibrate import Calibration
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
+from shardscope.costmodel.decision import Decision, decide
 from shardscope.costmodel.machine import Machine, build_machine
 from shardscope.costmodel.placement import (
     GroupComparison,
@@ -36,15 +40,71 @@ class CollectiveTimer:
         self.job = job
         self.calibrations = dict(calibrations or {})
         self._peak: dict[str, float] = {}
+        self._times: dict[tuple[str, int], float] = {}
 
     def __call__(self, op: str, size_bytes: int) -> float:
-        """Seconds for one call of ``op`` on ``size_bytes``."""
+        """Seconds for one call of ``op`` on ``size_bytes`` (remembered: a step repeats the same sizes)."""
+        key = (op, size_bytes)
+        if key not in self._times:
+            self._times[key] = self._time(op, size_bytes)
+        return self._times[key]
+
+    def _time(self, op: str, size_bytes: int) -> float:
         cal = self.calibrations.get(op)
         if cal is None:
             return predict_collective(op, size_bytes, self.job).time_s
         if op not in self._peak:
             self._peak[op] = predict_collective(op, 1 << 40, self.job).algbw_gbps
         return cal.time_s(size_bytes, self._peak[op])
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The machine a job is modeled on: where it is placed and how its collectives are timed."""
+
+    machine: Machine
+    peak_flops: float
+    nodes: int
+    per_node: int
+    placement: Placement
+    job: Job
+    timer: CollectiveTimer
+    source: str
+
+
+def setup(doc: Mapping[str, Any], gpus: int, *, gpu_name: str | None = None, memory_bytes: int | None = None,
+          peak_tflops: float | None = None, nic_gbps: float | None = None,
+          calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
+          nics: int | None = None) -> Setup:
+    """The machine of ``doc`` (a topology.json) with a ``gpus``-GPU job placed on its best GPUs; UserError on bad input."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise UserError(f"--gpus must be a positive integer, got {gpus!r}")
+    machine = build_machine(doc, gpu_name=gpu_name, memory_bytes=memory_bytes, nic_gbps=nic_gbps, source=source, nics=nics)
+    if machine.fabric == "cpu":
+        raise UserError(f"{source}: the topology has no GPUs (fabric cpu); advise predicts GPU jobs — give a GPU topology")
+    peak = peak_tflops * 1e12 if peak_tflops else peak_flops(machine.spec.reference_name)
+    if not peak:
+        raise UserError(f"peak FLOP/s of {machine.spec.family} is not known; name the GPU with --gpu NAME "
+                        "or give its dense bf16 peak with --peak-tflops")
+    nodes, per_node = _split(gpus, machine, source)
+    placement = best_placement(machine, per_node)
+    job = Job(machine, placement.members, nodes=nodes)
+    return Setup(machine, peak, nodes, per_node, placement, job, CollectiveTimer(job, calibrations), source)
+
+
+def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strategies: Sequence[str] = DEFAULT_STRATEGIES,
+                     assumptions: StepAssumptions | None = None) -> tuple[str, ModelConfig, list[StepPrediction]]:
+    """(model name, shape, the cost model's step of each strategy) for ``model`` on ``gpus`` GPUs of ``where``."""
+    assumptions = assumptions or StepAssumptions()
+    try:
+        name, cfg = resolve_model(model)
+    except (TypeError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad or not strategies:
+        raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
+    return name, cfg, [predict_step(s, name, cfg, gpus, where.peak_flops, where.timer, where.machine.memory_bytes,
+                                    assumptions) for s in strategies]
 
 
 @dataclass(frozen=True)
@@ -63,6 +123,7 @@ class Advice:
     across_step_s: float | None
     explanation: tuple[str, ...]
     assumptions: StepAssumptions
+    decision: Decision
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -86,7 +147,8 @@ class Advice:
             "allreduce_busbw_gbps": self.allreduce_busbw_gbps,
             "bottleneck": self.placement.link,
             "ranking": [p.to_row() for p in self.ranking],
-            "recommended": next((p.strategy for p in self.ranking if p.fits is not False), None),
+            "recommended": self.decision.recommended,
+            "decision": self.decision.to_dict(),
             "nvl_groups": None if comp is None else {
                 "inside": None if comp.inside is None else {"gpus": list(comp.inside.members), "ring_gbps": comp.inside.ring_gbps,
                                                              "step_time_s": self.pinned_step_s},
@@ -146,50 +208,53 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
            strategies: Sequence[str] = DEFAULT_STRATEGIES, assumptions: StepAssumptions | None = None,
            calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
            nics: int | None = None) -> Advice:
-    """Rank ``strategies`` for ``model`` on ``gpus`` GPUs of the machine in ``doc`` (a topology.json)."""
+    """Rank ``strategies`` for ``model`` on ``gpus`` GPUs of the machine in ``doc`` (a topology.json).
+
+    The recommendation is :func:`shardscope.costmodel.decision.decide`'s, the same as the decision map's and the report's.
+    """
     assumptions = assumptions or StepAssumptions()
-    try:
-        name, cfg = resolve_model(model)
-    except (TypeError, ValueError) as exc:
-        raise UserError(str(exc)) from None
-    bad = [s for s in strategies if s not in STRATEGIES]
-    if bad or not strategies:
-        raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise UserError(f"--gpus must be a positive integer, got {gpus!r}")
-    machine = build_machine(doc, gpu_name=gpu_name, memory_bytes=memory_bytes, nic_gbps=nic_gbps, source=source, nics=nics)
-    if machine.fabric == "cpu":
-        raise UserError(f"{source}: the topology has no GPUs (fabric cpu); advise predicts GPU jobs — give a GPU topology")
-    peak = peak_tflops * 1e12 if peak_tflops else peak_flops(machine.spec.reference_name)
-    if not peak:
-        raise UserError(f"peak FLOP/s of {machine.spec.family} is not known; name the GPU with --gpu NAME "
-                        "or give its dense bf16 peak with --peak-tflops")
-    nodes, per_node = _split(gpus, machine, source)
-    placement = best_placement(machine, per_node)
-    job = Job(machine, placement.members, nodes=nodes)
-    timer = CollectiveTimer(job, calibrations)
-    ranking = [predict_step(s, name, cfg, gpus, peak, timer, machine.memory_bytes, assumptions) for s in strategies]
-    ranking.sort(key=lambda p: (p.fits is False, p.step_time_s, p.memory_total_bytes))
+    where = setup(doc, gpus, gpu_name=gpu_name, memory_bytes=memory_bytes, peak_tflops=peak_tflops, nic_gbps=nic_gbps,
+                  calibrations=calibrations, source=source, nics=nics)
+    name, cfg, predictions = step_predictions(where, model, gpus, strategies, assumptions)
+    machine, nodes, per_node, placement, job = where.machine, where.nodes, where.per_node, where.placement, where.job
+    peak = where.peak_flops
+    decision = decide(predictions, machine.memory_bytes, assumptions.usable_fraction)
+    by_name = {p.strategy: p for p in predictions}
+    ranking = [by_name[r.strategy] for r in decision.ranking]
     comp = compare_groups(machine, per_node) if nodes == 1 else None
-    best = ranking[0]
+    best = by_name[decision.recommended] if decision.recommended else ranking[0]
     pinned = across = None
     if comp is not None and comp.inside and comp.across:
         pinned = _step_on(comp.inside, machine, best.strategy, name, cfg, gpus, peak, assumptions, calibrations)
         across = _step_on(comp.across, machine, best.strategy, name, cfg, gpus, peak, assumptions, calibrations)
     busbw = peak_busbw_gbps("all_reduce", job) if gpus > 1 else 0.0
-    share = best.exposed_comm_time_s / best.step_time_s if best.step_time_s > 0 else 0.0
-    first = (f"{best.strategy} is predicted fastest{'' if best.fits is not False else ' (but does not fit)'}: "
-             f"{best.step_time_s:.3g} s per step, of which communication takes {best.comm_time_s:.3g} s "
-             f"({share:.0%} of the step left exposed after overlap) on {placement.label()}"
-             f"{f' x {nodes} nodes' if nodes > 1 else ''} ({busbw:.0f} GB/s all-reduce bus bandwidth).")
-    if len(ranking) > 1:
-        second = ranking[1]
-        first = first[:-1] + f"; next is {second.strategy} at {second.step_time_s:.3g} s."
+    first = _first_sentence(decision, best, ranking, placement, nodes, busbw)
     sentences = (first, _fit_sentence(ranking, machine),
                  _group_sentence(per_node, comp, machine, best.strategy, pinned, across, nodes, placement))
     return Advice(model=name, gpus=gpus, nodes=nodes, machine=machine, placement=placement, allreduce_busbw_gbps=busbw,
                   ranking=tuple(ranking), comparison=comp, pinned_step_s=pinned, across_step_s=across,
-                  explanation=sentences, assumptions=assumptions, notes=machine.notes)
+                  explanation=sentences, assumptions=assumptions, decision=decision, notes=machine.notes)
+
+
+def _first_sentence(decision: Decision, best: StepPrediction, ranking: Sequence[StepPrediction], placement: Placement,
+                    nodes: int, busbw: float) -> str:
+    """What is recommended and why: fastest, or tied with the fastest and holding the least memory, or nothing fits."""
+    share = best.exposed_comm_time_s / best.step_time_s if best.step_time_s > 0 else 0.0
+    if decision.recommended is None:
+        head = f"{best.strategy} is predicted fastest (but does not fit)"
+    elif decision.tied:
+        head = (f"{best.strategy} is recommended: {', '.join(decision.tied)} are tied within {decision.spread:.1%} "
+                f"(inside the model's {decision.tie_margin:.0%} margin) and {best.strategy} holds the least memory of them")
+    else:
+        head = f"{best.strategy} is predicted fastest"
+    text = (f"{head}: {best.step_time_s:.3g} s per step, of which communication takes {best.comm_time_s:.3g} s "
+            f"({share:.0%} of the step left exposed after overlap) on {placement.label()}"
+            f"{f' x {nodes} nodes' if nodes > 1 else ''} ({busbw:.0f} GB/s all-reduce bus bandwidth)")
+    others = [p for p in ranking if p.strategy != best.strategy]
+    if others and not decision.tied:
+        nxt = others[0]
+        text += f"; next is {nxt.strategy} at {nxt.step_time_s:.3g} s"
+    return text + "."
 
 
 def _split(gpus: int, machine: Machine, source: str) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from shardscope.cli import gpu_count
 from shardscope.collectives.factors import OPS
+from shardscope.costmodel.decision import RULE_CITATION
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, dump_json
 
@@ -124,7 +125,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[p.fits]
         print(f"  {p.strategy:>12}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  comm {p.comm_time_s:7.3f} s"
               f" (exposed {p.exposed_comm_time_s:6.3f} s)  memory {p.memory_total_bytes / 1e9:7.1f} GB  {fits}")
-    tie = _tie_line(result.ranking)
+    print(f"recommended: {result.decision.label()} ({result.decision.source}; rule: {RULE_CITATION})")
+    tie = result.decision.tie_sentence()
     if tie:
         print(tie)
     print()
@@ -132,11 +134,6 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}")
     return 0
-
-
-#: Step times closer than this (relative to the fastest) are a tie: the step model's MFU and
-#: overlap are assumptions, and moving either by a tenth moves a step time by more than this.
-TIE_MARGIN = 0.05
 
 
 def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tuple[str, str]]:
@@ -195,22 +192,6 @@ def _cmd_calibrate_step(args: argparse.Namespace) -> int:
     else:
         print(format_calibrations(found, notes))
     return 0
-
-
-def _tie_line(ranking: Any) -> str | None:
-    """One line naming the fitting strategies within :data:`TIE_MARGIN` of the fastest, with the margin; None if no tie."""
-    fitting = [p for p in ranking if p.fits is not False]
-    if len(fitting) < 2:
-        return None
-    best = fitting[0].step_time_s
-    tied = [p for p in fitting if p.step_time_s <= best * (1 + TIE_MARGIN)]
-    if len(tied) < 2:
-        return None
-    spread = (tied[-1].step_time_s - best) / best if best else 0.0
-    least = min(tied, key=lambda p: p.memory_total_bytes)
-    return (f"tie: {', '.join(p.strategy for p in tied)} are within {spread:.1%} of each other "
-            f"({best:.3f}-{tied[-1].step_time_s:.3f} s), inside the model's {TIE_MARGIN:.0%} margin; "
-            f"{least.strategy} holds the least memory of them ({least.memory_total_bytes / 1e9:.1f} GB)")
 
 
 def _cmd_predict_collectives(args: argparse.Namespace) -> int:

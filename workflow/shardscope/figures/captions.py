@@ -285,31 +285,31 @@ def answer_ranking(df: pd.DataFrame) -> str:
     return f"Machines against the median of their kind (slow: more than {PEER_TOLERANCE:.0%} below it): " + " ".join(parts)
 
 
-def decision_name(strategy: str, order_source: str) -> str:
-    """A strategy's name on the decision map: the rule's FSDP stands for FSDP and ZeRO-3 alike."""
-    return "FSDP / ZeRO-3" if strategy == "fsdp" and order_source == "DESIGN.md rule" else strategy_name(strategy)
-
-
 def answer_decision(df: pd.DataFrame) -> str:
-    """Per panel at 80 GB per GPU: up to which size each strategy is picked, and what each preset gets."""
+    """Per panel at 80 GB per GPU: up to which size each strategy is recommended, and what each preset gets (ties named)."""
+    if df.empty:
+        return "Nothing to decide: no model sizes."
     parts = []
-    for panel, sub in df.groupby("panel", sort=False):
-        source = sub["order_source"].iloc[0]
-        order = sub["order"].iloc[0].split(" > ")
-        reach, ranges = 0.0, []
-        for strategy in order:
-            limit = decision.largest_fitting_params(strategy, 80)
-            if limit > reach:
-                ranges.append(f"{decision_name(strategy, source)} up to {format_params(limit)}")
-                reach = limit
-        picks = sub[(sub["gpu_memory_gb"] == 80) & sub["preset"].notna()]
-        presets = ", ".join(f"{p} ({format_params(n)}) {decision_name(s, source)}"
-                            for p, n, s in zip(picks["preset"], picks["n_params"], picks["strategy"]))
-        parts.append(f"{sub['title'].iloc[0]} (order: {source}), 80 GB x {decision.GPUS} GPUs: "
-                     + ", then ".join(ranges) + " parameters, beyond that nothing fits"
-                     + (f"; {presets}" if presets else "") + ".")
-    return ("Modeled (ZeRO-paper memory, bf16 Adam with fp32 master weights, activations excluded): "
-            + " ".join(parts))
+    for _, sub in df.groupby("panel", sort=False):
+        at80 = sub[sub["gpu_memory_gb"] == 80].sort_values("n_params")
+        ranges = []
+        for _, group in at80.groupby((at80["strategy"] != at80["strategy"].shift()).cumsum(), sort=False):
+            name = group["strategy"].iloc[0]
+            if name != "none":
+                low, high = format_params(group["n_params"].min()), format_params(group["n_params"].max())
+                ranges.append(f"{strategy_name(name)} at {low}" if low == high else f"{strategy_name(name)} from {low} to {high}")
+        if at80["strategy"].eq("none").any():
+            ranges.append(f"nothing fits from {format_params(at80.loc[at80['strategy'] == 'none', 'n_params'].min())}")
+        picks = at80[at80["preset"].notna()]
+        presets = ", ".join(f"{p} ({format_params(n)}) {label}" for p, n, label in zip(picks["preset"], picks["n_params"], picks["pick"]))
+        parts.append(f"{sub['title'].iloc[0]} (speed: {sub['order_source'].iloc[0]}), 80 GB x {int(sub['gpus'].iloc[0])} GPUs: "
+                     + ", ".join(ranges) + (f"; {presets}" if presets else "") + ".")
+    first = df.iloc[0]
+    return (f"Modeled, by the rule of {decision.RULE_CITATION} (the same function as `shardscope advise`): a strategy fits "
+            f"when its whole peak (model states, activations, buffers; micro-batch {int(first['micro_batch'])}, the "
+            f"model's sequence length up to 4096) is within {first['usable_fraction']:.0%} of the GPU's memory; of those "
+            f"the fastest wins, and strategies within the model's {decision.MODEL_TIE_MARGIN:.0%} are a tie that goes to "
+            "the least memory. " + " ".join(parts))
 
 
 _RST_SPECIAL = re.compile(r"([\\`*_|])")

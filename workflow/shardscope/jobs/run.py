@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 
 from shardscope.contracts.jobs import CollectiveJob, JobSpec, PeerJob, TrainingJob
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_bytes
-from shardscope.plan.jobs import find_job, load_plan
+from shardscope.plan.jobs import find_job, load_plan, planned_jobs
 
 
 def env_words(env: dict[str, str]) -> list[str]:
@@ -98,9 +99,23 @@ def run_job(plan_path: str, job_id: str, out: str, log: str) -> int:
     A job that is not planned, or whose entry is invalid, is a :class:`UserError` naming the plan,
     the job and the field, before anything starts or is written.
     """
-    job: JobSpec = find_job(load_plan(plan_path), job_id, plan_path)
+    plan = load_plan(plan_path)
+    job: JobSpec = find_job(plan, job_id, plan_path)
+    place = job_position(plan, job_id)
+    print(f"shardscope: job {job_id}: {place}", file=sys.stderr, flush=True)
+    start = time.monotonic()
     if isinstance(job, CollectiveJob):
-        return run_collective(job, out, log)
-    if isinstance(job, TrainingJob):
-        return run_training(job, out, log, plan_path)
-    return run_peer(job, out, log)
+        status = run_collective(job, out, log)
+    elif isinstance(job, TrainingJob):
+        status = run_training(job, out, log, plan_path)
+    else:
+        status = run_peer(job, out, log)
+    with open(log, "a", encoding="utf-8") as handle:  # after the launcher: the collective guard starts a fresh log
+        handle.write(f"shardscope: job {job_id} ({place}) ended with status {status} after {time.monotonic() - start:.0f} s\n")
+    return status
+
+
+def job_position(plan: dict, job_id: str) -> str:
+    """``job 3 of 12 in the plan``: where ``job_id`` stands among every planned job (the plan's order)."""
+    ids = [entry.get("job_id") for entry in planned_jobs(plan) if isinstance(entry, dict)]
+    return f"job {ids.index(job_id) + 1} of {len(ids)} in the plan"

@@ -19,7 +19,7 @@ import pandas as pd
 
 from shardscope.errors import UserError
 from shardscope.figures import queries
-from shardscope.figures.captions import answer_ranking, decision_name, ties_with
+from shardscope.figures.captions import answer_ranking, ties_with
 from shardscope.figures.decision import decision_map
 from shardscope.figures.plots import FIGURES
 from shardscope.figures.reference import load_manifest, reference_database
@@ -138,14 +138,15 @@ def _fastest_ties(ok: pd.DataFrame) -> list[str]:
 
 
 def _decision_table(decision: pd.DataFrame) -> pd.DataFrame:
+    """The map's preset columns as a table: one row per (model, panel), one column per GPU memory, the decision's label."""
     presets = decision[decision["preset"].notna()]
     table = presets.assign(
-        pick=[decision_name(s, o) for s, o in zip(presets["strategy"], presets["order_source"])],
         model=[f"{p} ({format_params(n)})" for p, n in zip(presets["preset"], presets["n_params"])],
         panel=presets["title"])
     wide = table.pivot_table(index=["model", "n_params", "panel"], columns="gpu_memory_gb", values="pick", aggfunc="first")
     wide = wide.reset_index().sort_values(["n_params", "panel"]).drop(columns="n_params")
-    wide.columns = [c if isinstance(c, str) else f"{c} GB x 8" for c in wide.columns]
+    gpus = int(decision["gpus"].iloc[0]) if not decision.empty else 8
+    wide.columns = [c if isinstance(c, str) else f"{c} GB x {gpus}" for c in wide.columns]
     return wide
 
 

@@ -69,6 +69,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         from shardscope.plan.jobs import write_job_files
 
         write_job_files(plan, args.jobs_dir)
+    from shardscope.plan.summary import estimate
+
+    print(f"shardscope: plan: {estimate(plan).sentence()}", file=sys.stderr)  # the pipeline's plan.log starts with it
     for skip in plan["skipped"]:
         print(f"shardscope: {skip['reason'].rstrip('.')}.", file=sys.stderr)  # one sentence per skipped stage
     print(dump_json(plan) if to_stdout else summarize(plan, args.topology), end="")

@@ -8,7 +8,60 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from shardscope.plan.jobs import planned_jobs
+
+#: Seconds one job of each kind took on this machine kind (2 CPU cores, gloo, config/config.yaml's
+#: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` on 2026-12-01 with other work on the
+#: machine (load average about 9; the run took 673 s): means per kind of that run. Constants measured,
+#: not modeled; they are used only for plans on CPU (device ``cpu``). An idle machine is faster.
+CPU_JOB_SECONDS: dict[str, float] = {
+    "collective": 43.0, "train:ddp": 45.0, "train:zero": 62.0, "train:fsdp": 68.0, "peer": 43.0,
+}
+#: The stages every run has besides the planned jobs (topology, plan, reference runs, predictions,
+#: doctor, verdicts, collect, figures, paper), together, in the same run.
+CPU_FIXED_SECONDS = 118.0
+CPU_BASIS = ("per-job-kind seconds measured on a loaded 2-core CPU node by benchmarks/pipeline_time.py, "
+             "not modeled")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """How many jobs a plan runs and how long the pipeline should take on this node (None: not known)."""
+
+    jobs: int
+    seconds: float | None
+    basis: str
+
+    def sentence(self) -> str:
+        """``12 jobs; estimated wall-clock on this node about 9 min (basis)``."""
+        if self.seconds is None:
+            return f"{self.jobs} jobs; no estimated wall-clock: {self.basis}"
+        return f"{self.jobs} jobs; estimated wall-clock on this node about {self.seconds / 60:.0f} min ({self.basis})"
+
+
+def job_kind(job: Mapping[str, Any]) -> str:
+    """The kind of a planned job whose time :data:`CPU_JOB_SECONDS` gives."""
+    strategy = str(job.get("strategy") or "")
+    if strategy:
+        return "train:ddp" if strategy == "ddp" else "train:zero" if strategy.startswith("zero") else "train:fsdp"
+    return "peer" if job.get("kind") == "nccl_tests" else "collective"
+
+
+def estimate(plan: Mapping[str, Any]) -> Estimate:
+    """The number of planned jobs and, on CPU, the pipeline's wall-clock from :data:`CPU_JOB_SECONDS`.
+
+    Measuring jobs run one at a time (the ``measure`` resource), so their times add up. On GPUs no
+    per-job time has been measured here, so no time is claimed.
+    """
+    jobs = [job for job in planned_jobs(dict(plan)) if isinstance(job, dict)]
+    if plan.get("device") != "cpu":
+        return Estimate(len(jobs), None, f"no job time measured on a {plan.get('device')} node yet "
+                                         "(benchmarks/pipeline_time.py measures one)")
+    seconds = CPU_FIXED_SECONDS + sum(CPU_JOB_SECONDS[job_kind(job)] for job in jobs)
+    return Estimate(len(jobs), seconds, CPU_BASIS)
 
 
 def _counted(values: Iterable[Any]) -> str:
@@ -50,5 +103,6 @@ def summarize(plan: Mapping[str, Any], topology_name: str) -> str:
             devices = place.get("cuda_visible_devices") or ",".join(map(str, place.get("devices", [])))
             where = f"GPUs {devices}" if devices else f"{place['world_size']} CPU processes"
             lines.append(f"  {place['world_size']:>4}  {place['placement']:<14} {where:<28} {place.get('slowest_link') or '-'}")
+    lines.append(estimate(plan).sentence())
     lines.append("JSON: --json (stdout) or --out FILE (what the pipeline reads)")
     return "\n".join(lines) + "\n"

@@ -257,6 +257,9 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
             model = seeded_model(cfg, seed)
     else:
         model = seeded_model(cfg, seed, ctx.device)
+    from shardscope.training.deepspeed_startup import skip_muon
+
+    skip_muon(ds_cfg["optimizer"]["type"])  # AdamW needs no Muon; importing it loads TorchInductor (seconds per rank)
     engine, opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_cfg)
 
     def forward_backward(tokens: torch.Tensor) -> torch.Tensor:
