@@ -39,8 +39,6 @@ PENDING = {
     ("shardscope.figures.reference", "shardscope.costmodel.machine"): REFERENCE_STAGE,
     ("shardscope.figures.reference", "shardscope.costmodel.sweep"): REFERENCE_STAGE,
     ("shardscope.figures.reference", "shardscope.diagnose.evaluate"): REFERENCE_STAGE,
-    ("shardscope.figures.decision", "shardscope.training.memory_model"):
-        "decision map's memory numbers from the database (issue 15 part 6, figures/decision.py is issue 21's)",
     ("shardscope.figures.decision", "shardscope.costmodel.advise"):
         "the decision map calls the one decision function of advise (issue 21) until the predictions stage stores "
         "the map's cells in the database (issue 15 part 6)",
