@@ -30,6 +30,7 @@ from shardscope.device import DistContext, Timer, environment, init_distributed,
 from shardscope.fileio import atomic_write_json
 from shardscope.training.comm_bytes import count_step_collectives
 from shardscope.training.comm_volume import comm_block
+from shardscope.contracts.names import TRANSPORTS
 from shardscope.training.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
 from shardscope.training.held_bytes import measure_held_bytes
 from shardscope.training.job import TrainJob
@@ -68,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, the same on every rank")
     p.add_argument("--comm-profile", action="store_true", help="profile one extra step for the share of time in communication")
     p.add_argument("--placement", default="local")
+    p.add_argument("--transport", choices=TRANSPORTS, default="default",
+                   help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
     p.add_argument("--job-id", default=None)
     p.add_argument("--cpu", action="store_true", help="force gloo on CPU even where CUDA exists")
     p.add_argument("--out", required=True)
@@ -173,6 +176,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "param_count": cfg.param_count(),
             "world_size": ctx.world_size,
             "placement": args.placement,
+            "transport": args.transport,
             "dtype": args.dtype,
             "micro_batch": args.micro_batch,
             "seq_len": args.seq_len,
