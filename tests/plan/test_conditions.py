@@ -122,6 +122,7 @@ def test_default_jobs_keep_their_ids_and_spec_files(config: dict[str, Any], tmp_
     topology = plan_topology("nvl_pairs")
     without = copy.deepcopy(config)
     without["training"]["conditions"] = {}
+    without["training"]["memory_bound"] = None
     before = make_plan(topology, without, NO_PEER)
     assert [j["job_id"] for j in before["training"]] == [f"{s}-gpt2-small-ws8-all" for s in config["training"]["strategies"]]
     names = {f.name for f in dataclasses.fields(TrainingJob)} - {"transport", "emulated"}
@@ -130,7 +131,7 @@ def test_default_jobs_keep_their_ids_and_spec_files(config: dict[str, Any], tmp_
     after = make_plan(topology, config, NO_PEER)
     written = {p.stem for p in write_job_files(after, tmp_path)}
     assert written == {j["job_id"] for j in after["training"]} - {j["job_id"] for j in before["training"]}
-    assert written and all("-ws8-all" not in name or name.endswith("-pcie") for name in written)
+    assert written and all("gpt2-small-ws8-all" not in name or name.endswith("-pcie") for name in written)
 
 
 def test_cpu_conditions_come_from_the_emulated_presets(config: dict[str, Any]) -> None:

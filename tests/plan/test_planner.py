@@ -47,9 +47,10 @@ def cfg_with(config: dict[str, Any], **changes: Any) -> dict[str, Any]:
 
 
 def default_training(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """The training jobs of the default condition (training.strategies at training.world_sizes)."""
+    """The training jobs of the default condition (training.strategies at training.world_sizes) of the
+    profile's model (the communication-bound scale)."""
     ids = {i for c in plan["training_conditions"] if c["condition"] == "default" for i in c["jobs"]}
-    return [j for j in plan["training"] if j["job_id"] in ids]
+    return [j for j in plan["training"] if j["job_id"] in ids and j["model_spec"] == plan["profile"]["model"]]
 
 
 def placements_by_ws(plan: dict[str, Any]) -> dict[int, dict[str, tuple[int, ...]]]:
@@ -140,7 +141,7 @@ def test_nvl_pairs_plan(config: dict[str, Any], topologies: dict[str, dict[str, 
 
     assert {j["world_size"] for j in default_training(plan)} == {8}  # training.world_sizes: max
     assert [j["strategy"] for j in default_training(plan)] == config["training"]["strategies"]
-    assert {j["model"] for j in plan["training"]} == {config["gpu"]["model"]}
+    assert {j["model"] for j in plan["training"]} == {config["gpu"]["model"], config["training"]["memory_bound"]["model"]}
 
 
 def test_pcie_only_plan_has_no_pcie_transport(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:

@@ -55,6 +55,7 @@ from shardscope.plan.conditions import CONDITIONS, Condition, Skipped, cpu_skips
 from shardscope.plan.machine import MachineProbe, emulated_section, peer_section
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
+from shardscope.plan.scales import Scale, memory_scale
 from shardscope.plan.specs import collective_settings, job_entry, training_settings
 
 __all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
@@ -155,6 +156,18 @@ def condition_strategies(config: dict[str, Any]) -> dict[str, list[str]]:
     return {name: list(section[name]) for name in CONDITIONS[1:] if section.get(name)}
 
 
+def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: int, model_name: str) -> Scale | str | None:
+    """The memory-bound scale of config ``training.memory_bound`` (None when the key is absent), or why it is not planned."""
+    section = config["training"].get("memory_bound")
+    if not section:
+        return None
+    scale = memory_scale(topology, section, world_size)
+    if isinstance(scale, Scale) and scale.model_name == model_name:
+        return (f"training.memory_bound.model {model_name!r} is the gpu section's model already "
+                "(the communication-bound scale); expected a larger one")
+    return scale
+
+
 def extra_label(extra: dict[str, Any]) -> dict[str, Any]:
     """What a conditions entry says of an emulated fabric: the preset it ran on."""
     return {"emulated_preset": extra["emulated"]["preset"]} if "emulated" in extra else {}
@@ -196,26 +209,39 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
     training: list[dict[str, Any]] = []
     conditions: list[dict[str, Any]] = []
 
-    def train(condition: Condition, strategies: list[str], suffix: str = "", id_place: str = "", **extra: Any) -> None:
-        """Add the jobs of ``strategies`` under ``condition`` (an id planned already is the same job)."""
+    def train(condition: Condition, strategies: list[str], suffix: str = "", id_place: str = "",
+              sizing: dict[str, Any] | None = None, **extra: Any) -> None:
+        """Add the jobs of ``strategies`` under ``condition`` (an id planned already is the same job);
+        ``sizing`` replaces the model and its sizing (the memory-bound scale)."""
         n, place = condition.world_size, condition.placement
+        fields = {**shared_training, "model": model_name, **(sizing or {})}
         ids = []
         for strategy in strategies:
-            job_id = f"{strategy}-{model_name}-ws{n}-{id_place or place.name}{suffix}"
+            job_id = f"{strategy}-{fields['model']}-ws{n}-{id_place or place.name}{suffix}"
             ids.append(job_id)
             if any(job["job_id"] == job_id for job in training):
                 continue
             training.append(job_entry(TrainingJob, {
-                "job_id": job_id, "strategy": strategy, "model": model_name, "world_size": n, "nodes": 1,
+                "job_id": job_id, "strategy": strategy, "world_size": n, "nodes": 1,
                 "nproc_per_node": n, **_placement_fields(place), "env": _job_env(topology, condition.transport),
-                "transport": condition.transport, **shared_training, **extra,
+                "transport": condition.transport, **fields, **extra,
             }))
-        conditions.append({"condition": condition.name, "planned": True, "world_size": n,
+        conditions.append({"condition": condition.name, "planned": True, "model": fields["model"], "world_size": n,
                            **_placement_fields(place), "transport": condition.transport,
                            "strategies": list(strategies), "jobs": ids, **extra_label(extra)})
 
     for n in train_sizes:
         train(Condition("default", n, by_size[n][0]), list(config["training"]["strategies"]))
+    scales = [{"scale": "communication", "planned": True, "model": model_name}]
+    scale = memory_bound(topology, config, max(train_sizes), model_name) if on_gpu else (
+        "the memory-bound scale is planned on GPU nodes (on CPU, training.memory_budget_gib stands for GPU memory)")
+    if isinstance(scale, Scale):
+        n = max(train_sizes)
+        train(Condition("default", n, by_size[n][0]), list(scale.strategies), sizing={
+            "model": scale.model_name, "model_spec": scale.model, "seq_len": scale.seq_len, "micro_batch": scale.micro_batch})
+        scales.append({"scale": "memory", "planned": True, "model": scale.model_name, "reason": scale.reason})
+    elif scale:
+        scales.append({"scale": "memory", "planned": False, "reason": scale})
     wanted = condition_strategies(config)
     skipped: list[dict[str, str]] = []
     emulated_jobs, emulated_training = emulated_section(config, machine, skipped)
@@ -250,6 +276,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         "collectives": collectives,
         "training": training,
         "training_conditions": conditions,
+        "scales": scales,
     }
     if shape is not None:
         plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name,

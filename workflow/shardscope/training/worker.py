@@ -241,6 +241,18 @@ def error_path(out: str, rank: int) -> str:
     return f"{out}.rank{rank}.error.json"
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether a rank's failure is running out of memory (the launcher's ``oom`` row, not ``failed``):
+    torch's OutOfMemoryError, or an error of a framework that wraps one and says so (DeepSpeed, NCCL)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m shardscope.training`` on one rank."""
     args = parse_args(argv)
@@ -254,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_json(args.out, doc)
         dist.barrier()
     except BaseException as exc:  # noqa: BLE001 - every failure becomes data for the launcher
-        is_oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+        is_oom = is_out_of_memory(exc)
         snapshot = dump_oom_snapshot(f"{args.out}.rank{rank}.oom_snapshot.pickle") if is_oom else None
         atomic_write_json(error_path(args.out, rank), {"rank": rank, "oom": is_oom, "error": f"{type(exc).__name__}: {exc}",
                                                        "traceback": traceback.format_exc(), "memory_snapshot": snapshot})
