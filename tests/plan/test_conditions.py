@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shardscope.contracts.jobs import TrainingJob, job_from_dict
+from shardscope.contracts.jobs import SpecError, TrainingJob, job_from_dict
 from shardscope.errors import UserError
 from shardscope.plan.jobs import write_job_files
 from shardscope.plan.machine import MachineProbe
@@ -125,7 +125,7 @@ def test_default_jobs_keep_their_ids_and_spec_files(config: dict[str, Any], tmp_
     without["training"]["memory_bound"] = None
     before = make_plan(topology, without, NO_PEER)
     assert [j["job_id"] for j in before["training"]] == [f"{s}-gpt2-small-ws8-all" for s in config["training"]["strategies"]]
-    names = {f.name for f in dataclasses.fields(TrainingJob)} - {"transport", "emulated"}
+    names = {f.name for f in dataclasses.fields(TrainingJob)} - {"transport", "shard_size", "emulated"}
     assert all(set(j) == names | {"kind"} for j in before["training"])  # the spec form the pipeline had before conditions
     write_job_files(before, tmp_path)
     after = make_plan(topology, config, NO_PEER)
@@ -152,3 +152,20 @@ def test_cpu_conditions_come_from_the_emulated_presets(config: dict[str, Any]) -
     plan = make_plan(topology, on, no_root)
     assert set(planned(plan)) == {"default"} and not any("emulated" in j for j in plan["training"])
     assert all("need root" in reason for reason in skipped(plan).values()) and "pcie" in skipped(plan)
+
+
+def test_hsdp_shards_inside_an_island_and_replicates_across(config: dict[str, Any]) -> None:
+    chosen = copy.deepcopy(config)
+    chosen["training"]["strategies"] = ["ddp", "hsdp"]
+    chosen["training"]["conditions"] = {"cross_island": ["hsdp"]}
+    pairs = {j["job_id"]: j for j in make_plan(plan_topology("nvl_pairs"), chosen, NO_PEER)["training"]}
+    assert pairs["hsdp-gpt2-small-ws8-all"]["shard_size"] == 2  # 4 NVL pairs: mesh 4 x 2
+    assert pairs["hsdp-gpt2-small-ws2-cross_island"]["shard_size"] == 1  # two islands of one rank each: mesh 2 x 1
+    assert "shard_size" not in pairs["ddp-gpt2-small-ws8-all"]
+    nvswitch = make_plan(plan_topology("nvswitch"), chosen, NO_PEER)["training"]
+    assert {j["shard_size"] for j in nvswitch if j["strategy"] == "hsdp"} == {8}  # one island: the node
+    bad = dict(pairs["ddp-gpt2-small-ws8-all"], shard_size=2)
+    with pytest.raises(SpecError, match="shard_size"):
+        job_from_dict(bad)
+    with pytest.raises(SpecError, match="shard_size"):
+        job_from_dict(dict(pairs["hsdp-gpt2-small-ws8-all"], shard_size=3))

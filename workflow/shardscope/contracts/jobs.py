@@ -168,6 +168,8 @@ class TrainingJob(Ranks):
     """``default``: each framework's own bucket sizes; ``equal``: DDP's 25 MiB for DeepSpeed too."""
     transport: str = field(default="default", metadata=OMIT_DEFAULT)
     """``default`` or ``pcie`` (NVLink switched off through ``env``); stored with the result."""
+    shard_size: int | None = field(default=None, metadata=OMIT_DEFAULT)
+    """``hsdp`` only: ranks of one shard group (consecutive ranks inside one island or node); None: every rank."""
     emulated: dict[str, Any] | None = field(default=None, metadata=OMIT_DEFAULT)
     """On an emulated fabric: ``preset``, ``placement``, ``definition`` (the preset's links), ``prefix``,
     ``subnet``, ``timeout_s``; None on this machine's own fabric."""
@@ -178,6 +180,10 @@ class TrainingJob(Ranks):
         _one_of("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _one_of("buckets", self.buckets, BUCKET_POLICIES)
         _one_of("transport", self.transport, TRANSPORTS)
+        if self.shard_size is not None and (self.strategy != "hsdp" or self.shard_size < 1
+                                            or self.world_size % self.shard_size):
+            raise SpecError("shard_size", f"is {self.shard_size}; expected a divisor of world_size {self.world_size} "
+                                          "on an hsdp job, or null")
         if self.emulated is not None and not {"preset", "placement", "definition"} <= set(self.emulated):
             raise SpecError("emulated", f"is {self.emulated!r}; expected preset, placement and definition")
         if self.repeats < 1:

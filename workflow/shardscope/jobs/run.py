@@ -75,7 +75,8 @@ def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:
         raise UserError(f"{where}: job {job.job_id!r}: {exc}") from None
     os.environ.update(job.launch_env())  # before torch looks for GPUs, and inherited by every rank
     flags = worker_args(train, job.placement, job.job_id, comm_profile=job.comm_profile,
-                        reduce_dtype=job.reduce_dtype, buckets=job.buckets, transport=job.transport)
+                        reduce_dtype=job.reduce_dtype, buckets=job.buckets, transport=job.transport,
+                        shard_size=job.shard_size)
     described = {"job_id": job.job_id, "strategy": job.strategy, "model": train.model_name, "placement": job.placement,
                  "transport": job.transport}
     if job.emulated is not None:

@@ -51,7 +51,17 @@ from typing import Any
 
 from shardscope.contracts.jobs import CollectiveJob, TrainingJob
 from shardscope.errors import UserError
-from shardscope.plan.conditions import CONDITIONS, Condition, Skipped, cpu_skips, emulated_condition, gpu_conditions
+from shardscope.plan.conditions import (
+    CONDITIONS,
+    Condition,
+    Skipped,
+    cpu_skips,
+    emulated_condition,
+    emulated_groups,
+    gpu_conditions,
+    hsdp_shard_size,
+    rank_groups,
+)
 from shardscope.plan.machine import MachineProbe, emulated_section, peer_section
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
@@ -210,10 +220,12 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
     conditions: list[dict[str, Any]] = []
 
     def train(condition: Condition, strategies: list[str], suffix: str = "", id_place: str = "",
-              sizing: dict[str, Any] | None = None, **extra: Any) -> None:
+              sizing: dict[str, Any] | None = None, groups: list[int] | None = None, **extra: Any) -> None:
         """Add the jobs of ``strategies`` under ``condition`` (an id planned already is the same job);
-        ``sizing`` replaces the model and its sizing (the memory-bound scale)."""
+        ``sizing`` replaces the model and its sizing (the memory-bound scale); ``groups`` names each rank's
+        island (or emulated switch), from which an ``hsdp`` job's shard groups are cut."""
         n, place = condition.world_size, condition.placement
+        groups = groups or rank_groups(topology, place.devices, n)
         fields = {**shared_training, "model": model_name, **(sizing or {})}
         ids = []
         for strategy in strategies:
@@ -225,6 +237,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
                 "job_id": job_id, "strategy": strategy, "world_size": n, "nodes": 1,
                 "nproc_per_node": n, **_placement_fields(place), "env": _job_env(topology, condition.transport),
                 "transport": condition.transport, **fields, **extra,
+                **({"shard_size": hsdp_shard_size(groups)} if strategy == "hsdp" else {}),
             }))
         conditions.append({"condition": condition.name, "planned": True, "model": fields["model"], "world_size": n,
                            **_placement_fields(place), "transport": condition.transport,
@@ -255,7 +268,8 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
             if name and strategies:
                 covered.add(name)
                 train(Condition(name, len(hosts), Placement(f"{place_name}@{preset}", ())), strategies,
-                      suffix=f"-{preset}", id_place=place_name, emulated=spec)
+                      suffix=f"-{preset}", id_place=place_name, groups=emulated_groups(spec["definition"], place_name),
+                      emulated=spec)
         emulated_off = next((s["reason"] for s in skipped if s["stage"] == "emulated"), None)
         found = list(cpu_skips(set(wanted) - covered, emulated_off))
     for item in found:

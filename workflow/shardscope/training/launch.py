@@ -116,7 +116,8 @@ def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int,
 
 
 def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = False, comm_profile: bool = False,
-                reduce_dtype: str = "auto", buckets: str = "default", transport: str = "default") -> list[str]:
+                reduce_dtype: str = "auto", buckets: str = "default", transport: str = "default",
+                shard_size: int | None = None) -> list[str]:
     """The training worker's flags for ``job`` (without ``--out``): what the worker rebuilds the same job from,
     with the gradient-reduction dtype, bucket policy and transport it trains under."""
     model = job.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
@@ -126,6 +127,8 @@ def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = F
             "--repeats", str(job.repeats), "--reduce-dtype", reduce_dtype, "--buckets", buckets, "--transport", transport]
     if job.memory_budget_bytes is not None:
         args += ["--memory-budget-bytes", str(job.memory_budget_bytes)]
+    if shard_size is not None:
+        args += ["--shard-size", str(shard_size)]
     if job_id:
         args += ["--job-id", job_id]
     if cpu:

@@ -69,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, the same on every rank")
     p.add_argument("--comm-profile", action="store_true", help="profile one extra step for the share of time in communication")
     p.add_argument("--placement", default="local")
+    p.add_argument("--shard-size", type=int, default=None,
+                   help="hsdp: ranks of one shard group (consecutive ranks; default: the ranks of one node)")
     p.add_argument("--transport", choices=TRANSPORTS, default="default",
                    help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
     p.add_argument("--job-id", default=None)
@@ -120,7 +122,10 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     model_name, cfg = job.model_name, job.config
     dtype = DTYPES[args.dtype]
     fair = FairSettings(reduce_dtype=args.reduce_dtype, buckets=args.buckets)
-    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed, fair=fair)
+    shard_size = args.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed, fair=fair, shard_size=shard_size)
+    # HSDP holds (and, inside its group, moves) what FSDP over one shard group would; the models know FSDP
+    modeled_as, modeled_ranks = ("fsdp", shard_size) if args.strategy == "hsdp" else (args.strategy, ctx.world_size)
     local_s, losses, held = [], [], None
     timed_steps = args.steps * args.repeats
     reset_peak_memory(ctx)
@@ -177,6 +182,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "world_size": ctx.world_size,
             "placement": args.placement,
             "transport": args.transport,
+            "shard_size": shard_size if args.strategy == "hsdp" else None,
             "dtype": args.dtype,
             "micro_batch": args.micro_batch,
             "seq_len": args.seq_len,
@@ -201,9 +207,12 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "peak_memory_bytes": max_peak,
             "peak_memory_method": peak_method,
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
-            "comm_bytes": comm_block(args.strategy, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
+            "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
                                      settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None),
-            "modeled": modeled_block(args.strategy, cfg.param_count(), ctx.world_size, args.dtype, per_rank),
+            "modeled": dict(modeled_block(modeled_as, cfg.param_count(), modeled_ranks, args.dtype, per_rank),
+                            **({"modeled_as": f"fsdp over one shard group of {shard_size} ranks (the cross-group "
+                                              "all-reduce of each shard's gradients is not in the volumes)"}
+                               if args.strategy == "hsdp" else {})),
             "memory_categories": memory_categories(per_rank),
         },
         "steps": step_rows,
