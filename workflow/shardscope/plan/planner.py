@@ -178,6 +178,20 @@ def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: i
     return scale
 
 
+def search_section(config: dict[str, Any], training: list[dict[str, Any]],
+                   conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The micro-batch searches of config ``training.search``: one per default-condition job of the chosen
+    strategies (the first planned model scale and world size), each with its limit; none when the key is null."""
+    section = config["training"].get("search")
+    if not section:
+        return []
+    wanted = set(section.get("strategies") or config["training"]["strategies"])
+    default = next(c for c in conditions if c["condition"] == "default")
+    by_id = {j["job_id"]: j for j in training}
+    return [{"job_id": i, "strategy": by_id[i]["strategy"], "limit": int(section["limit"])}
+            for i in default["jobs"] if by_id[i]["strategy"] in wanted]
+
+
 def extra_label(extra: dict[str, Any]) -> dict[str, Any]:
     """What a conditions entry says of an emulated fabric: the preset it ran on."""
     return {"emulated_preset": extra["emulated"]["preset"]} if "emulated" in extra else {}
@@ -291,6 +305,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         "training": training,
         "training_conditions": conditions,
         "scales": scales,
+        "search": search_section(config, training, conditions),
     }
     if shape is not None:
         plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name,
