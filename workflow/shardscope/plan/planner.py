@@ -261,7 +261,8 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         train(Condition("default", n, by_size[n][0]), list(config["training"]["strategies"]))
     scales = [{"scale": "communication", "planned": True, "model": model_name}]
     scale = memory_bound(topology, config, max(train_sizes), model_name) if on_gpu else (
-        "the memory-bound scale is planned on GPU nodes (on CPU, training.memory_budget_gib stands for GPU memory)")
+        "the memory-bound scale is planned on GPU nodes (on CPU, training.memory_budget_gib stands for GPU memory)"
+        if config["training"].get("memory_bound") else None)
     if isinstance(scale, Scale):
         n = max(train_sizes)
         train(Condition("default", n, by_size[n][0]), list(scale.strategies), sizing={
