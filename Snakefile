@@ -56,5 +56,6 @@ include: "workflow/rules/paper.smk"
 
 rule all:
     input:
+        search_results,
         rules.paper.output,
         rules.figures.output.pdf,

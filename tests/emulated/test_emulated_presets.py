@@ -158,7 +158,7 @@ def test_cli_lists_presets_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     ({"enabled": "yes"}, "emulated.enabled"),
     ({"enabled": True, "prefix": "Bad"}, "emulated.prefix"),
     ({"enabled": True, "fabrics": {"x": {"hosts": 2, "links": [{"a": "h0", "b": "q1"}]}}}, "emulated.fabrics.x.links[0].b"),
-    ({"enabled": True, "strategies": ["ddpp"]}, "emulated.strategies[0]"),
+    ({"enabled": True, "ops": ["all_reducee"]}, "emulated.ops[0]"),
 ])
 def test_schema_checks_the_emulated_section(override: dict, key: str) -> None:
     config = dict(CONFIG, emulated=dict(CONFIG["emulated"], **override))

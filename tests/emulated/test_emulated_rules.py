@@ -18,7 +18,9 @@ import pytest
 from shardscope.emulated import netns
 
 REPO = Path(__file__).resolve().parents[2]
-JOBS = 15  # fast 1 + pcie_like 1 + nvl_groups 3 placements, times (1 op + 2 strategies)
+#: all_reduce over fast, pcie_like and nvl_groups' 3 placements (5), and training (config training.conditions):
+#: pcie's 3 strategies over fast and pcie_like (6), one_island's and cross_island's 2 over in_group and across_groups (4).
+JOBS = 15
 
 
 def snakemake(tmp_path: Path, *args: str, prefix: list[str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -29,7 +31,8 @@ def snakemake(tmp_path: Path, *args: str, prefix: list[str] | None = None, timeo
         f'configfile: "{REPO}/config/config.yaml"\n'
         f'include: "{REPO}/workflow/rules/common.smk"\ninclude: "{REPO}/workflow/rules/topology.smk"\n'
         f'include: "{REPO}/workflow/rules/emulated_common.smk"\ninclude: "{REPO}/workflow/rules/emulated.smk"\n'
-        "rule all:\n    input: emulated_results\n")
+        f'include: "{REPO}/workflow/rules/collectives.smk"\ninclude: "{REPO}/workflow/rules/training.smk"\n'
+        "rule all:\n    input: emulated_results, emulated_training_results\n")
     cmd = [*(prefix or []), sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(tmp_path),
            *args, "--cores", "2", "--resources", "measure=1"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=tmp_path)
@@ -56,7 +59,7 @@ def planned(proc: subprocess.CompletedProcess[str]) -> list[str]:
     outputs, in_emulated_job = [], False
     for line in proc.stdout.splitlines():
         if line.startswith(("rule ", "localrule ", "checkpoint ")):
-            in_emulated_job = line.startswith("rule emulated_")
+            in_emulated_job = line.startswith(("rule emulated_", "rule train:"))
         elif in_emulated_job and line.strip().startswith("output: "):
             outputs.append(line.split("output: ")[1])
             in_emulated_job = False
@@ -79,7 +82,7 @@ def test_enabled_plans_every_preset_placement_and_job(tmp_path: Path) -> None:
     outputs = planned(proc)
     assert len(outputs) == JOBS
     assert f"{tmp_path}/res/emulated/nvl_groups/collectives/across_groups/all_reduce.json" in outputs
-    assert f"{tmp_path}/res/emulated/pcie_like/training/all/zero3.json" in outputs
+    assert f"{tmp_path}/res/training/zero3-tiny-ws2-all-pcie_like.json" in outputs
 
 
 def test_without_root_the_stage_is_skipped_with_one_sentence(tmp_path: Path) -> None:

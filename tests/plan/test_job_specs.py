@@ -106,12 +106,18 @@ def test_the_nccl_tests_peer_is_planned_only_with_gpus_and_all_reduce_perf(confi
 def test_emulated_jobs_are_planned_where_they_can_run_and_skipped_with_a_reason(config, cpu_topology):
     on = copy.deepcopy(config)
     on["emulated"]["enabled"] = True
-    jobs = make_plan(cpu_topology, on, BARE)["emulated"]
-    assert {(j["preset"], j.get("op") or j.get("strategy")) for j in jobs} >= {("fast", "all_reduce"), ("nvl_groups", "zero3")}
+    plan = make_plan(cpu_topology, on, BARE)
+    jobs = plan["emulated"]
+    assert {(j["preset"], j["op"]) for j in jobs} >= {("fast", "all_reduce"), ("nvl_groups", "all_reduce")}
     assert len({j["job_id"] for j in jobs}) == len(jobs)
+    emulated = [job_from_dict(j) for j in plan["training"] if "emulated" in j]  # training over a fabric: typed specs
+    assert {(j.emulated["preset"], j.emulated["placement"], j.strategy) for j in emulated} >= {
+        ("fast", "all", "ddp"), ("pcie_like", "all", "zero3"), ("nvl_groups", "in_group", "zero3"), ("nvl_groups", "across_groups", "ddp")}
     no_root = MachineProbe(which=BARE.which, emulated_problem=lambda delay, prefix: "this process is not root")
     plan = make_plan(cpu_topology, on, no_root)
     assert plan["emulated"] == [] and {"stage": "emulated", "reason": "emulated fabrics skipped: this process is not root"} in plan["skipped"]
+    assert not any("emulated" in j for j in plan["training"])
+    assert all("this process is not root" in c["reason"] for c in plan["training_conditions"] if not c["planned"])
     assert make_plan(cpu_topology, config, no_root)["emulated"] == []  # off: nothing probed, nothing planned
 
 

@@ -46,6 +46,13 @@ def cfg_with(config: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return out
 
 
+def default_training(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training jobs of the default condition (training.strategies at training.world_sizes) of the
+    profile's model (the communication-bound scale)."""
+    ids = {i for c in plan["training_conditions"] if c["condition"] == "default" for i in c["jobs"]}
+    return [j for j in plan["training"] if j["job_id"] in ids and j["model_spec"] == plan["profile"]["model"]]
+
+
 def placements_by_ws(plan: dict[str, Any]) -> dict[int, dict[str, tuple[int, ...]]]:
     found: dict[int, dict[str, tuple[int, ...]]] = defaultdict(dict)
     for job in plan["collectives"]:
@@ -132,9 +139,9 @@ def test_nvl_pairs_plan(config: dict[str, Any], topologies: dict[str, dict[str, 
             jobs = [j for j in plan["collectives"] if j["world_size"] == ws and j["placement"] == name]
             assert sorted((j["op"], j["transport"]) for j in jobs) == sorted((o, t) for o in ops for t in ("default", "pcie"))
 
-    assert {j["world_size"] for j in plan["training"]} == {8}  # training.world_sizes: max
-    assert [j["strategy"] for j in plan["training"]] == config["training"]["strategies"]
-    assert {j["model"] for j in plan["training"]} == {config["gpu"]["model"]}
+    assert {j["world_size"] for j in default_training(plan)} == {8}  # training.world_sizes: max
+    assert [j["strategy"] for j in default_training(plan)] == config["training"]["strategies"]
+    assert {j["model"] for j in plan["training"]} == {config["gpu"]["model"], config["training"]["memory_bound"]["model"]}
 
 
 def test_pcie_only_plan_has_no_pcie_transport(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
@@ -150,8 +157,8 @@ def test_single_gpu_plan(config: dict[str, Any], topologies: dict[str, dict[str,
     assert plan["device"] == "gpu"
     assert plan["world_sizes"] == [1]
     assert plan["collectives"] == []  # nothing to communicate with one rank
-    assert [j["strategy"] for j in plan["training"]] == config["training"]["strategies"]
-    assert all(j["world_size"] == 1 and j["devices"] == [0] for j in plan["training"])
+    assert [j["strategy"] for j in default_training(plan)] == config["training"]["strategies"]
+    assert all(j["world_size"] == 1 and j["devices"] == [0] for j in default_training(plan))
 
 
 def test_nvswitch_plan(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
@@ -192,7 +199,7 @@ def test_explicit_world_sizes_drop_those_above_the_gpu_count(config: dict[str, A
     plan = make_plan(topologies["nvl_pairs"], cfg_with(config, world_sizes=[16, 2, 4]))
     assert plan["world_sizes"] == [2, 4]
     assert {j["world_size"] for j in plan["collectives"]} == {2, 4}
-    assert {j["world_size"] for j in plan["training"]} == {4}  # the largest planned
+    assert {j["world_size"] for j in default_training(plan)} == {4}  # the largest planned
 
 
 def test_explicit_world_sizes_on_one_gpu(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
@@ -203,8 +210,8 @@ def test_explicit_world_sizes_on_one_gpu(config: dict[str, Any], topologies: dic
 def test_training_world_sizes_list(config: dict[str, Any], topologies: dict[str, dict[str, Any]]) -> None:
     plan = make_plan(topologies["nvswitch"], cfg_with(config, training__world_sizes=[2, 8]))
     strategies = config["training"]["strategies"]
-    assert sorted(j["world_size"] for j in plan["training"]) == sorted([2, 8] * len(strategies))
-    ws2 = [j for j in plan["training"] if j["world_size"] == 2]
+    assert sorted(j["world_size"] for j in default_training(plan)) == sorted([2, 8] * len(strategies))
+    ws2 = [j for j in default_training(plan) if j["world_size"] == 2]
     assert all(j["placement"] == "one_island" for j in ws2)  # the first (best) placement
 
 

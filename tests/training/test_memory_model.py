@@ -18,6 +18,7 @@ ZERO_PAPER = {
     "fsdp_grad_op": lambda psi, n: 2 * psi + 14 * psi / n,
     "zero3": lambda psi, n: 16 * psi / n,
     "fsdp": lambda psi, n: 16 * psi / n,
+    "hsdp": lambda psi, n: 16 * psi / n,  # n: the shard group's GPUs
 }
 
 

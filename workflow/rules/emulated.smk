@@ -26,32 +26,3 @@ rule emulated_collective:
         " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"
         " -w {params.sweep[warmup]} -n {params.sweep[iters]} {params.check} --out {output} --log {log} >> {log} 2>&1"
 
-
-rule emulated_train:
-    input:
-        spec=EMULATED_SPEC.replace("{name}", "{strategy}"),
-    output:
-        f"{RESULTS}/emulated/{{preset}}/training/{{placement}}/{{strategy}}.json",
-    log:
-        f"{RESULTS}/logs/emulated/{{preset}}/training/{{placement}}/{{strategy}}.log",
-    wildcard_constraints:
-        preset=EMULATED_NAME,
-        placement=EMULATED_NAME,
-        strategy=EMULATED_NAME,
-    conda:
-        ENVS
-    threads: emulated_ranks
-    resources:
-        measure=1,
-    params:
-        py=PY,
-        section=json.dumps(EMULATED, sort_keys=True),
-        model=emulated_model(),
-        size=config["cpu"],
-        budget=memory_budget_args(),
-    shell:
-        "{params.py} -m shardscope.emulated train --preset {wildcards.preset}"
-        " --placement {wildcards.placement} --strategy {wildcards.strategy} --config-json {params.section:q}"
-        " --model {params.model:q} --micro-batch {params.size[micro_batch]} --seq-len {params.size[seq_len]}"
-        " --dtype {params.size[dtype]} --warmup {params.size[warmup]} --steps {params.size[steps]} {params.budget}"
-        " --out {output} --log {log} >> {log} 2>&1"

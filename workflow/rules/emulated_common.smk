@@ -1,4 +1,5 @@
 """Emulated fabrics: the collective and training workers over presets of capped links (config `emulated`).
+Emulated training jobs are ordinary planned training jobs (rule train, `shardscope job run`) whose spec names the fabric.
 
 Off unless `emulated.enabled: true`. Each preset's hosts are network namespaces joined by veth
 links that `tc` caps (shardscope.emulated); results go to results/emulated/{preset}/ labelled
@@ -14,15 +15,15 @@ EMULATED_SPEC = f"{RESULTS}/plan/jobs/{{preset}}-{{placement}}-{{name}}.json"
 
 
 def emulated_results(wildcards=None):
-    """Every emulated result file the plan lists (none when the stage is off, or skipped by the planner)."""
-    files = []
-    for job in plan_doc().get("emulated", []):
-        where = f"{RESULTS}/emulated/{job['preset']}"
-        if job["kind"] == "emulated_collective":
-            files.append(f"{where}/collectives/{job['placement']}/{job['op']}.json")
-        else:
-            files.append(f"{where}/training/{job['placement']}/{job['strategy']}.json")
-    return files
+    """Every emulated collective result file the plan lists (none when the stage is off, or skipped by the planner).
+    Emulated training jobs are planned training jobs (plan.json `training`, field `emulated`), run by rule train."""
+    return [f"{RESULTS}/emulated/{job['preset']}/collectives/{job['placement']}/{job['op']}.json"
+            for job in plan_doc().get("emulated", []) if job["kind"] == "emulated_collective"]
+
+
+def emulated_training_results(wildcards=None):
+    """The result files of the planned training jobs that run over an emulated fabric."""
+    return [f"{RESULTS}/training/{job['job_id']}.json" for job in plan_doc()["training"] if job.get("emulated")]
 
 
 def emulated_ranks(wildcards):
@@ -30,9 +31,3 @@ def emulated_ranks(wildcards):
     from shardscope.emulated.presets import get_preset
 
     return len(get_preset(wildcards.preset, EMULATED).placements[wildcards.placement])
-
-
-def emulated_model():
-    """The cpu section's model as the --model flag wants it (a preset name or JSON)."""
-    model = config["cpu"]["model"]
-    return json.dumps(model) if isinstance(model, dict) else model

@@ -51,3 +51,38 @@ rule train_multinode:
         run=JOB_RUN,
     shell:
         "{params.run} --id {wildcards.job} --out {output} --log {log}"
+
+
+def search_results(wildcards=None):
+    """The summary of every micro-batch search the plan lists (config training.search; none when null)."""
+    return [f"{RESULTS}/search/{entry['job_id']}.json" for entry in plan_doc().get("search", [])]
+
+
+def search_limit(job_id):
+    """The largest micro-batch the search of planned job `job_id` tries."""
+    return next(entry["limit"] for entry in plan_doc().get("search", []) if entry["job_id"] == job_id)
+
+
+rule microbatch_search:
+    """Largest micro-batch of one planned training job: doubling, then bisection (shardscope.training.search);
+    each trial's result is kept under results/search/trials/, so a stopped search resumes."""
+    input:
+        spec=JOB_SPEC,
+    output:
+        f"{RESULTS}/search/{{job}}.json",
+    log:
+        f"{RESULTS}/logs/search/{{job}}.log",
+    wildcard_constraints:
+        job=SINGLE_NODE_JOB,
+    threads: lambda wildcards: plan_job("training", wildcards.job)["world_size"]
+    resources:
+        measure=1,
+        gpu=lambda wildcards: job_gpus("training", wildcards.job),
+    params:
+        py=PY,
+        plan=PLAN,
+        trials=f"{RESULTS}/search/trials",
+        limit=lambda wildcards: search_limit(wildcards.job),
+    shell:
+        "{params.py} -m shardscope.training.search --plan {params.plan} --id {wildcards.job} --out {output}"
+        " --trials {params.trials} --log {log} --limit {params.limit} >> {log} 2>&1"

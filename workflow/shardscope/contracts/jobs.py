@@ -27,6 +27,11 @@ from shardscope.contracts.names import (
 )
 
 
+#: Field metadata: leave the field out of the JSON form while it holds its default, so adding such a
+#: field changes no earlier job's spec file (and reruns no job).
+OMIT_DEFAULT = {"omit_default": True}
+
+
 class SpecError(ValueError):
     """A job spec field holds a value its job cannot run with (the message names the field)."""
 
@@ -161,12 +166,26 @@ class TrainingJob(Ranks):
     """Gradient-reduction dtype of every strategy: ``auto`` (the training dtype), ``float32`` or ``bfloat16``."""
     buckets: str = "default"
     """``default``: each framework's own bucket sizes; ``equal``: DDP's 25 MiB for DeepSpeed too."""
+    transport: str = field(default="default", metadata=OMIT_DEFAULT)
+    """``default`` or ``pcie`` (NVLink switched off through ``env``); stored with the result."""
+    shard_size: int | None = field(default=None, metadata=OMIT_DEFAULT)
+    """``hsdp`` only: ranks of one shard group (consecutive ranks inside one island or node); None: every rank."""
+    emulated: dict[str, Any] | None = field(default=None, metadata=OMIT_DEFAULT)
+    """On an emulated fabric: ``preset``, ``placement``, ``definition`` (the preset's links), ``prefix``,
+    ``subnet``, ``timeout_s``; None on this machine's own fabric."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_of("strategy", self.strategy, STRATEGIES)
         _one_of("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _one_of("buckets", self.buckets, BUCKET_POLICIES)
+        _one_of("transport", self.transport, TRANSPORTS)
+        if self.shard_size is not None and (self.strategy != "hsdp" or self.shard_size < 1
+                                            or self.world_size % self.shard_size):
+            raise SpecError("shard_size", f"is {self.shard_size}; expected a divisor of world_size {self.world_size} "
+                                          "on an hsdp job, or null")
+        if self.emulated is not None and not {"preset", "placement", "definition"} <= set(self.emulated):
+            raise SpecError("emulated", f"is {self.emulated!r}; expected preset, placement and definition")
         if self.repeats < 1:
             raise SpecError("repeats", f"is {self.repeats}; expected at least 1")
         _one_of("dtype", self.dtype, TRAINING_DTYPES)
@@ -209,6 +228,9 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
     """The JSON form of ``job``: its fields, ``kind`` first, tuples as lists."""
     data = dataclasses.asdict(job)
     data["devices"] = list(job.devices)
+    for spec_field in dataclasses.fields(job):
+        if spec_field.metadata.get("omit_default") and data[spec_field.name] == spec_field.default:
+            del data[spec_field.name]
     return {"kind": job.KIND, **data}
 
 

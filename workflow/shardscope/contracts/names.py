@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-#: Data-parallel strategies: torch DDP, FSDP2 (full shard / no reshard after forward) and DeepSpeed ZeRO-0..3.
-STRATEGIES = ("ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3")
+#: Data-parallel strategies: torch DDP, FSDP2 (full shard / no reshard after forward), DeepSpeed ZeRO-0..3,
+#: and HSDP (FSDP2 on a 2-D mesh: shard inside a group of ranks, replicate across the groups).
+STRATEGIES = ("ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3", "hsdp")
 #: Every collective the benchmark knows (nccl-tests has a binary for each).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
 #: Fabric classes of a node's GPUs, in the order a reader would rank them (see docs/design.md).

@@ -237,7 +237,8 @@ def _single_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> Non
 
 
 def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
-    """Tokens/s of each strategy relative to DDP's, one panel per kind of machine (fabric, GPU model), model and GPU count.
+    """Tokens/s of each strategy relative to DDP's, one panel per kind of machine (fabric, GPU model), model, GPU count
+    and fabric condition (placement and transport: inside vs across an island, NVLink on vs off).
 
     Each machine is normalised to its own DDP run. A panel of one machine shows its bars; a
     panel of several machines of one kind shows per strategy the median (bar), min..max (line)
@@ -249,13 +250,16 @@ def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
     """
     if df.empty or not (df["outcome"] == "ok").any():
         return empty("No finished training run in the database yet.")
-    facets = list(df.groupby([*_kind_columns(df), "model", "world_size"], sort=True))
+    condition = [c for c in ("placement", "transport") if c in df.columns]  # one panel per fabric condition
+    df = df.assign(**{c: df[c].fillna("-") for c in condition})
+    facets = [(key[:len(key) - len(condition)], key[len(key) - len(condition):], sub) for key, sub in
+              df.groupby([*_kind_columns(df), "model", "world_size", *condition], sort=True)]
     ratios = df.loc[(df["outcome"] == "ok"), "tokens_per_s_vs_ddp"].dropna()
     if "ci95_high_vs_ddp" in df:
         ratios = pd.concat([ratios, df.loc[(df["outcome"] == "ok"), "ci95_high_vs_ddp"].dropna()])
     top = float(ratios.max()) if len(ratios) else 1.0
     fig, axes = _grid(len(facets), 1, max(6.5, 0.85 * df["strategy"].nunique() + 2), 4.6)
-    for i, (key, sub) in enumerate(facets):
+    for i, (key, where, sub) in enumerate(facets):
         ax = axes[i // MAX_COLUMNS][i % MAX_COLUMNS]
         strategies = _ordered(sub["strategy"])
         hosts = sorted(sub["host"].dropna().unique())
@@ -267,7 +271,8 @@ def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
             who = hosts[0] if hosts else "?"
         ax.axhline(1.0, color="black", lw=1, ls="--")
         ax.grid(axis="x", visible=False)
-        ax.set_title(f"{' · '.join(map(str, key[:-2]))} · {who}\n{key[-2]} on {key[-1]} ranks", fontsize="medium")
+        ax.set_title(f"{' · '.join(map(str, key[:-2]))} · {who}\n{key[-2]} on {key[-1]} ranks"
+                     + (f" · {' · '.join(map(str, where))}" if where else ""), fontsize="medium")
         ax.set_ylim(0, max(1.2, top * 1.25))
         if i % MAX_COLUMNS == 0:
             ax.set_ylabel("tokens/s relative to DDP (higher is faster)")

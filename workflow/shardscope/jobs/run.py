@@ -76,9 +76,26 @@ def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:
         raise UserError(f"{where}: job {job.job_id!r}: {exc}") from None
     os.environ.update(job.launch_env())  # before torch looks for GPUs, and inherited by every rank
     flags = worker_args(train, job.placement, job.job_id, comm_profile=job.comm_profile,
-                        reduce_dtype=job.reduce_dtype, buckets=job.buckets)
-    described = {"job_id": job.job_id, "strategy": job.strategy, "model": train.model_name, "placement": job.placement}
+                        reduce_dtype=job.reduce_dtype, buckets=job.buckets, transport=job.transport,
+                        shard_size=job.shard_size)
+    described = {"job_id": job.job_id, "strategy": job.strategy, "model": train.model_name, "placement": job.placement,
+                 "transport": job.transport}
+    if job.emulated is not None:
+        return run_emulated_training(job, flags, described, out, log)
     return launch(job.nproc_per_node, flags, described, out, log, cpu=not cuda_available(), nodes=job.nodes)
+
+
+def run_emulated_training(job: TrainingJob, flags: list[str], described: dict[str, object], out: str, log: str) -> int:
+    """``job`` over its emulated fabric (one network namespace per rank; needs root), a failed run an outcome row."""
+    from shardscope.emulated.launch import EmulatedJob, run_training as run_over_fabric
+    from shardscope.emulated.presets import preset_from_config
+
+    where = job.emulated or {}
+    preset = preset_from_config(str(where["preset"]), where["definition"])
+    fabric = EmulatedJob(preset, str(where["placement"]), prefix=str(where.get("prefix", "ssfab-")),
+                         subnet=str(where.get("subnet", "10.213.0.0/24")), timeout_s=float(where.get("timeout_s", 600)))
+    run_over_fabric(fabric, flags, dict(described), out, log)
+    return 0
 
 
 def run_peer(job: PeerJob, out: str, log: str) -> int:

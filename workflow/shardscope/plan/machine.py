@@ -69,16 +69,23 @@ def peer_section(plan: dict[str, Any], settings: dict[str, Any], machine: Machin
     return list(jobs.values())
 
 
-def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """The emulated-fabric jobs: each (preset, placement) with each op and strategy of config ``emulated``.
+#: One emulated (preset, placement) training may run on: preset name, placement name, host indices,
+#: and the ``emulated`` field of its training jobs' specs.
+EmulatedTarget = tuple[str, str, tuple[int, ...], dict[str, Any]]
 
-    None when the stage is off. Presets this machine cannot build (no root, no ``ip``/``tc``,
+
+def emulated_section(config: dict[str, Any], machine: MachineProbe,
+                     skipped: list[dict[str, str]]) -> tuple[list[dict[str, Any]], list[EmulatedTarget]]:
+    """The emulated-fabric collective jobs (each preset, placement and op of config ``emulated``), and
+    every (preset, placement) that training jobs may run on (the planner picks their strategies).
+
+    Nothing when the stage is off. Presets this machine cannot build (no root, no ``ip``/``tc``,
     no netem for delayed links) are left out and ``skipped`` says why; an unknown preset name
     is a :class:`UserError` naming ``emulated.presets``.
     """
     section = config.get("emulated") or {}
     if section.get("enabled") is not True:
-        return []
+        return [], []
     from shardscope.emulated.presets import all_presets
 
     known = all_presets(section)
@@ -91,18 +98,20 @@ def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: lis
     problem = machine.emulated_problem(False, prefix)
     if problem:
         skipped.append({"stage": "emulated", "reason": f"emulated fabrics skipped: {problem}"})
-        return []
+        return [], []
     delayed = [p.name for p in presets if p.needs_delay]
     problem = machine.emulated_problem(True, prefix) if delayed else None
     if problem:
         skipped.append({"stage": "emulated", "reason": f"emulated fabrics {', '.join(delayed)} skipped: {problem}"})
         presets = [p for p in presets if not p.needs_delay]
-    jobs = []
+    jobs: list[dict[str, Any]] = []
+    targets: list[EmulatedTarget] = []
+    where = {"prefix": prefix, "subnet": section.get("subnet", "10.213.0.0/24"),
+             "timeout_s": float(section.get("timeout_s", 600))}
     for preset in presets:
-        for placement in preset.placements:
+        for placement, hosts in preset.placements.items():
             jobs += [{"kind": "emulated_collective", "job_id": f"{preset.name}-{placement}-{op}", "preset": preset.name,
                       "placement": placement, "op": op} for op in section.get("ops", [])]
-            jobs += [{"kind": "emulated_training", "job_id": f"{preset.name}-{placement}-{strategy}",
-                      "preset": preset.name, "placement": placement, "strategy": strategy}
-                     for strategy in section.get("strategies", [])]
-    return jobs
+            targets.append((preset.name, placement, tuple(hosts),
+                            {"preset": preset.name, "placement": placement, "definition": preset.to_dict(), **where}))
+    return jobs, targets

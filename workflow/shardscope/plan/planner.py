@@ -23,7 +23,10 @@ Placements say where a job's ranks sit, named by the one thing that differs betw
 On a PCIe-only machine every GPU is its own island, so the island names are not used there.
 A name is planned only when some GPU set satisfies it — on eight GPUs in NVLink pairs there
 is no ``one_island`` at world size 4 — and with the tightest such set (see
-:mod:`shardscope.plan.placement`). Training jobs use the first (tightest) placement.
+:mod:`shardscope.plan.placement`). Training jobs of the default condition use the first (tightest)
+placement; the other fabric conditions (NVLink off, inside vs across an island, inside vs across
+NUMA nodes; on CPU the emulated presets) come from :mod:`shardscope.plan.conditions`, and
+``training_conditions`` lists each condition with its jobs, or with the reason it is left out.
 
 Transports: ``default``, and ``pcie`` (NVLink disabled through NCCL variables) where links
 are NVLink. Each job carries the GPUs it must see (``devices`` and the same list as a
@@ -48,9 +51,21 @@ from typing import Any
 
 from shardscope.contracts.jobs import CollectiveJob, TrainingJob
 from shardscope.errors import UserError
+from shardscope.plan.conditions import (
+    CONDITIONS,
+    Condition,
+    Skipped,
+    cpu_skips,
+    emulated_condition,
+    emulated_groups,
+    gpu_conditions,
+    hsdp_shard_size,
+    rank_groups,
+)
 from shardscope.plan.machine import MachineProbe, emulated_section, peer_section
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
+from shardscope.plan.scales import Scale, memory_scale
 from shardscope.plan.specs import collective_settings, job_entry, training_settings
 
 __all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
@@ -140,6 +155,48 @@ def _placement_fields(place: Placement) -> dict[str, Any]:
     return {"placement": place.name, "devices": list(place.devices), "cuda_visible_devices": place.cuda_visible_devices}
 
 
+def condition_strategies(config: dict[str, Any]) -> dict[str, list[str]]:
+    """Config ``training.conditions``: condition -> the strategies trained under it (``default`` is
+    ``training.strategies``); an unknown condition name is a :class:`UserError` naming the key."""
+    section = config["training"].get("conditions") or {}
+    unknown = [name for name in section if name not in CONDITIONS[1:]]
+    if unknown:
+        raise UserError(f"config key training.conditions: unknown condition {unknown[0]!r}; "
+                        f"expected some of {', '.join(CONDITIONS[1:])}")
+    return {name: list(section[name]) for name in CONDITIONS[1:] if section.get(name)}
+
+
+def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: int, model_name: str) -> Scale | str | None:
+    """The memory-bound scale of config ``training.memory_bound`` (None when the key is absent), or why it is not planned."""
+    section = config["training"].get("memory_bound")
+    if not section:
+        return None
+    scale = memory_scale(topology, section, world_size)
+    if isinstance(scale, Scale) and scale.model_name == model_name:
+        return (f"training.memory_bound.model {model_name!r} is the gpu section's model already "
+                "(the communication-bound scale); expected a larger one")
+    return scale
+
+
+def search_section(config: dict[str, Any], training: list[dict[str, Any]],
+                   conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The micro-batch searches of config ``training.search``: one per default-condition job of the chosen
+    strategies (the first planned model scale and world size), each with its limit; none when the key is null."""
+    section = config["training"].get("search")
+    if not section:
+        return []
+    wanted = set(section.get("strategies") or config["training"]["strategies"])
+    default = next(c for c in conditions if c["condition"] == "default")
+    by_id = {j["job_id"]: j for j in training}
+    return [{"job_id": i, "strategy": by_id[i]["strategy"], "limit": int(section["limit"])}
+            for i in default["jobs"] if by_id[i]["strategy"] in wanted]
+
+
+def extra_label(extra: dict[str, Any]) -> dict[str, Any]:
+    """What a conditions entry says of an emulated fabric: the preset it ran on."""
+    return {"emulated_preset": extra["emulated"]["preset"]} if "emulated" in extra else {}
+
+
 def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: MachineProbe | None = None) -> dict[str, Any]:
     """The ``plan.json`` document: every collective and training job with its GPUs and environment.
 
@@ -173,15 +230,68 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
                     }))
     model = profile["model"]
     model_name = model if isinstance(model, str) else model.get("name", "custom")
-    training = []
-    for n in train_sizes:
-        place = by_size[n][0]
-        for strategy in config["training"]["strategies"]:
+    training: list[dict[str, Any]] = []
+    conditions: list[dict[str, Any]] = []
+
+    def train(condition: Condition, strategies: list[str], suffix: str = "", id_place: str = "",
+              sizing: dict[str, Any] | None = None, groups: list[int] | None = None, **extra: Any) -> None:
+        """Add the jobs of ``strategies`` under ``condition`` (an id planned already is the same job);
+        ``sizing`` replaces the model and its sizing (the memory-bound scale); ``groups`` names each rank's
+        island (or emulated switch), from which an ``hsdp`` job's shard groups are cut."""
+        n, place = condition.world_size, condition.placement
+        groups = groups or rank_groups(topology, place.devices, n)
+        fields = {**shared_training, "model": model_name, **(sizing or {})}
+        ids = []
+        for strategy in strategies:
+            job_id = f"{strategy}-{fields['model']}-ws{n}-{id_place or place.name}{suffix}"
+            ids.append(job_id)
+            if any(job["job_id"] == job_id for job in training):
+                continue
             training.append(job_entry(TrainingJob, {
-                "job_id": f"{strategy}-{model_name}-ws{n}-{place.name}",
-                "strategy": strategy, "model": model_name, "world_size": n, "nodes": 1, "nproc_per_node": n,
-                **_placement_fields(place), "env": _job_env(topology, "default"), **shared_training,
+                "job_id": job_id, "strategy": strategy, "world_size": n, "nodes": 1,
+                "nproc_per_node": n, **_placement_fields(place), "env": _job_env(topology, condition.transport),
+                "transport": condition.transport, **fields, **extra,
+                **({"shard_size": hsdp_shard_size(groups)} if strategy == "hsdp" else {}),
             }))
+        conditions.append({"condition": condition.name, "planned": True, "model": fields["model"], "world_size": n,
+                           **_placement_fields(place), "transport": condition.transport,
+                           "strategies": list(strategies), "jobs": ids, **extra_label(extra)})
+
+    for n in train_sizes:
+        train(Condition("default", n, by_size[n][0]), list(config["training"]["strategies"]))
+    scales = [{"scale": "communication", "planned": True, "model": model_name}]
+    scale = memory_bound(topology, config, max(train_sizes), model_name) if on_gpu else (
+        "the memory-bound scale is planned on GPU nodes (on CPU, training.memory_budget_gib stands for GPU memory)"
+        if config["training"].get("memory_bound") else None)
+    if isinstance(scale, Scale):
+        n = max(train_sizes)
+        train(Condition("default", n, by_size[n][0]), list(scale.strategies), sizing={
+            "model": scale.model_name, "model_spec": scale.model, "seq_len": scale.seq_len, "micro_batch": scale.micro_batch})
+        scales.append({"scale": "memory", "planned": True, "model": scale.model_name, "reason": scale.reason})
+    elif scale:
+        scales.append({"scale": "memory", "planned": False, "reason": scale})
+    wanted = condition_strategies(config)
+    skipped: list[dict[str, str]] = []
+    emulated_jobs, emulated_training = emulated_section(config, machine, skipped)
+    if on_gpu:
+        found = gpu_conditions(topology, sizes, train_sizes, set(wanted))
+    else:
+        covered = set()
+        for preset, place_name, hosts, spec in emulated_training:
+            name = emulated_condition(preset, place_name)
+            strategies = wanted.get("pcie" if name == "default" else name, []) if name else []
+            if name and strategies:
+                covered.add(name)
+                train(Condition(name, len(hosts), Placement(f"{place_name}@{preset}", ())), strategies,
+                      suffix=f"-{preset}", id_place=place_name, groups=emulated_groups(spec["definition"], place_name),
+                      emulated=spec)
+        emulated_off = next((s["reason"] for s in skipped if s["stage"] == "emulated"), None)
+        found = list(cpu_skips(set(wanted) - covered, emulated_off))
+    for item in found:
+        if isinstance(item, Skipped):
+            conditions.append({"condition": item.name, "planned": False, "reason": item.reason})
+        else:
+            train(item, wanted[item.name], suffix="-pcie" if item.transport == "pcie" else "")
     plan = {
         "schema": "shardscope.plan/1",
         "device": "gpu" if on_gpu else "cpu",
@@ -194,12 +304,14 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         "profile": profile,
         "collectives": collectives,
         "training": training,
+        "training_conditions": conditions,
+        "scales": scales,
+        "search": search_section(config, training, conditions),
     }
     if shape is not None:
         plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name,
                                                shared_collective, shared_training)
-    skipped: list[dict[str, str]] = []
     plan["nccl_tests"] = peer_section(plan, shared_collective, machine, skipped)
-    plan["emulated"] = emulated_section(config, machine, skipped)
+    plan["emulated"] = emulated_jobs
     plan["skipped"] = skipped
     return plan

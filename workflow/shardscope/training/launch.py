@@ -116,16 +116,19 @@ def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int,
 
 
 def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = False, comm_profile: bool = False,
-                reduce_dtype: str = "auto", buckets: str = "default") -> list[str]:
+                reduce_dtype: str = "auto", buckets: str = "default", transport: str = "default",
+                shard_size: int | None = None) -> list[str]:
     """The training worker's flags for ``job`` (without ``--out``): what the worker rebuilds the same job from,
-    with the gradient-reduction dtype and bucket policy it trains under."""
+    with the gradient-reduction dtype, bucket policy and transport it trains under."""
     model = job.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
     args = ["--strategy", job.strategy, "--model", model, "--micro-batch", str(job.micro_batch),
             "--seq-len", str(job.seq_len), "--warmup", str(job.warmup), "--steps", str(job.steps),
             "--dtype", job.dtype, "--placement", placement, "--seed", str(job.seed),
-            "--repeats", str(job.repeats), "--reduce-dtype", reduce_dtype, "--buckets", buckets]
+            "--repeats", str(job.repeats), "--reduce-dtype", reduce_dtype, "--buckets", buckets, "--transport", transport]
     if job.memory_budget_bytes is not None:
         args += ["--memory-budget-bytes", str(job.memory_budget_bytes)]
+    if shard_size is not None:
+        args += ["--shard-size", str(shard_size)]
     if job_id:
         args += ["--job-id", job_id]
     if cpu:

@@ -30,6 +30,7 @@ SHARDED: dict[str, tuple[bool, bool, bool]] = {
     "fsdp_grad_op": (False, True, True),
     "zero3": (True, True, True),
     "fsdp": (True, True, True),
+    "hsdp": (True, True, True),  # over its shard group: ``gpus`` is the group's size, not the world size
 }
 
 

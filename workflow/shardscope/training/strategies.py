@@ -1,8 +1,9 @@
 """Each data-parallel strategy behind one small interface: forward+backward, then step.
 
 ``ddp`` (torch DDP), ``fsdp`` (FSDP2 ``fully_shard``, full shard), ``fsdp_grad_op`` (FSDP2
-without resharding after forward, ZeRO-2-like) and ``zero0``..``zero3`` (the DeepSpeed
-engine). Mixed precision is bf16 compute with fp32 master weights where the dtype is bf16.
+without resharding after forward, ZeRO-2-like), ``hsdp`` (FSDP2 on a 2-D mesh: parameters
+sharded inside groups of ``shard_size`` ranks, replicated across the groups) and
+``zero0``..``zero3`` (the DeepSpeed engine). Mixed precision is bf16 compute with fp32 master weights where the dtype is bf16.
 
 Each strategy runs at its framework's recommended settings and says so in
 :attr:`Prepared.settings` (stored with every result; :mod:`shardscope.training.fairness`
@@ -155,9 +156,24 @@ def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: O
     return Prepared("ddp", ddp, opt, forward_backward, step, settings=settings)
 
 
+def hsdp_mesh_shape(world_size: int, shard_size: int | None) -> tuple[int, int]:
+    """(replicate, shard) of an HSDP run: ``shard_size`` ranks share one copy of the sharded state
+    (consecutive ranks: a node's or an island's), the copies replicated across ``world_size // shard_size`` groups.
+
+    ``shard_size`` None shards over all ranks (1 x world size). Raises ValueError when it does not divide the world size.
+    """
+    shard = world_size if shard_size is None else shard_size
+    if shard < 1 or world_size % shard:
+        raise ValueError(f"--shard-size {shard} must divide the world size {world_size}")
+    return world_size // shard, shard
+
+
 def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, reshard_after_forward: bool,
-                 seed: int = 0, fair: FairSettings | None = None) -> Prepared:
-    """FSDP2: every block and the root ``fully_shard``-ed over a 1-D mesh of all ranks.
+                 seed: int = 0, fair: FairSettings | None = None, shard_size: int | None = None,
+                 hybrid: bool = False) -> Prepared:
+    """FSDP2: every block and the root ``fully_shard``-ed over a 1-D mesh of all ranks, or with ``hybrid``
+    (HSDP) over the 2-D (replicate, shard) mesh of :func:`hsdp_mesh_shape`: gradients reduce-scattered
+    inside each shard group, then all-reduced across the groups.
 
     Parameters stay fp32 shards (the master weights); ``MixedPrecisionPolicy`` gathers them in
     the compute dtype and reduce-scatters gradients in the chosen reduce dtype. Prefetching is
@@ -168,7 +184,9 @@ def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: 
 
     fair = fair or FairSettings()
     reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    shape = hsdp_mesh_shape(ctx.world_size, shard_size) if hybrid else None
+    mesh = (init_device_mesh(ctx.device.type, shape, mesh_dim_names=("replicate", "shard")) if shape
+            else init_device_mesh(ctx.device.type, (ctx.world_size,)))
     mp = MixedPrecisionPolicy(param_dtype=dtype if dtype == torch.bfloat16 else None, reduce_dtype=getattr(torch, reduce_dtype))
     model = seeded_model(cfg, seed, ctx.device)
     for block in model.blocks:
@@ -185,10 +203,12 @@ def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: 
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    name = "fsdp" if reshard_after_forward else "fsdp_grad_op"
+    name = "hsdp" if hybrid else "fsdp" if reshard_after_forward else "fsdp_grad_op"
     settings = fair.describe(name, _dtype_name(dtype), param_dtype="float32", gather_dtype=_dtype_name(dtype), overlap_comm=True,
                              prefetch="FSDP2 default (implicit: the next group's all-gather issued ahead, forward and backward)",
                              reduce_bucket_bytes=None, allgather_bucket_bytes=None, comm_hook=None)
+    if shape:
+        settings["mesh"] = {"replicate": shape[0], "shard": shape[1]}
     return Prepared(name, model, opt, forward_backward, step, settings=settings)
 
 
@@ -272,14 +292,18 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
 
 
 def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, micro_batch: int, optim: OptimConfig | None = None,
-            seed: int = 0, fair: FairSettings | None = None) -> Prepared:
-    """Build the model under ``strategy`` on this rank's device, its weights drawn from ``seed``, under ``fair``'s policy."""
+            seed: int = 0, fair: FairSettings | None = None, shard_size: int | None = None) -> Prepared:
+    """Build the model under ``strategy`` on this rank's device, its weights drawn from ``seed``, under ``fair``'s policy
+    (``shard_size``: the ranks of one HSDP shard group; all ranks when None)."""
     optim = optim or OptimConfig()
     fair = fair or FairSettings()
     if strategy == "ddp":
         return prepare_ddp(cfg, ctx, dtype, optim, seed, fair)
     if strategy in ("fsdp", "fsdp_grad_op"):
         return prepare_fsdp(cfg, ctx, dtype, optim, reshard_after_forward=strategy == "fsdp", seed=seed, fair=fair)
+    if strategy == "hsdp":
+        return prepare_fsdp(cfg, ctx, dtype, optim, reshard_after_forward=True, seed=seed, fair=fair,
+                            shard_size=shard_size, hybrid=True)
     if strategy in ("zero0", "zero1", "zero2", "zero3"):
         return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch, seed, fair)
     raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")

@@ -30,6 +30,7 @@ from shardscope.device import DistContext, Timer, environment, init_distributed,
 from shardscope.fileio import atomic_write_json
 from shardscope.training.comm_bytes import count_step_collectives
 from shardscope.training.comm_volume import comm_block
+from shardscope.contracts.names import TRANSPORTS
 from shardscope.training.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
 from shardscope.training.held_bytes import measure_held_bytes
 from shardscope.training.job import TrainJob
@@ -68,6 +69,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, the same on every rank")
     p.add_argument("--comm-profile", action="store_true", help="profile one extra step for the share of time in communication")
     p.add_argument("--placement", default="local")
+    p.add_argument("--shard-size", type=int, default=None,
+                   help="hsdp: ranks of one shard group (consecutive ranks; default: the ranks of one node)")
+    p.add_argument("--transport", choices=TRANSPORTS, default="default",
+                   help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
     p.add_argument("--job-id", default=None)
     p.add_argument("--cpu", action="store_true", help="force gloo on CPU even where CUDA exists")
     p.add_argument("--out", required=True)
@@ -117,7 +122,10 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     model_name, cfg = job.model_name, job.config
     dtype = DTYPES[args.dtype]
     fair = FairSettings(reduce_dtype=args.reduce_dtype, buckets=args.buckets)
-    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed, fair=fair)
+    shard_size = args.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed, fair=fair, shard_size=shard_size)
+    # HSDP holds (and, inside its group, moves) what FSDP over one shard group would; the models know FSDP
+    modeled_as, modeled_ranks = ("fsdp", shard_size) if args.strategy == "hsdp" else (args.strategy, ctx.world_size)
     local_s, losses, held = [], [], None
     timed_steps = args.steps * args.repeats
     reset_peak_memory(ctx)
@@ -173,6 +181,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "param_count": cfg.param_count(),
             "world_size": ctx.world_size,
             "placement": args.placement,
+            "transport": args.transport,
+            "shard_size": shard_size if args.strategy == "hsdp" else None,
             "dtype": args.dtype,
             "micro_batch": args.micro_batch,
             "seq_len": args.seq_len,
@@ -197,9 +207,12 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "peak_memory_bytes": max_peak,
             "peak_memory_method": peak_method,
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
-            "comm_bytes": comm_block(args.strategy, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
+            "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
                                      settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None),
-            "modeled": modeled_block(args.strategy, cfg.param_count(), ctx.world_size, args.dtype, per_rank),
+            "modeled": dict(modeled_block(modeled_as, cfg.param_count(), modeled_ranks, args.dtype, per_rank),
+                            **({"modeled_as": f"fsdp over one shard group of {shard_size} ranks (the cross-group "
+                                              "all-reduce of each shard's gradients is not in the volumes)"}
+                               if args.strategy == "hsdp" else {})),
             "memory_categories": memory_categories(per_rank),
         },
         "steps": step_rows,
@@ -237,6 +250,18 @@ def error_path(out: str, rank: int) -> str:
     return f"{out}.rank{rank}.error.json"
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether a rank's failure is running out of memory (the launcher's ``oom`` row, not ``failed``):
+    torch's OutOfMemoryError, or an error of a framework that wraps one and says so (DeepSpeed, NCCL)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m shardscope.training`` on one rank."""
     args = parse_args(argv)
@@ -250,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_json(args.out, doc)
         dist.barrier()
     except BaseException as exc:  # noqa: BLE001 - every failure becomes data for the launcher
-        is_oom = isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+        is_oom = is_out_of_memory(exc)
         snapshot = dump_oom_snapshot(f"{args.out}.rank{rank}.oom_snapshot.pickle") if is_oom else None
         atomic_write_json(error_path(args.out, rank), {"rank": rank, "oom": is_oom, "error": f"{type(exc).__name__}: {exc}",
                                                        "traceback": traceback.format_exc(), "memory_snapshot": snapshot})

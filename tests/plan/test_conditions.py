@@ -1,0 +1,171 @@
+"""Training under fabric conditions planned from saved real topologies (and the emulated presets on CPU)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shardscope.contracts.jobs import SpecError, TrainingJob, job_from_dict
+from shardscope.errors import UserError
+from shardscope.plan.jobs import write_job_files
+from shardscope.plan.machine import MachineProbe
+from shardscope.plan.planner import make_plan
+from shardscope.topology.detect import detect_cpu_only
+from shardscope.topology.parse import parse_file
+
+REPO = Path(__file__).resolve().parents[2]
+TOPO = REPO / "tests" / "data" / "topo"
+FILES = {
+    "nvswitch": "01-hgx-h200-nvswitch-nv18-12nics.txt",
+    "nvl_pairs": "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt",
+    "dgx1": "08-dgx1-v100-hybrid-cube-mesh-nv1-nv2.txt",
+    "pcie_numa": "13-8x-pcie-pix-pxb-sys-numa-na.txt",
+    "single": "18-single-gpu-h100-k8s-pod.txt",
+}
+NVLINK = ("nvswitch", "nvl_pairs", "dgx1")
+SHARDED = {"fsdp", "fsdp_grad_op", "zero1", "zero2", "zero3"}
+NO_PEER = MachineProbe(which=lambda name: None, emulated_problem=lambda delay, prefix: None)
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def plans(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {key: make_plan(parse_file(TOPO / name).to_dict(), config, NO_PEER) for key, name in FILES.items()}
+
+
+def planned(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["condition"]: c for c in plan["training_conditions"] if c["planned"]}
+
+
+def skipped(plan: dict[str, Any]) -> dict[str, str]:
+    return {c["condition"]: c["reason"] for c in plan["training_conditions"] if not c["planned"]}
+
+
+def jobs_of(plan: dict[str, Any], condition: dict[str, Any]) -> list[dict[str, Any]]:
+    by_id = {j["job_id"]: j for j in plan["training"]}
+    return [by_id[i] for i in condition["jobs"]]
+
+
+@pytest.mark.parametrize("key", NVLINK)
+def test_nvlink_nodes_train_ddp_and_a_sharded_strategy_under_two_conditions(plans: dict[str, dict[str, Any]], key: str) -> None:
+    plan = plans[key]
+    conditions = planned(plan)
+    both = [name for name, c in conditions.items() if "ddp" in c["strategies"] and SHARDED & set(c["strategies"])]
+    assert {"default", "pcie"} <= set(both), conditions.keys()
+    for job in jobs_of(plan, conditions["pcie"]):
+        assert job["transport"] == "pcie" and job["job_id"].endswith("-pcie")
+        assert job["env"]["NCCL_P2P_DISABLE"] == "1" and job["devices"] == list(range(8))
+        assert job_from_dict(job).transport == "pcie"
+    for job in jobs_of(plan, conditions["default"]):
+        assert "NCCL_P2P_DISABLE" not in job["env"] and "transport" not in job  # default: left out of the spec
+
+
+def test_nvl_pairs_train_inside_one_island_and_across_islands(plans: dict[str, dict[str, Any]]) -> None:
+    plan = plans["nvl_pairs"]
+    island = {g: i for i, isl in enumerate(plan_topology("nvl_pairs")["islands"]) for g in isl}
+    conditions = planned(plan)
+    inside, across = conditions["one_island"], conditions["cross_island"]
+    assert inside["world_size"] == across["world_size"] == 2  # an NVL pair's size
+    assert len({island[g] for g in inside["devices"]}) == 1 and len({island[g] for g in across["devices"]}) == 2
+    for condition in (inside, across):
+        assert {"ddp", "zero3"} <= set(condition["strategies"])
+        assert [j["devices"] for j in jobs_of(plan, condition)] == [condition["devices"]] * len(condition["jobs"])
+    assert {j["job_id"] for j in jobs_of(plan, inside)} == {"ddp-gpt2-small-ws2-one_island", "zero3-gpt2-small-ws2-one_island"}
+    placements = {(e["world_size"], e["placement"]): e["devices"] for e in plan["placements"]}
+    assert placements[(2, "cross_island")] == across["devices"]  # the same GPU set the collectives measure
+
+
+def plan_topology(key: str) -> dict[str, Any]:
+    return parse_file(TOPO / FILES[key]).to_dict()
+
+
+def test_a_condition_the_node_cannot_offer_is_left_out_with_its_reason(plans: dict[str, dict[str, Any]]) -> None:
+    assert "one NVLink island" in skipped(plans["nvswitch"])["cross_island"]
+    assert "NVLink" in skipped(plans["pcie_numa"])["pcie"]
+    assert set(skipped(plans["single"])) == {"pcie", "one_island", "cross_island", "one_numa", "cross_numa"}
+    assert set(planned(plans["single"])) == {"default"}
+    for plan in plans.values():
+        assert all(reason.strip() for reason in skipped(plan).values())
+
+
+def test_pcie_box_on_two_numa_nodes_trains_inside_one_and_across(plans: dict[str, dict[str, Any]]) -> None:
+    plan = plans["pcie_numa"]
+    conditions = planned(plan)
+    inside, across = conditions["one_numa"], conditions["cross_numa"]
+    assert inside["world_size"] == across["world_size"] == 4
+    assert inside["devices"] == [0, 1, 2, 3] and across["devices"] == [0, 1, 4, 5]  # SYS separates 0-3 from 4-7
+    describe = {(e["world_size"], e["placement"]): e for e in plan["placements"]}
+    assert describe[(4, inside["placement"])]["numa_nodes"] == 1 and describe[(4, "cross_numa")]["numa_nodes"] == 2
+
+
+def test_config_chooses_the_strategies_of_each_condition(config: dict[str, Any]) -> None:
+    chosen = copy.deepcopy(config)
+    chosen["training"]["conditions"] = {"pcie": ["zero2"]}
+    plan = make_plan(plan_topology("nvl_pairs"), chosen, NO_PEER)
+    assert planned(plan)["pcie"]["strategies"] == ["zero2"] and set(planned(plan)) == {"default", "pcie"}
+    chosen["training"]["conditions"] = {"one_gpu": ["ddp"]}
+    with pytest.raises(UserError, match="training.conditions: unknown condition 'one_gpu'"):
+        make_plan(plan_topology("nvl_pairs"), chosen, NO_PEER)
+
+
+def test_default_jobs_keep_their_ids_and_spec_files(config: dict[str, Any], tmp_path: Path) -> None:
+    """Adding conditions adds jobs; the default condition's jobs and their spec files stay as they were."""
+    topology = plan_topology("nvl_pairs")
+    without = copy.deepcopy(config)
+    without["training"]["conditions"] = {}
+    without["training"]["memory_bound"] = None
+    before = make_plan(topology, without, NO_PEER)
+    assert [j["job_id"] for j in before["training"]] == [f"{s}-gpt2-small-ws8-all" for s in config["training"]["strategies"]]
+    names = {f.name for f in dataclasses.fields(TrainingJob)} - {"transport", "shard_size", "emulated"}
+    assert all(set(j) == names | {"kind"} for j in before["training"])  # the spec form the pipeline had before conditions
+    write_job_files(before, tmp_path)
+    after = make_plan(topology, config, NO_PEER)
+    written = {p.stem for p in write_job_files(after, tmp_path)}
+    assert written == {j["job_id"] for j in after["training"]} - {j["job_id"] for j in before["training"]}
+    assert written and all("gpt2-small-ws8-all" not in name or name.endswith("-pcie") for name in written)
+
+
+def test_cpu_conditions_come_from_the_emulated_presets(config: dict[str, Any]) -> None:
+    topology = detect_cpu_only().topology.to_dict()
+    on = copy.deepcopy(config)
+    on["emulated"]["enabled"] = True
+    plan = make_plan(topology, on, NO_PEER)
+    by_preset = {(c.get("emulated_preset"), c["condition"]): c for c in plan["training_conditions"] if c["planned"]}
+    assert set(by_preset) == {(None, "default"), ("fast", "default"), ("pcie_like", "pcie"),
+                              ("nvl_groups", "one_island"), ("nvl_groups", "cross_island")}
+    assert by_preset[("fast", "default")]["strategies"] == by_preset[("pcie_like", "pcie")]["strategies"]
+    inside = jobs_of(plan, by_preset[("nvl_groups", "one_island")])
+    assert [j["job_id"] for j in inside] == ["ddp-tiny-ws2-in_group-nvl_groups", "zero3-tiny-ws2-in_group-nvl_groups"]
+    spec = job_from_dict(inside[0])
+    assert spec.emulated is not None and spec.emulated["definition"]["placements"]["in_group"] == ["h0", "h1"]
+    assert spec.placement == "in_group@nvl_groups" and spec.world_size == 2
+    no_root = MachineProbe(which=lambda name: None, emulated_problem=lambda delay, prefix: "emulated fabrics need root")
+    plan = make_plan(topology, on, no_root)
+    assert set(planned(plan)) == {"default"} and not any("emulated" in j for j in plan["training"])
+    assert all("need root" in reason for reason in skipped(plan).values()) and "pcie" in skipped(plan)
+
+
+def test_hsdp_shards_inside_an_island_and_replicates_across(config: dict[str, Any]) -> None:
+    chosen = copy.deepcopy(config)
+    chosen["training"]["strategies"] = ["ddp", "hsdp"]
+    chosen["training"]["conditions"] = {"cross_island": ["hsdp"]}
+    pairs = {j["job_id"]: j for j in make_plan(plan_topology("nvl_pairs"), chosen, NO_PEER)["training"]}
+    assert pairs["hsdp-gpt2-small-ws8-all"]["shard_size"] == 2  # 4 NVL pairs: mesh 4 x 2
+    assert pairs["hsdp-gpt2-small-ws2-cross_island"]["shard_size"] == 1  # two islands of one rank each: mesh 2 x 1
+    assert "shard_size" not in pairs["ddp-gpt2-small-ws8-all"]
+    nvswitch = make_plan(plan_topology("nvswitch"), chosen, NO_PEER)["training"]
+    assert {j["shard_size"] for j in nvswitch if j["strategy"] == "hsdp"} == {8}  # one island: the node
+    bad = dict(pairs["ddp-gpt2-small-ws8-all"], shard_size=2)
+    with pytest.raises(SpecError, match="shard_size"):
+        job_from_dict(bad)
+    with pytest.raises(SpecError, match="shard_size"):
+        job_from_dict(dict(pairs["hsdp-gpt2-small-ws8-all"], shard_size=3))

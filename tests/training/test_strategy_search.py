@@ -1,0 +1,102 @@
+"""The micro-batch search: doubling then bisection, every trial kept and read back, OOMs included."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shardscope.errors import UserError
+from shardscope.plan.machine import MachineProbe
+from shardscope.plan.planner import make_plan
+from shardscope.topology.detect import detect_cpu_only
+from shardscope.training.search import run_search, search_largest, trial_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fits_below(largest: int, over: str = "oom") -> tuple[list[int], Any]:
+    """A trial that fits up to ``largest`` (a strategy whose memory allows that much), recording what it was asked."""
+    asked: list[int] = []
+
+    def trial(m: int) -> str:
+        asked.append(m)
+        return "ok" if m <= largest else over
+
+    return asked, trial
+
+
+@pytest.mark.parametrize(("largest", "limit", "order", "best"), [
+    (5, 64, [1, 2, 4, 8, 6, 5], 5),          # doubling to 8, then bisection between 4 and 8
+    (8, 64, [1, 2, 4, 8, 16, 12, 10, 9], 8),
+    (1, 64, [1, 2], 1),
+    (100, 24, [1, 2, 4, 8, 16, 24], 24),    # every trial fits: the limit
+    (0, 64, [1], None),                      # even 1 does not fit: an oom row, no best
+])
+def test_doubling_then_bisection(largest: int, limit: int, order: list[int], best: int | None) -> None:
+    asked, trial = fits_below(largest)
+    found = search_largest(trial, limit)
+    assert asked == order and found["best_micro_batch"] == best
+    assert [t["micro_batch"] for t in found["trials"]] == order  # every trial kept, the failing ones too
+    assert all(t["outcome"] in ("ok", "oom") for t in found["trials"])
+
+
+def test_a_sharded_strategy_with_more_room_finds_a_larger_micro_batch() -> None:
+    assert search_largest(fits_below(3, "over_budget")[1], 64)["best_micro_batch"] == 3   # DDP under a budget
+    assert search_largest(fits_below(11, "over_budget")[1], 64)["best_micro_batch"] == 11  # ZeRO-3 under the same
+
+
+def test_a_failed_trial_stops_the_search_and_says_so() -> None:
+    found = search_largest(lambda m: "ok" if m < 4 else "failed", 64)
+    assert found["best_micro_batch"] == 2 and "micro-batch 4 ended with outcome 'failed'" in found["reason"]
+    with pytest.raises(ValueError, match="positive integer"):
+        search_largest(lambda m: "ok", 0)
+
+
+def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["training"]["search"] = {"limit": 8, "strategies": ["zero3"]}
+    plan = make_plan(detect_cpu_only().topology.to_dict(), config, MachineProbe(which=lambda n: None))
+    assert plan["search"] == [{"job_id": "zero3-tiny-ws2-local", "strategy": "zero3", "limit": 8}]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    trials = tmp_path / "trials"
+    ran: list[int] = []
+
+    def fake_run(spec: Any, out: str, log: str, where: str) -> int:  # the launcher's stand-in: fits up to 4
+        ran.append(spec.micro_batch)
+        Path(out).write_text(json.dumps({"outcome": "ok" if spec.micro_batch <= 4 else "over_budget",
+                                         "summary": {"peak_memory_bytes": 1000 * spec.micro_batch}, "error": None}))
+        return 0
+
+    monkeypatch.setattr("shardscope.jobs.run.run_training", fake_run)
+    trial_path(trials, "zero3-tiny-ws2-local", 1).parent.mkdir(parents=True)
+    trial_path(trials, "zero3-tiny-ws2-local", 1).write_text(json.dumps({"outcome": "ok", "summary": {}}))  # a stopped search
+    summary = run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log", 8)
+    assert ran == [2, 4, 8, 6, 5] and summary["best_micro_batch"] == 4
+    assert json.loads((tmp_path / "s.json").read_text())["trials"][-1] == {
+        "micro_batch": 5, "outcome": "over_budget", "peak_memory_bytes": 5000, "tokens_per_s": None, "error": None,
+        "result": str(trial_path(trials, "zero3-tiny-ws2-local", 5))}
+    ran.clear()
+    run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log", 8)
+    assert ran == []  # every trial cached
+    with pytest.raises(UserError, match="no job 'nope'"):
+        run_search(str(tmp_path / "plan.json"), "nope", str(tmp_path / "s.json"), str(trials), "log", 8)
+
+
+def test_no_search_unless_configured() -> None:
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert make_plan(detect_cpu_only().topology.to_dict(), copy.deepcopy(config), MachineProbe(which=lambda n: None))["search"] == []
+
+
+@pytest.mark.parametrize("limit", [0, -3, 2.5, "8"])
+def test_a_search_limit_that_is_not_a_positive_integer_stops_before_any_job(limit: Any) -> None:
+    from shardscope.config import validate_config
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["training"]["search"] = {"limit": limit}
+    with pytest.raises(UserError, match="^invalid config key training.search.limit:"):
+        validate_config(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
