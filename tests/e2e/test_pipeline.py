@@ -176,7 +176,7 @@ def test_second_run_has_nothing_to_do_and_is_fast(pipeline):
 
 
 #: Rules that measure: a config edit must not schedule any of them unless it changes their job's spec.
-MEASURING = {"collective", "collective_multinode", "train", "train_multinode", "nccl_tests_peer"}
+MEASURING = {"collective", "train", "nccl_tests_peer"}
 JOB_BLOCK = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\n(?:[ \t]+.*\n)*?[ \t]+output: (.*)$", re.M)
 
 
