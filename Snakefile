@@ -50,6 +50,7 @@ include: "workflow/rules/emulated.smk"
 include: "workflow/rules/predictions.smk"
 include: "workflow/rules/diagnose.smk"
 include: "workflow/rules/results.smk"
+include: "workflow/rules/reference.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/paper.smk"
 

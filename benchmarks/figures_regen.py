@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     from shardscope.figures.plots import draw_all
-    from shardscope.figures.reference import build_reference_db
+    from shardscope.reference.build import build_reference_db
     from shardscope.paper.render import render_report
     imported = time.perf_counter() - start
 

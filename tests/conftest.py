@@ -38,7 +38,7 @@ def sample_db(tmp_path: Path, sample_docs: list[dict[str, Any]]) -> Path:
 @pytest.fixture(scope="module")
 def reference_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference database built from the bundled public nccl-tests logs with the real collect."""
-    from shardscope.figures.reference import build_reference_db
+    from shardscope.reference.build import build_reference_db
 
     folder = tmp_path_factory.mktemp("reference")
     build_reference_db(folder / "reference.duckdb", folder)
@@ -64,7 +64,7 @@ def drawn(module_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from shardscope.figures.plots import draw_all
 
     out = tmp_path_factory.mktemp("figures")
-    draw_all(module_db, out, bundled_reference=False)
+    draw_all(module_db, out)
     return out
 
 
@@ -183,5 +183,5 @@ def drawn_gpu(gpu_db: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from shardscope.figures.plots import draw_all
 
     out = tmp_path_factory.mktemp("figures_gpu")
-    draw_all(gpu_db["db"], out, bundled_reference=False)
+    draw_all(gpu_db["db"], out)
     return out

@@ -31,14 +31,7 @@ TORCH_FREE = ("contracts", "plan", "topology", "costmodel", "diagnose", "results
               "reference", "config", "cli", "errors", "fileio")
 
 #: (importer, imported) pairs that break rule 2 today, and what removes them.
-REFERENCE_STAGE = "reference runs become their own stage (issue 15 part 5)"
 PENDING = {
-    ("shardscope.figures.reference", "shardscope.collectives.nccl_tests"): REFERENCE_STAGE,
-    ("shardscope.figures.reference", "shardscope.costmodel.commands"): REFERENCE_STAGE,
-    ("shardscope.figures.reference", "shardscope.costmodel.documents"): REFERENCE_STAGE,
-    ("shardscope.figures.reference", "shardscope.costmodel.machine"): REFERENCE_STAGE,
-    ("shardscope.figures.reference", "shardscope.costmodel.sweep"): REFERENCE_STAGE,
-    ("shardscope.figures.reference", "shardscope.diagnose.evaluate"): REFERENCE_STAGE,
     ("shardscope.figures.decision", "shardscope.costmodel.advise"):
         "the decision map calls the one decision function of advise (issue 21) until the predictions stage stores "
         "the map's cells in the database (issue 15 part 6)",

@@ -127,7 +127,7 @@ def test_commands_split_chains_continuations_and_comments() -> None:
 
 #: Rules that measure: none of them may rerun on a finished pipeline. (The topology probe and the plan may:
 #: in the copy their commands name the copy's interpreter, and the planner rewrites no unchanged job spec.)
-MEASURING_RULES = {"collective", "collective_multinode", "train", "train_multinode", "nccl_tests_peer",
+MEASURING_RULES = {"collective", "train", "nccl_tests_peer",
                    "emulated_collective", "emulated_train"}
 
 

@@ -65,6 +65,7 @@ COMMANDS = {
     "collectives import": lambda f: ["collectives", "import", GEN2, "--out", f["folder"] / "rows2.json"],
     "collectives report": lambda f: ["collectives", "report", f["job"]],
     "verdict": lambda f: ["verdict", f["rows"], "--topology", f["topology"]],
+    "reference": lambda f: ["reference", "--db", f["folder"] / "reference" / "reference.duckdb"],
     "predict plan": lambda f: ["predict", "plan", "--topology", f["topology"], "--plan", f["plan"]],
     "advise": lambda f: ["advise", "--model", "gpt2-small", "--gpus", "8", "--topology", f["topology"]],
     "memory": lambda f: ["memory", "--model", "mistral-7b", "--gpus", "8", "--no-deepspeed-estimate"],

@@ -54,7 +54,7 @@ def test_a_measured_gpu_fabric_orders_its_panel(tmp_path):
         doc["env"].update(device_type="cuda", devices=["NVIDIA H100 80GB HBM3"] * 2, backend="nccl")
     db = tmp_path / "gpu.duckdb"
     collect(db, write_docs(tmp_path / "in", docs))
-    draw_all(db, tmp_path / "figs", bundled_reference=False)
+    draw_all(db, tmp_path / "figs")
     plotted = pd.read_csv(tmp_path / "figs" / "decision_map.csv")
     nvswitch = plotted[plotted["panel"] == "nvswitch"]
     measured = nvswitch[nvswitch["order_source"] != "cost model"]

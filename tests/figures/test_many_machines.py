@@ -38,7 +38,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("fleet")
     db = tmp / "fleet.duckdb"
     collect(db, write_docs(tmp / "in", [doc for host in HOSTS for doc in _docs(host)]))
-    draw_all(db, tmp / "figs", bundled_reference=False)
+    draw_all(db, tmp / "figs")
     return db, tmp / "figs"
 
 

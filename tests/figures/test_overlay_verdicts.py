@@ -95,7 +95,7 @@ def test_cpu_runs_get_no_placeholder_curve_and_the_caption_says_why(tmp_path):
     with duckdb.connect(str(db), read_only=True) as con:  # the placeholders are in the database, joined to the run
         assert con.execute("""SELECT count(*) FROM collective_predictions p JOIN runs r USING (topology_hash)
                               WHERE r.kind = 'collectives'""").fetchone()[0] > 0
-    draw_all(db, tmp_path / "figs", bundled_reference=False)
+    draw_all(db, tmp_path / "figs")
     plotted = pd.read_csv(tmp_path / "figs" / "busbw_vs_size.csv")
     assert set(plotted["method"]) == {"measured"}
     assert set(plotted["verdict_text"]) == {"unknown: CPU processes over gloo"}

@@ -13,17 +13,18 @@ import pytest
 from shardscope.collectives.nccl_tests import read_nccl_tests
 from shardscope.figures.links import NOMINAL_LINKS
 from shardscope.figures.queries import MODELED_TEXT
-from shardscope.figures.reference import (
-    REFERENCE_DIR,
-    build_reference_db,
-    load_manifest,
-    load_modeled,
-    modeled_name,
-    reference_document,
-)
+from shardscope.figures.reference import REFERENCE_DIR, load_manifest, load_modeled
+from shardscope.reference.build import build_reference_db
+from shardscope.reference.documents import reference_document
+from shardscope.reference.steps import modeled_name
 
 RUNS = load_manifest()
 MODELED = load_modeled()
+
+
+def _document(run):
+    """The reference import document of one bundled run, as `collectives import --reference` writes it."""
+    return reference_document(run, read_nccl_tests(REFERENCE_DIR / run.file))
 
 
 #: A source is a file at a fixed commit, or an issue thread.
@@ -66,13 +67,13 @@ def test_reference_runs_are_judged_against_their_topology_and_linked(reference_d
     (low,) = by_label["2 nodes x 1 A100 PCIe, HDR 200G (nccl-tests#293)"]
     assert low[0] == "low" and low[1] == pytest.approx(26.8, abs=0.5)  # as tests/diagnose judges the same log
     assert any("NIC only through the CPU (SYS)" in h for h in low[3])
-    assert low[5]["topology"] == "nccl-tests-293-topo.txt" and low[4] is not None
+    assert Path(low[5]["topology"]).name == "nccl-tests-293-topo.txt" and low[4] is not None  # the file verdict was given
     (h100,) = by_label["2 nodes x 8 H100 SXM"]
     assert h100[0] == "ok" and h100[5]["topology"] == "preset:gcp-a3-mega"  # the preset assumed is recorded
     for verdict, pct, _, hints, topo_hash, env in by_label["2 x RTX 2080 Ti, PCIe 3.0"]:
         # the post's own topo -m (one PCIe 3.0 switch, PIX): a third of what P2P over it should give, and the
         # hint names the cause the post documents (P2P not supported, so NCCL falls back to host memory)
-        assert (verdict, env["topology"]) == ("low", "all_reduce_perf-2x-rtx2080ti-pcie3-topo.txt") and topo_hash
+        assert (verdict, Path(env["topology"]).name) == ("low", "all_reduce_perf-2x-rtx2080ti-pcie3-topo.txt") and topo_hash
         assert 25 < pct < 40 and any("fell back to SHM" in h for h in hints)
     (h100_290,) = by_label["8 x H100 SXM, NVSwitch (nccl-tests#290, node005)"]
     assert h100_290[0] == "ok" and h100_290[1] > 90  # the maintainer: 476 GB/s is in the expected range
@@ -96,7 +97,7 @@ def test_bundled_logs_are_consistent_with_their_own_footer(run):
 
 def test_reference_documents_are_labelled_and_drop_only_empty_rows():
     for run in RUNS:
-        doc = reference_document(run)
+        doc = _document(run)
         parsed = read_nccl_tests(REFERENCE_DIR / run.file)
         assert doc["kind"] == "collectives_import" and doc["source"] == "reference"
         assert (doc["label"], doc["fabric"]) == (run.label, run.fabric)
@@ -114,7 +115,7 @@ def test_reference_database_holds_every_row_with_source_label_and_fabric(referen
     assert {r[0] for r in runs} == {"reference"}
     assert sorted((r[1], r[2], r[3]) for r in runs) == sorted(
         (run.label, run.fabric, f"nccl-tests:reference/{run.file}") for run in RUNS)
-    assert rows == sum(len(reference_document(run)["rows"]) for run in RUNS)
+    assert rows == sum(len(_document(run)["rows"]) for run in RUNS)
 
 
 def test_rebuilding_the_reference_database_gives_the_same_runs_and_verdicts(reference_db, tmp_path):
@@ -207,3 +208,19 @@ def test_modeled_fabrics_are_drawn_as_modeled_from_their_predictions(reference_d
     assert by[(switch, 8)] >= by[(switch, 2)]  # and NVSwitch does not
     answer = (drawn_with_reference / "allreduce_peak_vs_gpus.answer.rst").read_text()
     assert "Modeled by the cost model, not measured: nvlink bridge pairs" in answer
+
+
+def test_collectives_import_labels_a_listed_log_as_its_reference_run_and_refuses_an_unlisted_one(tmp_path, capsys):
+    """The reference rules reuse `collectives import`: --reference names the runs.json that labels the log."""
+    from shardscope.cli import main
+
+    run, manifest = RUNS[0], str(REFERENCE_DIR / "runs.json")
+    out = tmp_path / "doc.json"
+    assert main(["collectives", "import", str(REFERENCE_DIR / run.file), "--reference", manifest, "--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == json.loads(json.dumps(_document(run)))
+    stray = tmp_path / "all_reduce_perf-unlisted.txt"
+    stray.write_bytes((REFERENCE_DIR / run.file).read_bytes())
+    capsys.readouterr()
+    assert main(["collectives", "import", str(stray), "--reference", manifest, "--out", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "runs.json: no run has file 'all_reduce_perf-unlisted.txt'" in err and not (tmp_path / "x.json").exists()

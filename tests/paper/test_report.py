@@ -24,7 +24,7 @@ def _text(html: str) -> str:
 
 
 def test_report_is_one_self_contained_html_file_with_database_numbers(module_db, drawn, tmp_path):
-    out = render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "report.html"), bundled_reference=False)
+    out = render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "report.html"))
     html = out.read_text()
     assert html.startswith("<!doctype html>")
     assert html.count('src="data:image/png;base64,') == len(FIGURES)
@@ -39,8 +39,7 @@ def test_mistral_memory_paragraph_is_computed_not_typed(module_db, drawn, tmp_pa
     """The seed article's numbers: 14 + 14 + 58 = 87 GB without the fp32 master copy, 116 GB with it."""
     from shardscope.training.memory_model import memory_table
 
-    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html"),
-                               bundled_reference=False).read_text())
+    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html")).read_text())
     plain = memory_table("mistral-7b", "ddp", 1, master_weights=False)[0]
     master = memory_table("mistral-7b", "ddp", 1)[0]
     assert round(plain["total_bytes"] / 1e9) == 87 and round(master["total_bytes"] / 1e9) == 116
@@ -54,7 +53,7 @@ def test_mistral_memory_paragraph_is_computed_not_typed(module_db, drawn, tmp_pa
 
 
 def test_every_figure_caption_carries_its_question_and_computed_answer(module_db, drawn, tmp_path):
-    out = render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "report.html"), bundled_reference=False)
+    out = render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "report.html"))
     text = _text(out.read_text()).replace("&#x27;", "'")
     index = json.loads((drawn / "figures.json").read_text())["figures"]
     for entry in index:
@@ -98,15 +97,14 @@ def test_report_shows_the_reference_diagnosed_low_with_its_documented_cause(modu
 
 
 def test_report_recommends_from_measurements_and_the_decision_map(module_db, drawn, tmp_path):
-    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html"),
-                               bundled_reference=False).read_text())
+    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html")).read_text())
     assert "Measured: On hostA (cpu), tiny on 2 ranks: DDP was fastest (0.0200 s per step)" in text
     assert "mistral-7b (7.24 B) fsdp (tie with zero2, zero3 within" in text and "docs/design.md" in text
 
 
 def test_missing_figures_are_a_user_error(module_db, tmp_path):
     with pytest.raises(UserError, match="figure index not found"):
-        render_report(str(module_db), str(tmp_path / "none"), str(TEMPLATE), str(tmp_path / "r.html"), bundled_reference=False)
+        render_report(str(module_db), str(tmp_path / "none"), str(TEMPLATE), str(tmp_path / "r.html"))
     assert not (tmp_path / "r.html").exists()
 
 
@@ -116,7 +114,7 @@ def test_a_deleted_png_is_a_user_error(module_db, drawn, tmp_path):
     shutil.copytree(drawn, tmp_path / "figs")
     (tmp_path / "figs" / "decision_map.png").unlink()
     with pytest.raises(UserError, match="decision_map.png: figure not found"):
-        render_report(str(module_db), str(tmp_path / "figs"), str(TEMPLATE), str(tmp_path / "r.html"), bundled_reference=False)
+        render_report(str(module_db), str(tmp_path / "figs"), str(TEMPLATE), str(tmp_path / "r.html"))
     assert not (tmp_path / "r.html").exists()
 
 
@@ -129,8 +127,7 @@ def test_markdown_table_formats_and_blanks():
 
 
 def test_cpu_database_says_how_to_enable_emulated_fabrics_and_has_no_modeled_steps(module_db, drawn, tmp_path):
-    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html"),
-                               bundled_reference=False).read_text())
+    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html")).read_text())
     assert "No training run on an emulated fabric is in the database. Set emulated.enabled: true" in text
     assert "No strategy predictions match a measured training run here" in text
     assert "CPU collectives after calibrating the gloo model on one sweep (all_reduce on 2 ranks" in text
@@ -138,8 +135,7 @@ def test_cpu_database_says_how_to_enable_emulated_fabrics_and_has_no_modeled_ste
 
 
 def test_gpu_database_report_has_emulated_slowdowns_modeled_steps_and_doctor_warnings(gpu_db, drawn_gpu, tmp_path):
-    text = _text(render_report(str(gpu_db["db"]), str(drawn_gpu), str(TEMPLATE), str(tmp_path / "r.html"),
-                               bundled_reference=False).read_text())
+    text = _text(render_report(str(gpu_db["db"]), str(drawn_gpu), str(TEMPLATE), str(tmp_path / "r.html")).read_text())
     # Strategy vs fabric: each strategy's measured slowdown from its fastest to its slowest preset.
     section = text[text.index("Strategy vs fabric, measured on emulated links"):text.index("Which strategy to pick")]
     steps = {(preset, strategy): t for preset, strategy, t in gpu_db["emulated"]}

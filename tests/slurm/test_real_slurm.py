@@ -9,8 +9,8 @@
    resources a multi-node rule needs (tests/slurm/multinode.smk), which also probes the
    topology of both nodes.
 3. The pipeline itself with ``cluster.nodes: 2`` (CPU: one rank per node, world size 2 over
-   two Slurm nodes): the topology is probed on both nodes, and rules collective_multinode and
-   train_multinode run the plan's multi-node jobs across them; the database holds them with
+   two Slurm nodes): the topology is probed on both nodes, and rules collective and train run
+   the plan's multi-node jobs (ids ending in -mn) across them; the database holds them with
    placement ``multi_node`` (tests/slurm/test_cluster_commands.py: without the slurm profile
    the same config stops before any job).
 
@@ -204,13 +204,15 @@ def multinode_pipeline(slurm, tmp_path_factory):
 
 def test_multinode_jobs_ran_as_one_slurm_job_over_two_nodes_each(multinode_pipeline):
     _, jobs = multinode_pipeline
-    assert {"topology", "collective", "train", "collective_multinode", "train_multinode"} <= set(jobs), sorted(jobs)
-    for rule in ("topology", "collective_multinode", "train_multinode"):
-        (record,) = jobs[rule]
+    assert {"topology", "collective", "train"} <= set(jobs), sorted(jobs)
+    across = {rule: [r for r in jobs[rule] if r["Comment"].endswith("-mn")] for rule in ("collective", "train")}
+    for record in [*jobs["topology"], *across["collective"], *across["train"]]:
         assert record["JobState"] == "COMPLETED", record
         assert record["NumNodes"] == "2" and record["NumTasks"] == "2", record
-    for rule in ("collective", "train"):  # the single-node jobs of the same plan stay on one node
-        assert all(r["NumNodes"] == "1" and r["JobState"] == "COMPLETED" for r in jobs[rule]), jobs[rule]
+    assert len(jobs["topology"]) == len(across["collective"]) == len(across["train"]) == 1, across
+    for rule in ("collective", "train"):  # the single-node jobs of the same plan, by the same rule, stay on one node
+        alone = [r for r in jobs[rule] if r not in across[rule]]
+        assert alone and all(r["NumNodes"] == "1" and r["JobState"] == "COMPLETED" for r in alone), jobs[rule]
 
 
 def test_topology_was_probed_on_both_nodes(multinode_pipeline):

@@ -6,9 +6,10 @@ in the plan holds its sweep, dtype, limits, environment and GPUs. Its input is i
 (results/plan/jobs/JOB.json, rewritten only when that job's spec changes), so a job reruns when,
 and only when, its own spec does.
 
-With cluster.nodes > 1, rule collective_multinode runs the plan's multi-node jobs (ids ending in
--mn) in one Slurm job of that many nodes: the same command starts srun, one torchrun agent per
-node, c10d rendezvous on the first node."""
+Rule collective runs single- and multi-node jobs alike: with cluster.nodes > 1 the plan's
+multi-node jobs (ids ending in -mn) get the Slurm shape of that many nodes (common.smk's
+job_resources) and the same command starts srun, one torchrun agent per node, c10d rendezvous
+on the first node."""
 
 #: The plan every job rule reads its job from (by path: its mtime changes with any job's spec).
 PLAN = f"{RESULTS}/plan/plan.json"
@@ -32,38 +33,12 @@ rule collective:
     log:
         f"{RESULTS}/logs/collectives/{{job}}.log",
     wildcard_constraints:
-        job=rf"(?!nccl-tests-){SINGLE_NODE_JOB}",
+        job=rf"(?!nccl-tests-){JOB_ID}",
     conda:
         ENVS
-    threads: lambda wildcards: plan_job("collectives", wildcards.job)["world_size"]
+    threads: lambda wildcards: job_threads("collectives", wildcards.job)
     resources:
-        measure=1,
-        gpu=lambda wildcards: job_gpus("collectives", wildcards.job),
-    params:
-        run=JOB_RUN,
-    shell:
-        "{params.run} --id {wildcards.job} --out {output} --log {log}"
-
-
-rule collective_multinode:
-    input:
-        spec=JOB_SPEC,
-    output:
-        f"{RESULTS}/collectives/{{job}}.json",
-    log:
-        f"{RESULTS}/logs/collectives/{{job}}.log",
-    wildcard_constraints:
-        job=MULTINODE_JOB,
-    conda:
-        ENVS
-    threads: lambda wildcards: multinode_job("collectives", wildcards.job)["nproc_per_node"]
-    resources:
-        measure=1,
-        nodes=lambda wildcards: multinode_job("collectives", wildcards.job)["nodes"],
-        tasks=lambda wildcards: multinode_job("collectives", wildcards.job)["nodes"],
-        mpi="srun",
-        tasks_per_gpu=0,
-        gres=lambda wildcards: multinode_gres("collectives", wildcards.job),
+        **job_resources("collectives"),
     params:
         run=JOB_RUN,
     shell:

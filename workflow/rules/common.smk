@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -176,6 +177,40 @@ def multinode_gres(kind, job_id):
 
 def job_gpus(kind, job_id):
     return plan_job(kind, job_id)["world_size"] if on_gpu() else 0
+
+
+#: Wildcard constraint of the job rules (collective, train): a single-node or a multi-node job id.
+JOB_ID = rf"(?:{SINGLE_NODE_JOB}|{MULTINODE_JOB})"
+
+
+def across_nodes(job_id):
+    """Whether `job_id` is a multi-node job (its id ends in -mn), run by srun over several Slurm nodes."""
+    return re.fullmatch(MULTINODE_JOB, job_id) is not None
+
+
+def job_threads(kind, job_id):
+    """CPUs of one node's task: the job's ranks on one node; a multi-node job's ranks per node."""
+    if across_nodes(job_id):
+        return multinode_job(kind, job_id)["nproc_per_node"]
+    return plan_job(kind, job_id)["world_size"]
+
+
+def job_resources(kind):
+    """The resources of the job rules of `kind`, per job: GPUs (`gpu`) on one node; across nodes the Slurm
+    shape (`nodes`, one task per node, `mpi`: the plugin runs the shell without its own srun, so the
+    job's srun reaches every node; `gres` on GPU nodes). A value of None leaves the resource out of
+    that job, so each job gets exactly the resources of its shape. `tasks_per_gpu=0`: never
+    --ntasks-per-gpu (one torchrun per node starts every rank itself)."""
+    multi = lambda wildcards: across_nodes(wildcards.job)
+    return dict(
+        measure=1,
+        gpu=lambda wildcards: None if multi(wildcards) else job_gpus(kind, wildcards.job),
+        nodes=lambda wildcards: multinode_job(kind, wildcards.job)["nodes"] if multi(wildcards) else None,
+        tasks=lambda wildcards: multinode_job(kind, wildcards.job)["nodes"] if multi(wildcards) else None,
+        mpi=lambda wildcards: "srun" if multi(wildcards) else None,
+        tasks_per_gpu=0,
+        gres=lambda wildcards: multinode_gres(kind, wildcards.job) if multi(wildcards) else None,
+    )
 
 
 def _planned(kind):

@@ -1,20 +1,16 @@
-"""Figures: the reference runs (with their verdicts), then every figure from the database.
+"""Figures: every figure from the database, with the reference stage's database attached.
 
 Rule figures runs after collect in a full pipeline and owns the figure files. Rule
 figures_from_db (target it by name, `snakemake figures_from_db`) redraws the same files from an
-existing database alone and never schedules an experiment: its only inputs are the database
-(ancient, so its age never forces a rebuild) and the reference database, rebuilt from the
-bundled logs if missing. It declares no outputs, so it runs every time it is asked for, and it
+existing database alone and never schedules an experiment: its only inputs are the database and
+the reference database (reference.smk's declared output; both ancient, so their age never
+forces a rebuild). It declares no outputs, so it runs every time it is asked for, and it
 never takes the figure files from rule figures: two rules claiming them would be ambiguous, and
 Snakemake would record the redrawn files as another rule's, so the next `snakemake` would
 redraw them again (and rerun the report and `all`) for a changed rule.
 """
 
-import importlib.resources
 import os
-from pathlib import Path
-
-from shardscope.figures.reference import load_manifest, load_modeled, modeled_name, topology_files
 
 FIGURE_NAMES = ["busbw_vs_size", "allreduce_peak_vs_gpus", "memory_by_strategy", "speed_vs_ddp", "decision_map"]
 FIGURE_LABELS = {
@@ -24,14 +20,6 @@ FIGURE_LABELS = {
     "speed_vs_ddp": "Throughput relative to DDP",
     "decision_map": "Decision map (modeled)",
 }
-#: The bundled public runs, beside the package the rules run (the workflow's own source, or the installed package).
-REFERENCE_SOURCE = str(importlib.resources.files("shardscope.figures").joinpath("reference"))
-REFERENCE_RUNS = [run.file for run in load_manifest(REFERENCE_SOURCE)]
-#: Modeled fabrics of figure 2 (the cost model on one topology per fabric class), one predictions document each.
-REFERENCE_MODELED = load_modeled(REFERENCE_SOURCE)
-#: Saved topologies the reference verdicts are judged against and the modeled fabrics run on.
-REFERENCE_TOPOLOGIES = topology_files(REFERENCE_SOURCE)
-REFERENCE_DB = f"{RESULTS}/reference/reference.duckdb"
 FIGURES_DIR = f"{RESULTS}/figures"
 #: Every file `shardscope figures` writes; the PNGs go into Snakemake's report with a caption
 #: (question and computed answer) and labels. Each rule gets its own flagged copies.
@@ -58,28 +46,6 @@ FIGURE_REPORT_ARGS = [
     for n, name in enumerate(FIGURE_NAMES, start=1)
 ]
 FIGURE_PNGS = [f"{FIGURES_DIR}/{name}.png" for name in FIGURE_NAMES]
-
-
-rule reference_runs:
-    input:
-        manifest=f"{REFERENCE_SOURCE}/runs.json",
-        logs=[f"{REFERENCE_SOURCE}/{name}" for name in REFERENCE_RUNS],
-        topologies=[f"{REFERENCE_SOURCE}/{name}" for name in REFERENCE_TOPOLOGIES],
-    output:
-        db=REFERENCE_DB,
-        docs=[f"{RESULTS}/reference/{Path(name).stem}.json" for name in REFERENCE_RUNS],
-        verdicts=[f"{RESULTS}/reference/{Path(name).stem}.verdicts.json" for name in REFERENCE_RUNS],
-        modeled=[f"{RESULTS}/reference/{modeled_name(fabric)}" for fabric in REFERENCE_MODELED],
-        manifest=f"{RESULTS}/reference/collect.json",
-    log:
-        f"{RESULTS}/logs/reference_runs.log",
-    conda:
-        ENVS
-    params:
-        shardscope=SHARDSCOPE,
-        source=lambda wildcards, input: os.path.dirname(input.manifest),
-    shell:
-        "{params.shardscope} reference --db {output.db} --source {params.source} --manifest {output.manifest} > {log} 2>&1"
 
 
 rule figures:

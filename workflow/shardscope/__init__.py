@@ -2,8 +2,8 @@
 
 One subpackage per pipeline stage: topology, plan, jobs (run one planned job), collectives,
 training, emulated (fabrics in network namespaces), cluster (jobs across Slurm nodes),
-costmodel (predictions), diagnose (verdicts, doctor), results (the database), figures and
-paper. ``contracts`` holds what they share, torch-free: names, model shapes, typed job specs.
+costmodel (predictions), diagnose (verdicts, doctor), results (the database and its shared
+views), reference (the bundled public runs, loaded into their own database), figures and paper. ``contracts`` holds what they share, torch-free: names, model shapes, typed job specs.
 Stages talk only through files -- ``plan.json`` above all -- and the DuckDB database
 (docs/design.md).
 """

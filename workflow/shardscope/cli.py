@@ -19,7 +19,7 @@ from shardscope.errors import UserError
 MAX_GPUS = 100_000
 
 #: Stages whose ``commands.register`` adds subcommands, in the order ``--help`` lists them.
-STAGES = ("topology", "plan", "jobs", "collectives", "training", "results", "figures", "paper", "costmodel", "emulated", "cluster", "diagnose")
+STAGES = ("topology", "plan", "jobs", "collectives", "training", "results", "reference", "figures", "paper", "costmodel", "emulated", "cluster", "diagnose")
 
 
 class Parser(argparse.ArgumentParser):

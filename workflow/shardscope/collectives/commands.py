@@ -18,7 +18,7 @@ def _cmd_collectives_import(args: argparse.Namespace) -> int:
 
     result = read_nccl_tests(args.file, world_size=args.world_size, max_input_mib=args.max_input_mib, op=args.op)
     rows = to_rows_for_db(result, str(args.file))
-    doc = {
+    doc = _reference_document(args.reference, args.file, result) if args.reference else {
         "schema": "shardscope.collectives-import/1",
         "kind": "collectives_import",
         "source_file": str(args.file),
@@ -33,6 +33,7 @@ def _cmd_collectives_import(args: argparse.Namespace) -> int:
         "notes": list(result.notes),
         "rows": rows,
     }
+    rows = doc["rows"]
     if args.placement:
         doc["placement"] = args.placement
     if args.transport:
@@ -50,6 +51,13 @@ def _cmd_collectives_import(args: argparse.Namespace) -> int:
     print(f"{args.file}: {result.op}, {ranks} (from {result.world_size_source.replace('_', ' ')}), {len(rows)} rows, "
           f"peak busbw {doc['peak_busbw_gbps']:.2f} GB/s{target}")
     return 0
+
+
+def _reference_document(manifest: str, log: str, result: object) -> dict:
+    """The import document of a bundled public log, labelled as the reference run ``manifest`` lists for it."""
+    from shardscope.reference.documents import reference_document, run_for_log
+
+    return reference_document(run_for_log(manifest, log), result)  # type: ignore[arg-type]
 
 
 def _cmd_collectives_report(args: argparse.Namespace) -> int:
@@ -71,6 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--world-size", type=int, metavar="N",
                    help="rank count of the run, used when the log does not tell it (no device lines, command line or usable busbw/algbw)")
     p.add_argument("--op", help="the collective (all_reduce, all_gather, ...), when neither the log nor its file name names it")
+    p.add_argument("--reference", metavar="RUNS_JSON",
+                   help="label the log as the public reference run this runs.json lists for its file name (source reference)")
     add_max_input_flag(p)
     p.set_defaults(func=_cmd_collectives_import)
     p = coll.add_parser("report", help="print our collective job results as nccl-tests tables")

@@ -223,6 +223,8 @@ def _cmd_predict_collectives(args: argparse.Namespace) -> int:
                           [args.algorithm] if args.algorithm else None)
     topo_hash = topology_hash(doc)
     document = predictions_document(doc, machine, rows_for_sweep(preds, topo_hash, args.transport), (), None, calibrations)
+    if args.label or args.fabric_label:
+        document.update(label=args.label, fabric_label=args.fabric_label)
     if args.out:
         atomic_write_json(args.out, document)
     if args.json:
@@ -331,6 +333,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
     p.add_argument("--algorithm", choices=("ring", "tree", "nvls", "nvls_tree"), help="restrict NCCL's choice (like NCCL_ALGO)")
+    p.add_argument("--label", help="legend label of these predictions (figure 2 draws labelled ones as modeled fabrics)")
+    p.add_argument("--fabric-label", help="fabric class a labelled prediction is coloured with (e.g. nvswitch, pcie)")
     _topology_args(p)
     p.set_defaults(func=_cmd_predict_collectives)
     p = predict_sub.add_parser("plan", help="collectives and strategy steps of every job of a plan.json (the pipeline's predictions)")

@@ -27,7 +27,6 @@ from shardscope.figures.decision import decision_map
 from shardscope.figures.plots_collectives import draw_allreduce_peak, draw_busbw_vs_size
 from shardscope.figures.plots_decision import draw_decision_map
 from shardscope.figures.plots_training import draw_memory_by_strategy, draw_speed_vs_ddp
-from shardscope.figures.reference import reference_database
 from shardscope.figures.sources import open_results, require_database
 from shardscope.figures.style import DPI, STRATEGY_ORDER
 
@@ -83,16 +82,17 @@ def _render(fig: plt.Figure, fmt: str) -> bytes:
 
 
 def draw_all(db: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-             reference_db: str | os.PathLike[str] | None = None, bundled_reference: bool = True) -> list[Path]:
+             reference_db: str | os.PathLike[str] | None = None) -> list[Path]:
     """Draw every figure of :data:`FIGURES` from ``db`` into ``out_dir``; returns the files written.
 
-    Reference runs come from ``reference_db`` when given, else from the bundled public logs
-    (``bundled_reference``), so figures 1 and 2 always show them beside the user's runs.
+    Figures 1 and 2 draw the public reference runs beside the user's runs from ``reference_db``
+    (the reference stage's database) when given, and the user's runs alone without it: nothing
+    is built here, the figures only query.
     """
     out = Path(out_dir)
     require_database(db)
     sns.set_theme(style="whitegrid", context="notebook")
-    with reference_database(reference_db, bundled_reference) as ref, open_results(db, ref) as con:
+    with open_results(db, reference_db) as con:
         data = {figure.name: figure.query(con) for figure in FIGURES}
         ranking = queries.machine_ranking(con)
     files: dict[Path, bytes] = {}

@@ -17,6 +17,7 @@ from shardscope.figures.links import nominal_link
 from shardscope.figures.reference import load_manifest
 from shardscope.figures.verdict_text import verdict_text
 from shardscope.results.schemas_predictions import MEMORY_MODELS  # noqa: F401  (figure 3's two models, for the captions)
+from shardscope.results.views import strategy_vs_ddp_sql
 
 #: A run's fabric: what the run recorded, else "cpu" for CPU runs, else "unknown".
 FABRIC_SQL = "coalesce(r.fabric, CASE WHEN r.device_type = 'cpu' THEN 'cpu' END, 'unknown')"
@@ -259,33 +260,22 @@ def _ci_select(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Each strategy's latest run, with step time, tokens/s and bytes held relative to the latest DDP run
-    that finished on the same host, model, world size, placement and transport (the fabric condition;
-    no baseline: NULL ratios), and the
-    95% interval of its tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat)."""
+    """Each strategy's latest run, with step time, tokens/s and bytes held relative to DDP as
+    :func:`shardscope.results.views.strategy_vs_ddp_sql` defines it (the latest DDP run on the same host,
+    model, world size, placement and transport, if it finished; else NULL ratios), and the 95% interval of its
+    tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat)."""
+    rows = strategy_vs_ddp_sql("all_runs", f"{FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, {_ci_select(con)}")
     return con.execute(f"""
-        WITH t AS (
-            SELECT r.host, {FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, tr.model, tr.world_size, tr.placement,
-                   coalesce(r.transport, 'default') AS transport, tr.strategy, tr.outcome,
-                   tr.median_step_time_s, tr.tokens_per_s, tr.peak_memory_bytes, tr.run_id, {_ci_select(con)},
-                   (SELECT max(m.param_bytes + m.grad_bytes + m.optim_bytes) FROM training_memory m
-                    WHERE m.run_id = tr.run_id) AS held_bytes
-            FROM training_runs tr JOIN all_runs r USING (run_id)
-            QUALIFY row_number() OVER (PARTITION BY r.host, tr.model, tr.world_size, tr.placement,
-                                                    coalesce(r.transport, 'default'), tr.strategy
-                                       ORDER BY r.measured_at DESC NULLS LAST, tr.run_id DESC) = 1),
-        ddp AS (SELECT * FROM t WHERE strategy = 'ddp' AND outcome = 'ok')
-        SELECT t.host, t.fabric, t.gpu_model, t.model, t.world_size, t.placement, t.transport, t.strategy, t.outcome,
-               t.median_step_time_s, t.tokens_per_s,
-               t.median_step_time_s / ddp.median_step_time_s AS step_time_vs_ddp,
-               t.tokens_per_s / ddp.tokens_per_s AS tokens_per_s_vs_ddp,
-               t.held_bytes, t.held_bytes / ddp.held_bytes AS held_bytes_vs_ddp, t.peak_memory_bytes,
-               t.repeats, t.ci95_low_tokens_per_s, t.ci95_high_tokens_per_s,
-               t.ci95_low_tokens_per_s / ddp.tokens_per_s AS ci95_low_vs_ddp,
-               t.ci95_high_tokens_per_s / ddp.tokens_per_s AS ci95_high_vs_ddp
-        FROM t LEFT JOIN ddp ON t.host IS NOT DISTINCT FROM ddp.host AND t.model = ddp.model
-             AND t.world_size = ddp.world_size AND t.placement = ddp.placement AND t.transport = ddp.transport
-        ORDER BY t.host, t.model, t.world_size, t.placement, t.transport, t.strategy""").df()
+        SELECT host, fabric, gpu_model, model, world_size, placement, transport, strategy, outcome,
+               median_step_time_s, tokens_per_s, step_time_vs_ddp, tokens_per_s_vs_ddp,
+               held_bytes, held_bytes_vs_ddp, peak_memory_bytes,
+               repeats, ci95_low_tokens_per_s, ci95_high_tokens_per_s,
+               ci95_low_tokens_per_s / ddp_tokens_per_s AS ci95_low_vs_ddp,
+               ci95_high_tokens_per_s / ddp_tokens_per_s AS ci95_high_vs_ddp
+        FROM ({rows})
+        QUALIFY row_number() OVER (PARTITION BY host, model, world_size, placement, transport, strategy
+                                   ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1
+        ORDER BY host, model, world_size, placement, transport, strategy""").df()
 
 
 #: How far below the median of its kind a machine may be before its verdict is ``slow`` (and above: ``fast``).

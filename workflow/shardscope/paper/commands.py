@@ -6,10 +6,14 @@ import argparse
 
 
 def _cmd_paper(args: argparse.Namespace) -> int:
+    import sys
+
     from shardscope.paper.render import render_report
 
-    render_report(args.db, args.figures, args.source, args.out, reference_db=args.reference_db,
-                  bundled_reference=not args.no_reference)
+    if args.reference_db is None and not args.no_reference:
+        print("shardscope: note: no --reference-db: the report lists this database's runs only "
+              "(the reference stage builds results/reference/reference.duckdb)", file=sys.stderr)
+    render_report(args.db, args.figures, args.source, args.out, reference_db=args.reference_db)
     print(f"report written to {args.out}")
     return 0
 
@@ -22,6 +26,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", default="paper/report.md", help="the report template (default paper/report.md)")
     p.add_argument("--out", required=True, help="the HTML report to write")
     ref = p.add_mutually_exclusive_group()
-    ref.add_argument("--reference-db", help="list the reference runs of this database (default: the bundled ones)")
-    ref.add_argument("--no-reference", action="store_true", help="report the database's own runs only")
+    ref.add_argument("--reference-db", help="attach the reference stage's database and list its public runs beside ours")
+    ref.add_argument("--no-reference", action="store_true", help="report the database's own runs only, without the note that --reference-db is absent")
     p.set_defaults(func=_cmd_paper)

@@ -22,7 +22,7 @@ from shardscope.figures import queries
 from shardscope.figures.captions import answer_ranking, ties_with
 from shardscope.figures.decision import decision_map
 from shardscope.figures.plots import FIGURES
-from shardscope.figures.reference import load_manifest, reference_database
+from shardscope.figures.reference import load_manifest
 from shardscope.figures.sources import open_results, require_database
 from shardscope.figures.style import format_params, strategy_name
 from shardscope.paper import memory_cases
@@ -151,18 +151,18 @@ def _decision_table(decision: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str],
-                   reference_db: str | os.PathLike[str] | None = None, bundled_reference: bool = True) -> dict[str, Any]:
+                   reference_db: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Everything the template may use: tables, facts, recommendations and figures, all from the database.
 
-    Reference runs come from ``reference_db``, else from the bundled logs (``bundled_reference``),
-    as for the figures.
+    Reference runs come from ``reference_db`` (the reference stage's database) when given, as for
+    the figures; without it the report lists none.
     """
     require_database(db)
     index = figure_index(figures_dir)
     missing = [f.name for f in FIGURES if f.name not in index]
     if missing:
         raise UserError(f"{Path(figures_dir) / 'figures.json'}: lacks {', '.join(missing)}; run `shardscope figures` again")
-    with reference_database(reference_db, bundled_reference) as ref, open_results(db, ref) as con:
+    with open_results(db, reference_db) as con:
         speed = queries.strategy_speed(con)
         sweeps = report_queries.interconnect_sweeps(con)
         references = queries.reference_runs(con)

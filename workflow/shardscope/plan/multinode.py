@@ -27,7 +27,7 @@ from shardscope.plan.specs import job_entry
 MULTI_NODE = "multi_node"
 #: Every multi-node job id ends in this, and no single-node one does.
 JOB_SUFFIX = "-mn"
-#: Wildcard constraint of the multi-node rules (collective_multinode, train_multinode).
+#: Wildcard constraint of a multi-node job id (rules collective and train run both kinds; common.smk JOB_ID).
 MULTINODE_JOB = rf"[A-Za-z0-9_.-]+{JOB_SUFFIX}"
 #: Wildcard constraint of the single-node rules (collective, train): any other job id.
 SINGLE_NODE_JOB = rf"[A-Za-z0-9_.-]+(?<!{JOB_SUFFIX})"

@@ -18,6 +18,7 @@ import hashlib
 import duckdb
 
 from shardscope.results.schemas import TABLES
+from shardscope.results.views import strategy_vs_ddp_sql
 
 #: The layout this code writes, and every layout it can read (and upgrade).
 SCHEMA_VERSION = "shardscope.results/3"
@@ -37,24 +38,14 @@ VIEWS = {
         FROM collectives c JOIN runs r USING (run_id)
         LEFT JOIN topologies t ON t.topology_hash = r.topology_hash
         GROUP BY ALL""",
-    "strategy_summary": """
-        WITH t AS (
-            SELECT r.host, coalesce(r.fabric, topo.fabric) AS fabric, tr.*,
-                   (SELECT max(m.param_bytes + m.grad_bytes + m.optim_bytes)
-                    FROM training_memory m WHERE m.run_id = tr.run_id) AS held_bytes,
-                   p.total_bytes AS modeled_bytes
-            FROM training_runs tr JOIN runs r USING (run_id)
-            LEFT JOIN topologies topo ON topo.topology_hash = r.topology_hash
-            LEFT JOIN memory_predictions p ON p.run_id = tr.run_id)
-        SELECT t.host, t.fabric, t.model, t.world_size, t.placement, t.strategy, t.outcome, t.median_step_time_s,
-               t.tokens_per_s, t.mfu, t.peak_memory_bytes, t.held_bytes, t.modeled_bytes,
-               t.median_step_time_s / ddp.median_step_time_s AS step_time_vs_ddp,
-               t.tokens_per_s / ddp.tokens_per_s AS tokens_per_s_vs_ddp,
-               t.held_bytes / ddp.held_bytes AS held_bytes_vs_ddp, t.run_id
-        FROM t LEFT JOIN (SELECT * FROM t WHERE strategy = 'ddp' AND outcome = 'ok'
-                          QUALIFY row_number() OVER (PARTITION BY host, model, world_size, placement ORDER BY run_id) = 1) ddp
-          ON t.host IS NOT DISTINCT FROM ddp.host AND t.model = ddp.model AND t.world_size = ddp.world_size
-         AND t.placement = ddp.placement""",
+    # Speed relative to DDP as results.views defines it (the figures select the latest run of each from the same SQL).
+    "strategy_summary": f"""
+        SELECT host, fabric, model, world_size, placement, transport, strategy, outcome, median_step_time_s, tokens_per_s, mfu,
+               peak_memory_bytes, held_bytes, modeled_bytes, step_time_vs_ddp, tokens_per_s_vs_ddp, held_bytes_vs_ddp, run_id
+        FROM ({strategy_vs_ddp_sql(
+            "runs", "coalesce(r.fabric, topo.fabric) AS fabric, tr.mfu, p.total_bytes AS modeled_bytes",
+            "LEFT JOIN topologies topo ON topo.topology_hash = r.topology_hash "
+            "LEFT JOIN memory_predictions p ON p.run_id = tr.run_id")})""",
 }
 
 
