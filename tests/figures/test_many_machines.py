@@ -92,8 +92,7 @@ def test_the_reports_ranking_table_is_exactly_the_query(fleet, tmp_path):
     from shardscope.paper.render import render_report
 
     db, figs = fleet
-    report = render_report(db, figs, Path(__file__).parents[2] / "paper" / "report.md", tmp_path / "report.html",
-                           bundled_reference=False).read_text()
+    report = render_report(db, figs, Path(__file__).parents[2] / "paper" / "report.md", tmp_path / "report.html").read_text()
     section = report.split("<h3>Machines of the same kind</h3>", 1)[1].split("<h3>", 1)[0]
     table = section.split("<table>", 1)[1].split("</table>", 1)[0]
     rows = [[html.unescape(cell) for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S)]

@@ -48,11 +48,12 @@ def test_the_plan_of_a_real_h200_is_predicted_and_joins_its_topology(tmp_path, h
 
     strategies = query_db(db, "SELECT strategy, model, gpus, fits, step_time_s, compute_time_s + exposed_comm_time_s, "
                            "memory_total_bytes, memory_available_bytes FROM strategy_predictions ORDER BY strategy")
-    assert sorted(s[0] for s in strategies) == sorted(j["strategy"] for j in h200_plan["training"])
-    assert {s[1] for s in strategies} == {h200_plan["training"][0]["model"]} and {s[2] for s in strategies} == {8}
+    # each planned (strategy, model scale) once: the same job under another fabric condition shares its prediction
+    assert sorted((s[0], s[1]) for s in strategies) == sorted({(j["strategy"], j["model"]) for j in h200_plan["training"]})
+    assert {s[2] for s in strategies} == {8}
     for name, _, _, fits, step, parts, total, available in strategies:
         assert step == pytest.approx(parts, rel=1e-9) and fits == (total <= available), name
-    held = {s[0]: s[6] for s in strategies}
+    held = {s[0]: s[6] for s in strategies if s[1] == h200_plan["profile"]["model"]}
     # memory_total_bytes is the whole modeled peak (issue 18): model states shrink at each ZeRO stage, but the
     # activations are the same for all and ZeRO-3 keeps gathered parameters for reuse, so only stages 1-2 order strictly
     assert held["zero2"] < held["zero1"] < held["ddp"] and held["zero3"] < held["zero1"] and max(held, key=held.get) == "ddp"
@@ -72,7 +73,7 @@ def test_reloading_or_repredicting_the_same_jobs_adds_nothing(tmp_path, h200_top
     changed = plan_predictions(h200_topology, {**h200_plan, "profile": {**h200_plan["profile"], "micro_batch": 1}},
                                "01-hgx-h200", created_at=CREATED_AT)
     assert collect(db, [write_json(tmp_path / "c" / "predictions.json", changed)])["new_runs"] == 1
-    assert query_db(db, "SELECT count(DISTINCT run_id), count(*) FROM strategy_predictions") == [(2, 2 * len(h200_plan["training"]))]
+    assert query_db(db, "SELECT count(DISTINCT run_id), count(*) FROM strategy_predictions") == [(2, 2 * len({(j["strategy"], j["model"]) for j in h200_plan["training"]}))]
 
 
 def test_without_gpus_collectives_are_labelled_placeholders_and_strategies_are_not_predicted(tmp_path):

@@ -23,6 +23,7 @@ in ``strategies_note``, why strategies were not.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -174,17 +175,22 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
     assumptions = _plan_assumptions(profile, training)
     strategies: list[dict[str, Any]] = []
     note = None
-    by_size: dict[int, list[dict[str, Any]]] = {}
+    # one advice per world size and model scale (issue 17 plans a memory-bound model beside the default one);
+    # the same strategies under another fabric condition (transport, placement) share their job's prediction
+    by_size: dict[tuple[int, str, int, int], list[dict[str, Any]]] = {}
     for job in training:
-        by_size.setdefault(int(job["world_size"]), []).append(job)
+        key = (int(job["world_size"]), str(job["model"]), int(job.get("micro_batch") or assumptions.micro_batch),
+               int(job.get("seq_len") or assumptions.seq_len or 0))
+        by_size.setdefault(key, []).append(job)
     if machine.fabric == "cpu":
         note = ("strategies not predicted: the step model needs a GPU's peak FLOP/s and memory, and this topology has "
                 "no GPUs (fabric cpu)")
     else:
         try:
-            for n, group in sorted(by_size.items()):
+            for (n, model, micro_batch, seq_len), group in sorted(by_size.items()):
                 names = tuple(dict.fromkeys(str(j["strategy"]) for j in group))
-                advice = advise(topology, profile["model"], n, strategies=names, assumptions=assumptions, source=source)
+                sized = dataclasses.replace(assumptions, micro_batch=micro_batch, seq_len=seq_len or assumptions.seq_len)
+                advice = advise(topology, model, n, strategies=names, assumptions=sized, source=source)
                 # the plan's model name, so predictions join the training runs of the same jobs
                 strategies += [dict(row, model=str(group[0]["model"])) for row in strategy_rows(advice, topo_hash)]
         except UserError as exc:

@@ -73,7 +73,7 @@ class CollectivePredictionsSchema(_Table):
 
 
 class StrategyPredictionsSchema(_Table):
-    """Per (prediction run, strategy, GPUs): the modeled step time, its parts, and memory against the GPU's."""
+    """Per (prediction run, strategy, model, GPUs): the modeled step time, its parts, and memory against the GPU's."""
 
     run_id: Series[str]
     strategy: Series[str] = pa.Field(isin=STRATEGIES)
@@ -96,7 +96,7 @@ class StrategyPredictionsSchema(_Table):
     class Config:
         strict = True
         coerce = True
-        unique = ["run_id", "strategy", "gpus"]
+        unique = ["run_id", "strategy", "model", "gpus"]
 
     @pa.dataframe_check(error="step_time_s must equal compute_time_s + exposed_comm_time_s")
     def step_is_compute_plus_exposed(cls, df: pd.DataFrame) -> Series[bool]:
