@@ -232,3 +232,13 @@ def training_results(wildcards):
 def memory_budget_args():
     gib = config["training"].get("memory_budget_gib")
     return f"--memory-budget-bytes {int(gib * 2**30)}" if gib else ""
+
+
+def search_results(wildcards=None):
+    """The summary of every micro-batch search the plan lists (config training.search; none when null)."""
+    return [f"{RESULTS}/search/{entry['job_id']}.json" for entry in plan_doc().get("search", [])]
+
+
+def search_limit(job_id):
+    """The largest micro-batch the search of planned job `job_id` tries."""
+    return next(entry["limit"] for entry in plan_doc().get("search", []) if entry["job_id"] == job_id)

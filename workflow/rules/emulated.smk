@@ -25,4 +25,3 @@ rule emulated_collective:
         " --placement {wildcards.placement} --op {wildcards.op} --config-json {params.section:q} --dtype {params.dtype}"
         " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"
         " -w {params.sweep[warmup]} -n {params.sweep[iters]} {params.check} --out {output} --log {log} >> {log} 2>&1"
-

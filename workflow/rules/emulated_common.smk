@@ -17,8 +17,11 @@ EMULATED_SPEC = f"{RESULTS}/plan/jobs/{{preset}}-{{placement}}-{{name}}.json"
 def emulated_results(wildcards=None):
     """Every emulated collective result file the plan lists (none when the stage is off, or skipped by the planner).
     Emulated training jobs are planned training jobs (plan.json `training`, field `emulated`), run by rule train."""
-    return [f"{RESULTS}/emulated/{job['preset']}/collectives/{job['placement']}/{job['op']}.json"
-            for job in plan_doc().get("emulated", []) if job["kind"] == "emulated_collective"]
+    return [
+        f"{RESULTS}/emulated/{job['preset']}/collectives/{job['placement']}/{job['op']}.json"
+        for job in plan_doc().get("emulated", [])
+        if job["kind"] == "emulated_collective"
+    ]
 
 
 def emulated_training_results(wildcards=None):

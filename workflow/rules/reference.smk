@@ -31,6 +31,7 @@ REFERENCE_MODELED = {
 REFERENCE_RUN_STEMS = "|".join(re.escape(stem) for stem in sorted(REFERENCE_RUNS))
 REFERENCE_MODELED_STEMS = "|".join(re.escape(stem) for stem in sorted(REFERENCE_MODELED))
 
+
 localrules:
     reference_import,
     reference_verdict,
@@ -44,10 +45,10 @@ rule reference_import:
         manifest=REFERENCE_MANIFEST,
     output:
         f"{REFERENCE_DIR_OUT}/{{run}}.json",
-    wildcard_constraints:
-        run=REFERENCE_RUN_STEMS,
     log:
         f"{RESULTS}/logs/reference/{{run}}.import.log",
+    wildcard_constraints:
+        run=REFERENCE_RUN_STEMS,
     conda:
         ENVS
     params:
@@ -65,10 +66,10 @@ rule reference_verdict:
         topology=lambda wildcards: steps.topology_inputs(REFERENCE_RUNS[wildcards.run].topology, REFERENCE_SOURCE),
     output:
         f"{REFERENCE_DIR_OUT}/{{run}}.verdicts.json",
-    wildcard_constraints:
-        run=REFERENCE_RUN_STEMS,
     log:
         f"{RESULTS}/logs/reference/{{run}}.verdict.log",
+    wildcard_constraints:
+        run=REFERENCE_RUN_STEMS,
     conda:
         ENVS
     params:
@@ -86,10 +87,10 @@ rule reference_modeled:
         topology=lambda wildcards: steps.topology_inputs(REFERENCE_MODELED[wildcards.fabric].topology, REFERENCE_SOURCE),
     output:
         f"{REFERENCE_DIR_OUT}/{{fabric}}.predictions.json",
-    wildcard_constraints:
-        fabric=REFERENCE_MODELED_STEMS,
     log:
         f"{RESULTS}/logs/reference/{{fabric}}.predict.log",
+    wildcard_constraints:
+        fabric=REFERENCE_MODELED_STEMS,
     conda:
         ENVS
     params:

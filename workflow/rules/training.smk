@@ -28,16 +28,6 @@ rule train:
         "{params.run} --id {wildcards.job} --out {output} --log {log}"
 
 
-def search_results(wildcards=None):
-    """The summary of every micro-batch search the plan lists (config training.search; none when null)."""
-    return [f"{RESULTS}/search/{entry['job_id']}.json" for entry in plan_doc().get("search", [])]
-
-
-def search_limit(job_id):
-    """The largest micro-batch the search of planned job `job_id` tries."""
-    return next(entry["limit"] for entry in plan_doc().get("search", []) if entry["job_id"] == job_id)
-
-
 rule microbatch_search:
     """Largest micro-batch of one planned training job: doubling, then bisection (shardscope.training.search);
     each trial's result is kept under results/search/trials/, so a stopped search resumes."""
@@ -49,6 +39,8 @@ rule microbatch_search:
         f"{RESULTS}/logs/search/{{job}}.log",
     wildcard_constraints:
         job=SINGLE_NODE_JOB,
+    conda:
+        ENVS
     threads: lambda wildcards: plan_job("training", wildcards.job)["world_size"]
     resources:
         measure=1,
