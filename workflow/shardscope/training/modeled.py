@@ -46,6 +46,7 @@ _FP32 = {
     "zero3": ((4, True), (4, True), (12, True)),
     "fsdp": ((4, True), (4, True), (8, True)),
     "fsdp_grad_op": ((4, True), (4, True), (8, True)),
+    "hsdp": ((4, True), (4, True), (8, True)),  # FSDP2 inside one shard group (sharded over the group's ranks)
 }
 _BF16 = {
     "ddp": ((4, False), (4, False), (8, False)),
@@ -55,6 +56,7 @@ _BF16 = {
     "zero3": ((2, True), (2, True), (12, True)),
     "fsdp": ((4, True), (4, True), (8, True)),
     "fsdp_grad_op": ((4, True), (4, True), (8, True)),
+    "hsdp": ((4, True), (4, True), (8, True)),  # FSDP2 inside one shard group (sharded over the group's ranks)
 }
 IMPLEMENTATION: dict[str, dict[str, tuple[tuple[int, bool], ...]]] = {"float32": _FP32, "bfloat16": _BF16}
 
