@@ -21,6 +21,7 @@ import pandera.errors
 
 from shardscope.errors import UserError
 from shardscope.results.ddl import KNOWN_VERSIONS, META_TABLE, column_types, schema_problems, upgrade
+from shardscope.results.fastcheck import validate
 from shardscope.results.schemas import OWNER_KEYS, TABLES, owner_key
 from shardscope.results.store import insert_frame, is_duckdb_file, problem_report, updating, validate_frame
 
@@ -143,7 +144,7 @@ def _validated_rows(con: duckdb.DuckDBPyConnection, pending: dict[str, list[tupl
             continue
         frame = pd.concat([df for _, df in parts], ignore_index=True) if len(parts) > 1 else parts[0][1]
         try:
-            valid[table] = TABLES[table].validate(frame, lazy=True)
+            valid[table] = validate(table, frame)
         except pandera.errors.SchemaErrors:
             for src, df in parts:  # name each problem by its input database and its row there
                 problems.extend(validate_frame(table, df, str(src), named_rows=True)[1])
