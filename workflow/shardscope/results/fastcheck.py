@@ -124,12 +124,14 @@ def _column(rule: ColumnRule, series: pd.Series) -> pd.Series | None:
     found = rule.dtype.check(Engine.dtype(series.dtype), series)
     if not (found if isinstance(found, bool) else bool(found.all())):
         return None
-    if series.hasnans and not rule.nullable:
+    nulls = series.hasnans
+    if nulls and not rule.nullable:
         return None
     if rule.unique and not series.is_unique:
         return None
+    present = series.dropna() if nulls and any(ignore_na for _, ignore_na in rule.checks) else series
     for check, ignore_na in rule.checks:
-        checked = series.dropna() if ignore_na and series.hasnans else series
+        checked = present if ignore_na else series
         if not _passed(check(checked), checked, ignore_na, table_level=False):
             return None
     return series
@@ -154,9 +156,7 @@ def passing(table: str, frame: pd.DataFrame) -> pd.DataFrame | None:
             if series is None:
                 return None
             coerced[col.name] = series
-        out = frame.copy()
-        for name, series in coerced.items():
-            out[name] = series
+        out = pd.DataFrame({name: coerced.get(name, frame[name]) for name in frame.columns}, index=frame.index)
         if any(out.duplicated(subset=list(key), keep=False).any() for key in rule.unique):
             return None
         for check, ignore_na in rule.frame_checks:
