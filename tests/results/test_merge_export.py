@@ -235,6 +235,8 @@ def test_the_same_machine_under_two_names_is_refused(tmp_path):
     with pytest.raises(UserError) as info:
         merge(tmp_path / "fresh.duckdb", [str(a), str(renamed)])
     assert f"{a}, {renamed}: the same machine" in str(info.value) and not (tmp_path / "fresh.duckdb").exists()
+    assert "\n" not in str(info.value) and str(info.value).endswith("; nothing was merged")  # one sentence
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".fresh.duckdb")]
 
 
 def test_merging_many_databases_validates_once_and_counts_each_run_once(tmp_path):

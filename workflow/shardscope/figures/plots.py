@@ -10,6 +10,7 @@ Snakemake's report captions. Beside the figures, ``machine_ranking.csv`` (listed
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import duckdb
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from matplotlib.transforms import Bbox
 
 from shardscope.fileio import atomic_write_bytes, atomic_write_json
 from shardscope.figures import captions, queries
@@ -73,11 +75,32 @@ FIGURES = (
 RANKING = "machine_ranking"
 
 
-def _render(fig: plt.Figure, fmt: str) -> bytes:
+def _tight_box(fig: plt.Figure) -> Bbox:
+    """The box ``savefig(bbox_inches="tight")`` crops the PNG to (inches, padded alike), worked out once.
+
+    savefig lays the whole figure out again for each format before drawing it; with the box
+    found once (laid out by the PNG's renderer at the PNG's DPI, as savefig does), the PNG
+    and the PDF each cost one drawing. On a fleet's figures that layout was a fifth of the
+    drawing time.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    dpi = fig.dpi
+    try:
+        fig.set_dpi(DPI)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        with getattr(renderer, "_draw_disabled", contextlib.nullcontext)():  # as savefig does: layout, no pixels
+            fig.draw(renderer)
+        return fig.get_tightbbox(renderer).padded(plt.rcParams["savefig.pad_inches"])
+    finally:
+        fig.set_dpi(dpi)
+
+
+def _render(fig: plt.Figure, fmt: str, box: Bbox | str = "tight") -> bytes:
     buffer = io.BytesIO()
     # Fixed metadata keeps the PDF identical from one regeneration to the next.
     metadata = {"CreationDate": None} if fmt == "pdf" else {"Software": None}
-    fig.savefig(buffer, format=fmt, dpi=DPI, bbox_inches="tight", metadata=metadata)
+    fig.savefig(buffer, format=fmt, dpi=DPI, bbox_inches=box, metadata=metadata)
     return buffer.getvalue()
 
 
@@ -102,8 +125,9 @@ def draw_all(db: str | os.PathLike[str], out_dir: str | os.PathLike[str],
         answer = figure.answer(df)
         fig = figure.draw(df)
         try:
+            box = _tight_box(fig)
             for fmt in ("png", "pdf"):
-                files[out / f"{figure.name}.{fmt}"] = _render(fig, fmt)
+                files[out / f"{figure.name}.{fmt}"] = _render(fig, fmt, box)
         finally:
             plt.close(fig)
         files[out / f"{figure.name}.csv"] = df.to_csv(index=False).encode()

@@ -21,6 +21,7 @@ import pandera.errors
 
 from shardscope.errors import UserError
 from shardscope.results.ddl import KNOWN_VERSIONS, META_TABLE, column_types, schema_problems, upgrade
+from shardscope.results.fastcheck import validate
 from shardscope.results.schemas import OWNER_KEYS, TABLES, owner_key
 from shardscope.results.store import insert_frame, is_duckdb_file, problem_report, updating, validate_frame
 
@@ -49,46 +50,58 @@ def _source_tables(con: duckdb.DuckDBPyConnection, alias: str) -> dict[str, set[
     return found
 
 
-def _select(table: str, alias: str, present: set[str], origin: str) -> str:
-    """SELECT of ``table``'s columns from the input: absent (older) columns as NULL, origin_db filled in."""
-    exprs = []
-    for column, sql in column_types(table).items():
-        if column == "origin_db":
-            expr = f"coalesce(origin_db, {_quote(origin)})" if column in present else _quote(origin)
-        else:
-            expr = column if column in present else f"NULL::{sql}"
-        exprs.append(f"{expr} AS {column}")
+def _select(table: str, inputs: list[tuple[int, str, Path, dict[str, set[str]]]]) -> str:
+    """One SELECT of ``table``'s new rows from every input that has it, each row with the index of its input.
+
+    Absent (older) columns read as NULL and origin_db is filled in; a row is new when its
+    run or topology was claimed for that input (:func:`_claim_new`).
+    """
     key = owner_key(table)
-    return f"SELECT {', '.join(exprs)} FROM {alias}.{table} WHERE {key} IN (SELECT {key} FROM new_{key}) ORDER BY ALL"
+    parts = []
+    for index, alias, src, tables in inputs:
+        exprs = [f"{index} AS merge_input"]
+        for column, sql in column_types(table).items():
+            if column == "origin_db":
+                origin = _quote(str(src.resolve()))
+                expr = f"coalesce(origin_db, {origin})" if column in tables[table] else origin
+            else:
+                expr = column if column in tables[table] else f"NULL::{sql}"
+            exprs.append(f"{expr} AS {column}")
+        parts.append(f"SELECT {', '.join(exprs)} FROM {alias}.{table} "
+                     f"WHERE {key} IN (SELECT {key} FROM claimed_{key} WHERE merge_input = {index})")
+    return " UNION ALL ".join(parts) + " ORDER BY ALL"
 
 
-def _claim_new(con: duckdb.DuckDBPyConnection, alias: str, tables: dict[str, set[str]], counts: dict[str, int]) -> None:
-    """Note in ``new_<key>`` the runs and topologies of one input that neither the output nor an earlier input holds."""
+def _claim_new(con: duckdb.DuckDBPyConnection, index: int, alias: str, tables: dict[str, set[str]], counts: dict[str, int]) -> None:
+    """Claim for input ``index`` the runs and topologies that neither the output nor an earlier input holds."""
     for key, parent in OWNER_KEYS.items():
-        source = f"SELECT DISTINCT {key} FROM {alias}.{parent}" if parent in tables else f"SELECT NULL::VARCHAR AS {key} WHERE false"
-        con.execute(f"CREATE OR REPLACE TEMP TABLE new_{key} AS {source} EXCEPT SELECT {key} FROM {parent} "
-                    f"EXCEPT SELECT {key} FROM claimed_{key}")
-        con.execute(f"INSERT INTO claimed_{key} SELECT {key} FROM new_{key}")
-        new = con.execute(f"SELECT count(*) FROM new_{key}").fetchall()[0][0]
-        total = con.execute(f"SELECT count(DISTINCT {key}) FROM {alias}.{parent}").fetchall()[0][0] if parent in tables else 0
-        counts[f"new_{parent}"] = counts.get(f"new_{parent}", 0) + new
-        counts[f"skipped_{parent}"] = counts.get(f"skipped_{parent}", 0) + total - new
+        if parent not in tables:
+            continue
+        con.execute(f"INSERT INTO claimed_{key} SELECT {key}, {index} FROM (SELECT DISTINCT {key} FROM {alias}.{parent} "
+                    f"EXCEPT SELECT {key} FROM {parent} EXCEPT SELECT {key} FROM claimed_{key})")
+        new, total = con.execute(f"SELECT (SELECT count(*) FROM claimed_{key} WHERE merge_input = {index}), "
+                                 f"(SELECT count(DISTINCT {key}) FROM {alias}.{parent})").fetchall()[0]
+        counts[f"new_{parent}"] += new
+        counts[f"skipped_{parent}"] += total - new
 
 
 def _orphans(con: duckdb.DuckDBPyConnection, alias: str, src: Path, tables: dict[str, set[str]]) -> list[str]:
-    """Rows of one input whose run or topology is not in that input: one line per table."""
-    problems = []
+    """Rows of one input whose run or topology is not in that input: one line per table (one query per input)."""
+    counts = []
     for table in TABLES:
         key = owner_key(table)
         parent = OWNER_KEYS[key]
         if table not in tables or table == parent:
             continue
-        orphans = con.execute(f"SELECT count(*) FROM {alias}.{table} WHERE {key} NOT IN "
-                              f"(SELECT {key} FROM {alias}.{parent})" if parent in tables else
-                              f"SELECT count(*) FROM {alias}.{table}").fetchall()[0][0]
-        if orphans:
-            problems.append(f"{src}: table {table} has {orphans} row(s) whose {key} is not in table {parent}")
-    return problems
+        where = f" WHERE {key} NOT IN (SELECT {key} FROM {alias}.{parent})" if parent in tables else ""
+        counts.append(f"SELECT {_quote(table)} AS name, {_quote(parent)} AS parent, {_quote(key)} AS key, "
+                      f"count(*) AS orphans FROM {alias}.{table}{where}")
+    if not counts:
+        return []
+    found = con.execute(" UNION ALL ".join(counts)).fetchall()
+    order = {table: i for i, table in enumerate(TABLES)}
+    return [f"{src}: table {table} has {orphans} row(s) whose {key} is not in table {parent}"
+            for table, parent, key, orphans in sorted(found, key=lambda row: order[row[0]]) if orphans]
 
 
 def _conflicts(con: duckdb.DuckDBPyConnection, alias: str, src: Path, tables: dict[str, set[str]], out: Path) -> list[str]:
@@ -133,20 +146,23 @@ def _host_aliases(con: duckdb.DuckDBPyConnection, catalogs: dict[str, tuple[str,
             f"under both); merge it under one name" for files, hosts in rows]
 
 
-def _validated_rows(con: duckdb.DuckDBPyConnection, pending: dict[str, list[tuple[Path, pd.DataFrame]]]) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """Every table's rows from all inputs validated in one pandera pass; problems named by input and row."""
+def _validated_rows(pending: dict[str, pd.DataFrame], sources: list[Path]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Every table's new rows from all inputs validated in one pass; problems named by input and row.
+
+    ``pending`` holds per table the rows of every input, with the index of its input in
+    ``merge_input``; only when a table's rows fail are they validated again input by input.
+    """
     valid: dict[str, pd.DataFrame] = {}
     problems: list[str] = []
-    for table, parts in pending.items():
-        parts = [(src, df) for src, df in parts if len(df)]
-        if not parts:
+    for table, frame in pending.items():
+        if not len(frame):
             continue
-        frame = pd.concat([df for _, df in parts], ignore_index=True) if len(parts) > 1 else parts[0][1]
         try:
-            valid[table] = TABLES[table].validate(frame, lazy=True)
+            valid[table] = validate(table, frame.drop(columns="merge_input"))
         except pandera.errors.SchemaErrors:
-            for src, df in parts:  # name each problem by its input database and its row there
-                problems.extend(validate_frame(table, df, str(src), named_rows=True)[1])
+            for index, part in frame.groupby("merge_input", sort=True):  # name each problem by its input and its row there
+                rows = part.drop(columns="merge_input").reset_index(drop=True)
+                problems.extend(validate_frame(table, rows, str(sources[int(index)]), named_rows=True)[1])
     return valid, problems
 
 
@@ -169,7 +185,7 @@ def merge(out: str | os.PathLike[str], inputs: list[str]) -> dict[str, Any]:
         layouts = {str(target): _layout(con, None)} if existing else {}
         upgrade(con)
         for key in OWNER_KEYS:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE claimed_{key} ({key} VARCHAR)")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE claimed_{key} ({key} VARCHAR, merge_input INTEGER)")
         attached: list[tuple[str, Path, dict[str, set[str]]]] = []
         for i, src in enumerate(sources):
             alias = f"merge_input_{i}"
@@ -194,14 +210,15 @@ def merge(out: str | os.PathLike[str], inputs: list[str]) -> dict[str, Any]:
         renamed = _host_aliases(con, {"main": (str(target), own)} | {alias: (str(src), tables) for alias, src, tables in attached})
         if renamed:
             raise UserError(renamed[0] + "; nothing was merged")
-        pending: dict[str, list[tuple[Path, pd.DataFrame]]] = {table: [] for table in TABLES}
-        for alias, src, tables in attached:
+        for index, (alias, src, tables) in enumerate(attached):
             problems += _orphans(con, alias, src, tables) + _conflicts(con, alias, src, tables, target)
-            _claim_new(con, alias, tables, counts)
-            for table in TABLES:
-                if table in tables:
-                    pending[table].append((src, con.execute(_select(table, alias, tables[table], str(src.resolve()))).df()))
-        valid, found = _validated_rows(con, pending)
+            _claim_new(con, index, alias, tables, counts)
+        pending = {}
+        for table in TABLES:
+            having = [(index, alias, src, tables) for index, (alias, src, tables) in enumerate(attached) if table in tables]
+            if having:
+                pending[table] = con.execute(_select(table, having)).df()
+        valid, found = _validated_rows(pending, [src for _, src, _ in attached])
         problems += found
         if problems:
             raise UserError(problem_report(problems, "the databases to merge").replace("nothing was loaded", "nothing was merged"))

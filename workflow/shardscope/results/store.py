@@ -31,6 +31,7 @@ from shardscope.fileio import atomic_write_json, read_json
 from shardscope.results.ddl import ddl, schema_problems, upgrade  # noqa: F401  (ddl: part of this module's API)
 from shardscope.results.documents import consistency_errors, document_kind, same_run_digest, tables_from_document
 from shardscope.results.documents_derived import link_judged_runs
+from shardscope.results.fastcheck import validate
 from shardscope.results.schemas import OWNER_KEYS, TABLES, columns, owner_key, unique_keys
 from shardscope.results.shapes import shape_errors
 
@@ -89,7 +90,7 @@ def validate_frame(table: str, rows: list[dict[str, Any]] | pd.DataFrame, where:
     """Rows of ``table`` checked by its pandera schema: (validated frame, []) or (None, problems)."""
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows, columns=columns(table))
     try:
-        return TABLES[table].validate(df, lazy=True), []
+        return validate(table, df), []
     except pandera.errors.SchemaErrors as exc:
         return None, describe(exc, where, table, df if named_rows else None)
 
@@ -145,7 +146,7 @@ def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], t
     if not rows:
         return None
     try:
-        return TABLES[table].validate(pd.DataFrame(rows, columns=columns(table)), lazy=True)
+        return validate(table, pd.DataFrame(rows, columns=columns(table)))
     except pandera.errors.SchemaErrors as exc:
         at = exc.failure_cases["index"] if "index" in exc.failure_cases else pd.Series([None])
         files = set(range(len(parsed))) if at.isna().any() else {origin[int(i)] for i in at}

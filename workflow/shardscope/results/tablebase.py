@@ -52,5 +52,12 @@ class _Table(pa.DataFrameModel):
 
     @pa.check(r".*(_s|_us|_bytes|_gbps)$", regex=True, name="finite", error="must be a finite number")
     def finite(cls, series: pd.Series) -> Series[bool]:
-        """NaN is caught by ``nullable=False``; this catches ``Infinity`` in JSON."""
+        """NaN is caught by ``nullable=False``; this catches ``Infinity`` in JSON.
+
+        A column of plain numpy numbers (most columns, once coerced) is checked in numpy
+        alone: this check runs on some 70 columns, and each pandas step costs more than the
+        arithmetic on a few rows.
+        """
+        if series.dtype.kind in "fiu":
+            return pd.Series(~np.isinf(series.to_numpy(dtype="float64")), index=series.index)
         return series.isna() | np.isfinite(pd.to_numeric(series, errors="coerce").astype("float64"))
