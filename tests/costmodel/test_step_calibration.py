@@ -102,7 +102,12 @@ def test_stored_calibrations_keep_their_runs_and_label_advise(module_db, tmp_pat
         measured = {r for (r,) in con.execute("SELECT run_id FROM training_runs").fetchall()}
         from shardscope.results.ddl import schema_problems
 
-        assert schema_problems(con) == []  # stored beside the database: `collect` still takes it
+        assert schema_problems(con) == []  # tables of the schema: `collect` still takes the database
+        stored_rows = con.execute("SELECT count(*), count(DISTINCT calibration_id) FROM step_calibrations").fetchall()[0]
+    assert stored_rows == (len(found[0].strategies), 1)  # one row per run the calibration was fitted on
+    store_calibrations(str(db), found, created_at="2026-01-01T00:00:00+00:00")  # the same fit again replaces its rows
+    with connect_readonly(db) as con:
+        assert con.execute("SELECT count(*) FROM step_calibrations").fetchall()[0][0] == len(found[0].strategies)
     assert latest_calibration(db, "gpt2-small") is None
     assert stored["overlap"] == pytest.approx(found[0].overlap) and set(stored["run_ids"]) <= measured
     assert len(stored["run_ids"]) == len(found[0].strategies)

@@ -22,8 +22,9 @@ is timed as an all-reduce of its size, which moves at least as much). Three para
 one) and held out (each strategy predicted from a fit on the others), and the model's
 strategy ranking against the measured one (:func:`shardscope.costmodel.ledger.ranking_agreement`).
 
-:func:`store_calibrations` keeps them, with the run ids they came from, beside the database
-(:func:`calibrations_path`); :func:`latest_calibration` reads the newest one for a job.
+:func:`store_calibrations` keeps them in the database itself (tables ``step_calibrations``, one row per
+run a calibration was fitted on, and ``collective_calibration_checks``; :mod:`shardscope.results.calibrations`);
+:func:`latest_calibration` reads the newest one for a job.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from shardscope.costmodel.step import RecordedCollective, StepAssumptions, predict_step
@@ -295,54 +295,71 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
     return out, notes
 
 
-def calibrations_path(db: str | os.PathLike[str]) -> Path:
-    """Where the step calibrations of results database ``db`` are kept: ``<db>.step_calibrations.json`` beside it.
+def calibration_rows(calibrations: Sequence[StepCalibration], created_at: str) -> list[dict[str, Any]]:
+    """The ``step_calibrations`` rows of ``calibrations``: one per measured run each was fitted on.
 
-    Beside the database, not in it: the database holds only the tables its documents load (``collect``
-    refuses any other table), and a calibration is derived from its rows rather than loaded.
+    A calibration's id is a digest of its fitted values and per-run results, so storing the same fit
+    again replaces its rows instead of adding a copy.
     """
-    db = Path(db)
-    return db.with_name(db.name + ".step_calibrations.json")
-
-
-def store_calibrations(db: str | os.PathLike[str], calibrations: Sequence[StepCalibration],
-                       created_at: str | None = None) -> Path:
-    """Append ``calibrations`` (with their run ids) to :func:`calibrations_path` of ``db``, atomically; the file."""
     import hashlib
 
-    from shardscope.fileio import atomic_write_json
-
-    path = calibrations_path(db)
-    stamp = created_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    kept = _stored(path)
+    rows = []
     for c in calibrations:
         detail = c.to_dict()
         cid = hashlib.sha256(json.dumps(detail, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        kept.append({"calibration_id": cid, "created_at": stamp, **detail, "run_ids": list(c.run_ids)})
-    atomic_write_json(path, {"kind": "step_calibrations", "database": str(Path(db).name), "calibrations": kept})
-    return path
+        r = c.ranking
+        for s in c.strategies:
+            rows.append({"calibration_id": cid, "created_at": created_at, "run_id": s["run_id"], "strategy": s["strategy"],
+                         "host": c.host, "model": c.model, "world_size": c.world_size, "dtype": c.dtype,
+                         "micro_batch": c.micro_batch, "seq_len": c.seq_len, "effective_flops_per_s": c.effective_flops,
+                         "overlap": c.overlap, "call_overhead_s": c.call_overhead_s, "mfu": c.mfu,
+                         "measured_s": s["measured_s"], "modeled_s": s["modeled_s"], "held_out_s": s["held_out_s"],
+                         "wire_source": s["wire_bytes"], "ranking_agree": r["agree"], "ranking_pairs": r["pairs_ranked"],
+                         "ranking_within_noise": r["within_noise"], "ranking_noise": r["noise"],
+                         "ranking_disagree": "\n".join(r["disagree"]) or None})
+    return rows
 
 
-def _stored(path: Path) -> list[dict[str, Any]]:
-    from shardscope.errors import UserError
+def check_rows(groups: Sequence[Any], calibrated_on: str | None, fitted_run: str | None,
+               created_at: str) -> list[dict[str, Any]]:
+    """The ``collective_calibration_checks`` rows of the ledger's calibrated CPU check (:func:`costmodel.ledger.calibrated_check`)."""
+    import hashlib
 
-    if not path.exists():
+    if not groups or not calibrated_on or not fitted_run:
         return []
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        return list(doc["calibrations"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{path}: not a step calibrations file written by `shardscope calibrate-step --store` ({exc})") from None
+    detail = json.dumps([calibrated_on, [asdict(g) for g in groups]], sort_keys=True, default=str)
+    cid = hashlib.sha256(detail.encode()).hexdigest()[:16]
+    return [{"calibration_id": cid, "created_at": created_at, "run_id": fitted_run, "calibrated_on": calibrated_on,
+             "op_group": g.group, "pairs": g.pairs, "median_ratio": g.median_ratio, "median_error": g.median_error,
+             "worst_error": g.worst_error, "worst_ratio": g.worst_ratio} for g in groups]
+
+
+def store_calibrations(db: str | os.PathLike[str], calibrations: Sequence[StepCalibration],
+                       created_at: str | None = None, with_collective_check: bool = True) -> dict[str, int]:
+    """Store ``calibrations`` in ``db`` (tables ``step_calibrations`` and ``collective_calibration_checks``); rows per table.
+
+    With ``with_collective_check`` the ledger's check of the collective model after calibration on
+    one measured CPU sweep is stored beside them, so the report shows it without fitting anything.
+    """
+    from shardscope.costmodel.ledger import calibrated_sweep_check
+    from shardscope.results.calibrations import store_calibration_rows
+    from shardscope.results.store import connect_readonly
+
+    stamp = created_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    checks: list[dict[str, Any]] = []
+    if with_collective_check:
+        with connect_readonly(db) as con:
+            groups, calibrated_on, fitted_run = calibrated_sweep_check(con)
+        checks = check_rows(groups, calibrated_on, fitted_run, stamp)
+    return store_calibration_rows(db, calibration_rows(calibrations, stamp), checks)
 
 
 def latest_calibration(db: str | os.PathLike[str], model: str | None = None,
                        world_size: int | None = None) -> dict[str, Any] | None:
-    """The newest stored calibration of ``db`` (of ``model`` on ``world_size`` ranks when given, else the newest), or None."""
-    rows = sorted(_stored(calibrations_path(db)), key=lambda r: (str(r["created_at"]), r["calibration_id"]), reverse=True)
-    for row in rows:
-        if (model is None or row["model"] == model) and (world_size is None or row["world_size"] == world_size):
-            return row
-    return None
+    """The newest step calibration stored in ``db`` (of ``model`` on ``world_size`` ranks when given, else the newest), or None."""
+    from shardscope.results.calibrations import stored_step_calibration
+
+    return stored_step_calibration(db, model, world_size)
 
 
 def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence[str]) -> str:
