@@ -123,3 +123,22 @@ def test_stored_calibrations_keep_their_runs_and_label_advise(module_db, tmp_pat
     assert mfu == 0.45 and "no known peak" in labels[0]  # CPU runs: the rate does not transfer to a GPU's MFU
     (mfu, overlap), labels = _step_constants(args(calibration_db=str(db), overlap=0.2))
     assert overlap == 0.2 and labels[1] == "given"
+
+
+def test_a_calibration_the_schema_refuses_leaves_the_database_as_it_was(module_db, tmp_path) -> None:
+    from shardscope.costmodel.step_calibration import calibration_rows
+    from shardscope.errors import UserError
+    from shardscope.results.calibrations import store_calibration_rows
+    from shardscope.results.store import connect_readonly
+
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(module_db, db)
+    with connect_readonly(db) as con:
+        found, _ = calibrate_steps(con)
+    rows = calibration_rows(found, "2026-01-01T00:00:00+00:00")
+    before = db.read_bytes()
+    with pytest.raises(UserError, match="overlap"):
+        store_calibration_rows(db, [{**rows[0], "overlap": 1.5}, *rows[1:]])
+    assert db.read_bytes() == before
+    with pytest.raises(UserError, match="no results database"):
+        store_calibration_rows(tmp_path / "absent.duckdb", rows)
