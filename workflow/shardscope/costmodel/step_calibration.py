@@ -48,7 +48,8 @@ _NOMINAL_GBPS = 1.0
 
 _TRAINING = """
     SELECT t.run_id, t.strategy, t.model, t.world_size, coalesce(t.dtype, 'float32') AS dtype, t.micro_batch, t.seq_len,
-           t.median_step_time_s AS measured, coalesce(t.reduce_dtype, t.dtype, 'float32') AS reduce_dtype, r.host
+           t.median_step_time_s AS measured, coalesce(t.reduce_dtype, t.dtype, 'float32') AS reduce_dtype, r.host,
+           {intervals}
     FROM training_runs t JOIN runs r ON r.run_id = t.run_id
     WHERE r.source = 'measured' AND t.outcome = 'ok' AND t.median_step_time_s > 0
       AND t.micro_batch IS NOT NULL AND t.seq_len IS NOT NULL
@@ -73,6 +74,8 @@ class StepSample:
     reduce_dtype: str
     host: str | None = None
     recorded: tuple[RecordedCollective, ...] = ()
+    ci95_s: tuple[float, float] | None = None
+    """The run's own 95% confidence interval of the median step time (over its repeats), where it recorded one."""
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,26 @@ def load_samples(con: Any) -> list[StepSample]:
                     RecordedCollective(str(row["op"]), int(row["calls"]), int(row["size_bytes"])))
     return [StepSample(str(r["run_id"]), str(r["strategy"]), str(r["model"]), int(r["world_size"]), str(r["dtype"]),
                        int(r["micro_batch"]), int(r["seq_len"]), float(r["measured"]), str(r["reduce_dtype"]), r["host"],
-                       tuple(recorded.get(str(r["run_id"]), ())))
-            for r in _rows(con, _TRAINING) if str(r["model"]) in PRESETS]
+                       tuple(recorded.get(str(r["run_id"]), ())), _interval(r.get("ci_low"), r.get("ci_high")))
+            for r in _rows(con, _TRAINING.format(intervals=_interval_columns(con))) if str(r["model"]) in PRESETS]
+
+
+def _interval_columns(con: Any) -> str:
+    """The SELECT terms of a run's step-time confidence interval (NULL in a database without those columns)."""
+    present = {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'training_runs'")
+               .fetchall()}
+    if {"ci95_low_step_time_s", "ci95_high_step_time_s"} <= present:
+        return "t.ci95_low_step_time_s AS ci_low, t.ci95_high_step_time_s AS ci_high"
+    return "NULL AS ci_low, NULL AS ci_high"
+
+
+def _interval(low: Any, high: Any) -> tuple[float, float] | None:
+    """(low, high) where both bounds are positive finite numbers, else None."""
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        return None
+    return (lo, hi) if 0 < lo <= hi and math.isfinite(hi) else None
 
 
 def collective_timers(con: Any) -> dict[tuple[str | None, int], Callable[[str, int], float]]:
@@ -286,7 +307,8 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
             rows.append({"strategy": s.strategy, "run_id": s.run_id, "measured_s": s.measured_s,
                          "modeled_s": _modeled(s, rate, overlap, timer, per_call),
                          "held_out_s": _modeled(s, held[0], held[1], timer, held[2]),
-                         "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)"})
+                         "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)",
+                         "measured_ci95_s": list(s.ci95_s) if s.ci95_s else None})
         ranking = ranking_agreement([{"model": model, "world_size": n, "strategy": r["strategy"], "measured": r["measured_s"],
                                       "modeled": r["modeled_s"]} for r in rows])
         out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call,
@@ -314,6 +336,8 @@ def calibration_rows(calibrations: Sequence[StepCalibration], created_at: str) -
                          "micro_batch": c.micro_batch, "seq_len": c.seq_len, "effective_flops_per_s": c.effective_flops,
                          "overlap": c.overlap, "call_overhead_s": c.call_overhead_s, "mfu": c.mfu,
                          "measured_s": s["measured_s"], "modeled_s": s["modeled_s"], "held_out_s": s["held_out_s"],
+                         "measured_ci95_low_s": (s.get("measured_ci95_s") or (None, None))[0],
+                         "measured_ci95_high_s": (s.get("measured_ci95_s") or (None, None))[1],
                          "wire_source": s["wire_bytes"], "ranking_agree": r["agree"], "ranking_pairs": r["pairs_ranked"],
                          "ranking_within_noise": r["within_noise"], "ranking_noise": r["noise"],
                          "ranking_disagree": "\n".join(r["disagree"]) or None})
@@ -371,9 +395,12 @@ def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence
                      f"compute {c.effective_flops / 1e9:.2f} GFLOP/s ({mfu}), overlap {c.overlap:.2f}, "
                      f"{c.call_overhead_s * 1e3:.2f} ms per collective call, "
                      f"from {len(c.run_ids)} measured runs")
-        lines.append(f"  {'strategy':<14} {'measured s':>11} {'modeled s':>10} {'error':>7} {'held out s':>11} {'error':>7}  wire bytes")
+        lines.append(f"  {'strategy':<14} {'measured s':>11} {'95% CI of measured':>19} {'modeled s':>10} {'error':>7} "
+                     f"{'held out s':>11} {'error':>7}  wire bytes")
         for s in c.strategies:
-            lines.append(f"  {s['strategy']:<14} {s['measured_s']:>11.4f} {s['modeled_s']:>10.4f} "
+            ci = s.get("measured_ci95_s")
+            shown = f"{ci[0]:.3f}-{ci[1]:.3f} ({(ci[1] - ci[0]) / 2 / s['measured_s']:.0%})" if ci else "-"
+            lines.append(f"  {s['strategy']:<14} {s['measured_s']:>11.4f} {shown:>19} {s['modeled_s']:>10.4f} "
                          f"{s['modeled_s'] / s['measured_s'] - 1:>+7.1%} {s['held_out_s']:>11.4f} "
                          f"{s['held_out_s'] / s['measured_s'] - 1:>+7.1%}  {s['wire_bytes']}")
         r = c.ranking

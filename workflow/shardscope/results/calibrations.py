@@ -63,7 +63,7 @@ def latest_step_calibration(con: Any, model: str | None = None, world_size: int 
 
     Keys: calibration_id, created_at, host, model, world_size, dtype, micro_batch, seq_len,
     effective_flops, overlap, call_overhead_s, mfu, run_ids, strategies (per run: strategy, run_id,
-    measured_s, modeled_s, held_out_s, wire_bytes) and ranking (agree, pairs_ranked, within_noise,
+    measured_s, modeled_s, held_out_s, wire_bytes, measured_ci95_s) and ranking (agree, pairs_ranked, within_noise,
     noise, disagree).
     """
     if STEP_TABLE not in _tables(con):
@@ -80,7 +80,9 @@ def latest_step_calibration(con: Any, model: str | None = None, world_size: int 
     return {**{k: first[k] for k in keys}, "effective_flops": first["effective_flops_per_s"],
             "run_ids": [r["run_id"] for r in rows],
             "strategies": [{"strategy": r["strategy"], "run_id": r["run_id"], "measured_s": r["measured_s"],
-                            "modeled_s": r["modeled_s"], "held_out_s": r["held_out_s"], "wire_bytes": r["wire_source"]}
+                            "modeled_s": r["modeled_s"], "held_out_s": r["held_out_s"], "wire_bytes": r["wire_source"],
+                            "measured_ci95_s": ([r["measured_ci95_low_s"], r["measured_ci95_high_s"]]
+                                                if r["measured_ci95_low_s"] is not None else None)}
                            for r in rows],
             "ranking": {"agree": first["ranking_agree"], "pairs_ranked": first["ranking_pairs"],
                         "within_noise": first["ranking_within_noise"], "noise": first["ranking_noise"],

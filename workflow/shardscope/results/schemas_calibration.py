@@ -37,6 +37,8 @@ class StepCalibrationsSchema(_Table):
     call_overhead_s: Series[float] = pa.Field(ge=0)
     mfu: Series[float] = pa.Field(gt=0, le=1, nullable=True)
     measured_s: Series[float] = pa.Field(gt=0)
+    measured_ci95_low_s: Series[float] = pa.Field(gt=0, nullable=True)
+    measured_ci95_high_s: Series[float] = pa.Field(gt=0, nullable=True)
     modeled_s: Series[float] = pa.Field(gt=0)
     held_out_s: Series[float] = pa.Field(gt=0)
     wire_source: Series[str] = pa.Field(str_length={"min_value": 1})
