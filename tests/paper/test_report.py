@@ -131,7 +131,7 @@ def test_cpu_database_says_how_to_enable_emulated_fabrics_and_has_no_modeled_ste
     assert "No training run on an emulated fabric is in the database. Set emulated.enabled: true" in text
     assert "No strategy predictions match a measured training run here" in text
     # The calibrated CPU check is read from the database (`calibrate-step --store` keeps it); none is stored here.
-    assert "no calibration is stored in this database (`shardscope calibrate-step --store`" in text
+    assert "no calibration is stored in this database" in text and "calibrate-step --store fits the step model" in text
     assert "Measured here (the latest run of each sweep)" in text and "not judged" in text  # no verdicts loaded
 
 
