@@ -29,7 +29,14 @@ def main() -> int:
     if not found:
         return 2
     worst = max(c.worst_error for c in found)
-    print(f"\nworst in-sample |error| {worst:.1%} (target 20%)")
+    rows = [s for c in found for s in c.strategies]
+    within = sum(abs(s["modeled_s"] / s["measured_s"] - 1) <= 0.20 for s in rows)
+    with_ci = [s for s in rows if s.get("measured_ci95_s")]
+    inside = sum(s["measured_ci95_s"][0] <= s["modeled_s"] <= s["measured_ci95_s"][1] for s in with_ci)
+    noisy = sum((s["measured_ci95_s"][1] - s["measured_ci95_s"][0]) / 2 / s["measured_s"] > 0.20 for s in with_ci)
+    print(f"\n{within} of {len(rows)} strategies within 20%; modeled inside the run's own 95% CI for {inside} of "
+          f"{len(with_ci)}; {noisy} of {len(with_ci)} runs measured with a CI half-width above 20%")
+    print(f"worst in-sample |error| {worst:.1%} (target 20%)")
     return 0 if worst <= 0.20 else 1
 
 

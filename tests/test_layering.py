@@ -47,10 +47,6 @@ PENDING = {
         "report's Mistral memory table from the database (issue 15 part 6)",
     ("shardscope.paper.tables", "shardscope.training.memory_model"):
         "report's memory table from the database (issue 15 part 6)",
-    ("shardscope.paper.ledger", "shardscope.costmodel.ledger"):
-        "report's ledger section reuses `shardscope accuracy`'s queries; they move to a results module (issue 19)",
-    ("shardscope.paper.ledger", "shardscope.costmodel.step_calibration"):
-        "report's ledger section reads the stored step calibration; its reader moves to results (issue 19)",
 }
 
 

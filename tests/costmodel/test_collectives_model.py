@@ -103,3 +103,31 @@ def test_invalid_requests() -> None:
         job_for(machine, 12)
     with pytest.raises(UserError):
         job_for(machine, 4, "infiniband")
+
+
+def _a100_nodes(nic_gbps: float, rails: int, nodes: int) -> Job:
+    from shardscope.costmodel.machine import build_machine
+    from shardscope.costmodel.presets import synthetic_topology
+
+    doc = synthetic_topology("NVIDIA A100-SXM4-80GB", gpus=8, nvlinks=12, rail_nics=rails, nic_gbps=nic_gbps, nic_kind="ib")
+    return Job(build_machine(doc), tuple(range(8)), nodes=nodes)
+
+
+def test_nccl_runs_the_tree_on_two_nodes_only_where_its_tuning_rates_it_higher() -> None:
+    # NCCL's graph search gives a 2-node tree an intra-node speed up to twice its NIC channel speed, and its
+    # tuning caps a tree channel at perChMaxTreeBw (Ampere 23.6): with 100 Gb/s NICs (12 GB/s channels) the
+    # tree (raised to 24) wins, with 200 Gb/s NICs (24 GB/s channels) the cap leaves the ring ahead.
+    from shardscope.costmodel.collectives import NetworkGraph, job_bandwidths, network_graph
+
+    slow = _a100_nodes(100.0, 8, 2)
+    assert network_graph(slow, job_bandwidths(slow)) == NetworkGraph(8, 12.0, 24.0)
+    assert predict_collective("all_reduce", 1 << 30, slow).algorithm == "tree"
+    fast = _a100_nodes(200.0, 4, 2)
+    assert network_graph(fast, job_bandwidths(fast)).tree_intra_gbps == 48.0
+    assert predict_collective("all_reduce", 1 << 30, fast).algorithm == "ring"
+    assert predict_collective("all_reduce", 1 << 30, _a100_nodes(100.0, 8, 3)).algorithm == "ring"
+    # What the chosen tree reaches is set by its traffic: on 2 nodes each node sends S once, so its
+    # nccl-tests busbw is the network's x 2(n-1)/n, above what the NICs carry.
+    tree = predict_collective("all_reduce", 1 << 34, slow)
+    ring = predict_collective("all_reduce", 1 << 34, slow, ["ring"])
+    assert tree.busbw_gbps == pytest.approx(ring.busbw_gbps * 30 / 16, rel=0.02)

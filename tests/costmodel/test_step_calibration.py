@@ -102,7 +102,12 @@ def test_stored_calibrations_keep_their_runs_and_label_advise(module_db, tmp_pat
         measured = {r for (r,) in con.execute("SELECT run_id FROM training_runs").fetchall()}
         from shardscope.results.ddl import schema_problems
 
-        assert schema_problems(con) == []  # stored beside the database: `collect` still takes it
+        assert schema_problems(con) == []  # tables of the schema: `collect` still takes the database
+        stored_rows = con.execute("SELECT count(*), count(DISTINCT calibration_id) FROM step_calibrations").fetchall()[0]
+    assert stored_rows == (len(found[0].strategies), 1)  # one row per run the calibration was fitted on
+    store_calibrations(str(db), found, created_at="2026-01-01T00:00:00+00:00")  # the same fit again replaces its rows
+    with connect_readonly(db) as con:
+        assert con.execute("SELECT count(*) FROM step_calibrations").fetchall()[0][0] == len(found[0].strategies)
     assert latest_calibration(db, "gpt2-small") is None
     assert stored["overlap"] == pytest.approx(found[0].overlap) and set(stored["run_ids"]) <= measured
     assert len(stored["run_ids"]) == len(found[0].strategies)
@@ -118,3 +123,22 @@ def test_stored_calibrations_keep_their_runs_and_label_advise(module_db, tmp_pat
     assert mfu == 0.45 and "no known peak" in labels[0]  # CPU runs: the rate does not transfer to a GPU's MFU
     (mfu, overlap), labels = _step_constants(args(calibration_db=str(db), overlap=0.2))
     assert overlap == 0.2 and labels[1] == "given"
+
+
+def test_a_calibration_the_schema_refuses_leaves_the_database_as_it_was(module_db, tmp_path) -> None:
+    from shardscope.costmodel.step_calibration import calibration_rows
+    from shardscope.errors import UserError
+    from shardscope.results.calibrations import store_calibration_rows
+    from shardscope.results.store import connect_readonly
+
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(module_db, db)
+    with connect_readonly(db) as con:
+        found, _ = calibrate_steps(con)
+    rows = calibration_rows(found, "2026-01-01T00:00:00+00:00")
+    before = db.read_bytes()
+    with pytest.raises(UserError, match="overlap"):
+        store_calibration_rows(db, [{**rows[0], "overlap": 1.5}, *rows[1:]])
+    assert db.read_bytes() == before
+    with pytest.raises(UserError, match="no results database"):
+        store_calibration_rows(tmp_path / "absent.duckdb", rows)

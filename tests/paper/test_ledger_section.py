@@ -34,11 +34,21 @@ def test_ledger_section_lays_out_the_accuracy_ledger_of_a_gpu_database(gpu_db):
     assert re.match(rf"The model orders {book.ranking['agree']} of {pairs} strategy pairs as measured", section["ranking"])
 
 
-def test_ledger_section_of_a_cpu_database_has_the_calibrated_check_and_the_notes(module_db):
-    with connect_readonly(module_db) as con:
+def test_ledger_section_of_a_cpu_database_shows_the_stored_calibrated_check_and_the_notes(module_db, tmp_path):
+    # The report reads the calibrated check from the database (calibrate-step --store keeps it): it fits nothing.
+    import shutil
+
+    from shardscope.costmodel.step_calibration import store_calibrations
+
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(module_db, db)
+    with connect_readonly(db) as con:
         book = ledger(con)
-    section = ledger_section(module_db)
+    section = ledger_section(db)
     assert section["collectives"] is None and section["training"] is None and section["ranking"] is None
+    assert section["calibrated"] is None and any("calibrate-step --store" in n for n in section["notes"])
+    store_calibrations(str(db), [], created_at="2026-01-01T00:00:00+00:00")
+    section = ledger_section(db)
     assert section["calibrated_on"] == book.calibrated_on and section["calibrated_on"].startswith("all_reduce on 2 ranks")
     assert set(_rows(section["calibrated"])) == {g.group for g in book.calibrated} >= {"all_reduce (fitted)", "held out"}
     assert section["notes"] == book.notes and any("no measured training run" in n for n in book.notes)

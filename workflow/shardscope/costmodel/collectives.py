@@ -24,12 +24,14 @@ next to the job's GPUs × line rate × the NIC class's efficiency), and:
   ``network / load``, capped by the chain inside the node (NCCL's ``0.92·B/2``);
 - ``nvls_tree`` (all_reduce, Hopper/Blackwell NVSwitch nodes): NVLink SHARP inside each node and
   the same tree between nodes: the smaller of the NVLS algbw and ``network / load``;
-- NCCL *chooses* with its own tuning model, which rates a tree at ``0.92·B/2`` whatever the node
-  count, so on large messages it keeps the ring across nodes; the time then comes from the
-  traffic of the algorithm it chose. ``algorithms`` (like ``NCCL_ALGO``) overrides the choice.
-  Checked against tests/data/published/ (``benchmarks/validation.py``): the InfiniBand 2-node
-  records are ring-like, but a 2-node p4dn (EFA) reaches twice the ring's busbw (NVIDIA/nccl#527,
-  the tree); that case is a known miss of this choice.
+- NCCL *chooses* with its own tuning model, and so does the prediction: on more than one node it rates
+  a ring and a tree by their graphs (:func:`network_graph`: one channel per NIC at NCCL's speed step
+  within the NIC and PCIe rates; on 2 nodes the tree's intra-node speed raised up to twice that),
+  the tree capped per channel at ``perChMaxTreeBws``; the time then comes from the traffic of the
+  algorithm it chose. So a 2-node all-reduce runs the tree with 100 Gb/s NICs (p4dn's EFA: measured
+  above the NICs, NVIDIA/nccl#527, #812) and the ring with 200 Gb/s ones on A100 (nccl-tests#175),
+  and 3 or more nodes run the ring. ``algorithms`` (like ``NCCL_ALGO``) overrides the choice.
+  Checked against tests/data/published/ (``benchmarks/validation.py``).
 
 ``all_to_all`` is a pairwise exchange (NCCL runs it as send/recv to every peer): each rank sends
 S/n to each of the n-1 others, ``(g-1)·S/n`` inside its node over NVLink/PCIe (the weakest cut)
@@ -67,6 +69,17 @@ _HW_LAT = {
 #: ``llMaxBws`` for one node by GPU generation (tuning.cc): Volta 39, Ampere/Hopper 87.7 GB/s.
 _LL_MAX = {"volta": 39.0, "turing": 39.0, "pascal": 39.0, "ampere": 87.7, "hopper": 87.7, "blackwell": 87.7}
 _LL128_ARCHS = ("volta", "ampere", "hopper", "blackwell")
+
+#: NCCL's per-channel speeds of a multi-node graph search, GB/s (src/graph/search.cc at v2.19.3,
+#: ``speedArrayInter`` and ``sm90SpeedArrayInter``), highest first.
+_SPEEDS_INTER = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+_SPEEDS_INTER_SM90 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+#: NCCL's ``perChMaxTreeBws`` (src/graph/tuning.cc at v2.19.3): the most a tree channel is rated at, on
+#: 1, 2 and 3+ nodes, by GPU generation (Blackwell takes Hopper's row, the newest one at that version).
+_PER_CHANNEL_MAX_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0),
+                         "blackwell": (38.7, 41.4, 36.0)}
+#: NCCL's ``perChMaxRingLL128Bws`` (the same file): the most a ring LL128 channel is rated at.
+_PER_CHANNEL_MAX_RING_LL128 = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 36.7}
 
 #: Stand-in for the ``cpu`` fabric (gloo over the loopback on one host): NOT from a source.
 #: Rough placeholders so predictions exist; calibrate them with measured rows.
@@ -148,6 +161,52 @@ def job_bandwidths(job: Job) -> Bandwidths:
     net = machine.network_gbps(len(job.members)) if job.nodes > 1 else float("inf")
     per_gpu = machine.nic_per_gpu_gbps(len(job.members)) if job.nodes > 1 else float("inf")
     return Bandwidths(bus, intra, link, intra_link, switch, machine.spec.nvls_efficiency if nvls_ok else 0.0, net, per_gpu)
+
+
+@dataclass(frozen=True)
+class NetworkGraph:
+    """What NCCL's graph search finds for a multi-node job, as its tuning model sees it (src/graph/search.cc).
+
+    One channel per NIC the job uses (``channels``), each at ``speed_gbps``: the largest of NCCL's
+    speeds within both the NIC's line rate and the GPU's PCIe link. A tree graph on 2 nodes then raises
+    its intra-node speed (``tree_intra_gbps``) step by step while it is under twice the network speed
+    and the node's NVLink/PCIe still carries every channel at it ("increase bwIntra for trees (2 nodes
+    or collnet)"); rings and trees on more nodes keep the network speed.
+    """
+
+    channels: int
+    speed_gbps: float
+    tree_intra_gbps: float
+
+
+def network_graph(job: Job, bw: Bandwidths) -> NetworkGraph:
+    """NCCL's ring/tree graph for a multi-node job (see :class:`NetworkGraph`)."""
+    machine = job.machine
+    speeds = _SPEEDS_INTER_SM90 if machine.spec.arch in ("hopper", "blackwell") else _SPEEDS_INTER
+    link = min(machine.pcie_gbps.get(g, float("inf")) for g in job.members)
+    limit = min(machine.nic_gbps / 8.0, link)
+    index = next((i for i, s in enumerate(speeds) if s <= limit), len(speeds) - 1)
+    channels = machine.rails_used(job.per_node)
+    speed = speeds[index]
+    intra = speed
+    if job.nodes <= 2 and job.per_node > 1:
+        while index > 0 and intra < 2 * speed and channels * speeds[index - 1] <= bw.intra_gbps:
+            index -= 1
+            intra = speeds[index]
+    return NetworkGraph(channels, speed, intra)
+
+
+def _nccl_rated_tree_bus(job: Job, graph: NetworkGraph, proto: str, ll_max: float) -> float:
+    """The tree bus bandwidth NCCL's tuning rates a multi-node all-reduce at (``ncclTopoTuneModel``)."""
+    rows = _PER_CHANNEL_MAX_TREE.get(job.machine.spec.arch, _PER_CHANNEL_MAX_TREE["volta"])
+    per_channel_max = rows[1] if job.nodes <= 2 else rows[2]
+    rate = graph.tree_intra_gbps if job.nodes <= 2 else graph.speed_gbps
+    bus = min(0.92 * graph.channels * rate, graph.channels * per_channel_max)
+    if proto == "LL":
+        return min(bus / 3.8, ll_max)
+    if proto == "LL128":
+        return bus * 120.0 / 128.0
+    return bus
 
 
 def _btree(n: int, rank: int) -> tuple[int, list[int]]:
@@ -244,8 +303,16 @@ def _candidates(op: str, job: Job, bw: Bandwidths) -> list[tuple[str, str, float
     if hw == "nvlink" and arch in _LL128_ARCHS and bw.link != "net":
         protocols["LL128"] = bw.bus_gbps * 0.92
     out = []
+    graph = network_graph(job, bw) if job.nodes > 1 else None
     for proto, bus in protocols.items():
-        out.append(("ring", proto, _ring_latency_us(op, job, hw, proto) * 1e-6, bus / factor, bus / factor, bw.link))
+        rated = bus
+        if graph is not None:  # NCCL rates a multi-node ring by its graph: channels x speed
+            rated = graph.channels * graph.speed_gbps
+            if proto == "LL":
+                rated = min(ll_max, rated * ll_share)
+            elif proto == "LL128":
+                rated = min(rated * 0.92, graph.channels * _PER_CHANNEL_MAX_RING_LL128.get(arch, 20.0))
+        out.append(("ring", proto, _ring_latency_us(op, job, hw, proto) * 1e-6, rated / factor, bus / factor, bw.link))
     if op == "all_reduce" and n > 2:
         per_node = job.per_node
         load = tree_network_load(job.nodes)
@@ -255,13 +322,14 @@ def _candidates(op: str, job: Job, bw: Bandwidths) -> list[tuple[str, str, float
             lat = _BASE_LAT["tree"][proto] + 2 * ((per_node - 1) * _HW_LAT[hw]["tree"][proto]
                                                  + math.log2(job.nodes) * _HW_LAT["net"]["tree"][proto])
             bus = min(bw.bus_gbps * scale, ll_max) if proto == "LL" else bw.bus_gbps * scale
-            real, limit = 0.5 * bus, bw.link
-            if job.nodes > 1:
+            real, limit, rated = 0.5 * bus, bw.link, 0.5 * bus
+            if graph is not None:
+                rated = 0.5 * _nccl_rated_tree_bus(job, graph, proto, ll_max)
                 intra = (min(bw.intra_gbps * scale, ll_max) if proto == "LL" else bw.intra_gbps * scale) * 0.5 \
                     if per_node > 1 else float("inf")
                 over_net = bw.net_gbps * (scale / 0.92) / load
                 real, limit = (over_net, "net") if over_net <= intra else (intra, bw.intra_link)
-            out.append(("tree", proto, lat * 1e-6, 0.5 * bus, real, limit))
+            out.append(("tree", proto, lat * 1e-6, rated, real, limit))
     if op == "all_reduce" and bw.switch_gbps > 0 and n >= 2:
         per_node = job.per_node
         nvls = bw.switch_gbps * bw.nvls_efficiency * per_node / (per_node + 1)

@@ -185,8 +185,9 @@ def _cmd_calibrate_step(args: argparse.Namespace) -> int:
     with connect_readonly(args.db) as con:
         found, notes = calibrate_steps(con, args.peak_tflops * 1e12 if args.peak_tflops else None)
     if args.store and found:
-        path = store_calibrations(args.db, found)
-        notes = [*notes, f"stored {len(found)} calibration(s) with their run ids in {path}"]
+        written = store_calibrations(args.db, found)
+        notes = [*notes, f"stored {len(found)} calibration(s) in {args.db}: "
+                 + ", ".join(f"{n} row(s) in {table}" for table, n in written.items())]
     if args.json:
         print(dump_json({"calibrations": [c.to_dict() for c in found], "notes": notes}), end="")
     else:
@@ -347,7 +348,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate-step", help="fit the step model's compute rate and overlap to the measured training runs")
     p.add_argument("--db", required=True, help="results database with measured training runs and collective sweeps")
     p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="the GPU's dense peak, to report MFU")
-    p.add_argument("--store", action="store_true", help="keep the calibrations beside the database (<db>.step_calibrations.json)")
+    p.add_argument("--store", action="store_true", help="keep the calibrations in the database (tables step_calibrations and collective_calibration_checks)")
     p.add_argument("--json", action="store_true", help="print the calibrations as JSON")
     p.set_defaults(func=_cmd_calibrate_step)
 

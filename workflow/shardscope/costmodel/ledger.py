@@ -20,46 +20,25 @@ checks the model **after calibration on one sweep**: the alpha-beta fit of
 :func:`shardscope.costmodel.calibrate.calibrate` on the measured all_reduce sweep (the first op
 when there is none) is applied to every other measured sweep of the same kind of job, and their
 busbw errors are reported per op (``calibrated_on`` names the sweep; its own fit error is its row).
+
+The pairing queries and their summaries live in :mod:`shardscope.results.ledger` (the report reads
+them from there); this module adds the calibrated CPU check, which fits the collective model.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
 from typing import Any
 
-#: Measured step times closer than this (relative) are not ranked: a few timed steps on a shared
-#: machine vary by several percent.
-RANKING_NOISE = 0.10
-
-_COLLECTIVE_PAIRS = """
-    WITH measured AS (
-        SELECT c.op, c.world_size, c.size_bytes, c.busbw_gbps, coalesce(r.transport, 'default') AS transport,
-               r.topology_hash, r.run_id
-        FROM collectives c JOIN runs r ON r.run_id = c.run_id
-        WHERE r.source = 'measured' AND c.busbw_gbps > 0),
-    paired AS (
-        SELECT m.op, m.world_size, m.size_bytes, m.transport, m.busbw_gbps AS measured, p.busbw_gbps AS modeled,
-               m.run_id, p.algorithm,
-               row_number() OVER (PARTITION BY m.run_id, m.size_bytes, m.busbw_gbps
-                                  ORDER BY (p.topology_hash = m.topology_hash) DESC NULLS LAST, p.run_id) AS pick
-        FROM measured m JOIN collective_predictions p
-          ON p.op = m.op AND p.world_size = m.world_size AND p.size_bytes = m.size_bytes AND p.transport = m.transport)
-    SELECT op, world_size, size_bytes, transport, measured, modeled, algorithm FROM paired WHERE pick = 1
-    ORDER BY op, world_size, size_bytes"""
-
-_TRAINING_PAIRS = """
-    WITH paired AS (
-        SELECT t.strategy, t.model, t.world_size, t.median_step_time_s AS measured, p.step_time_s AS modeled, t.run_id,
-               row_number() OVER (PARTITION BY t.run_id
-                                  ORDER BY (p.topology_hash = r.topology_hash) DESC NULLS LAST, p.run_id) AS pick
-        FROM training_runs t JOIN runs r ON r.run_id = t.run_id
-        JOIN strategy_predictions p ON p.strategy = t.strategy AND p.model = t.model AND p.gpus = t.world_size
-        WHERE r.source = 'measured' AND t.outcome = 'ok' AND t.median_step_time_s > 0)
-    SELECT strategy, model, world_size, measured, modeled FROM paired WHERE pick = 1
-    ORDER BY model, world_size, strategy"""
-
+from shardscope.results.ledger import (  # noqa: F401  (ranking_agreement, RANKING_NOISE: part of this module's API)
+    RANKING_NOISE,
+    ErrorSummary,
+    Ledger,
+    ranking_agreement,
+    stored_ledger,
+    summarize,
+)
 
 _CPU_ROWS = """
     SELECT c.op, c.world_size, c.size_bytes, c.time_s, c.busbw_gbps, r.run_id
@@ -68,76 +47,23 @@ _CPU_ROWS = """
     ORDER BY c.op, c.world_size, r.run_id, c.size_bytes"""
 
 
-@dataclass(frozen=True)
-class ErrorSummary:
-    """How far the model is from measurement on one group of pairs (ratio = modeled / measured)."""
-
-    group: str
-    pairs: int
-    median_ratio: float
-    median_error: float
-    """Median of |ratio - 1|."""
-    worst_error: float
-    worst_ratio: float
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """The accuracy report: per op, per strategy, overall, and the ranking agreement."""
-
-    collectives: list[ErrorSummary] = field(default_factory=list)
-    training: list[ErrorSummary] = field(default_factory=list)
-    ranking: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    calibrated: list[ErrorSummary] = field(default_factory=list)
-    """CPU collectives predicted after an alpha-beta fit on one sweep (empty without CPU rows)."""
-    calibrated_on: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types."""
-        return asdict(self)
-
-
-def summarize(group: str, pairs: Sequence[tuple[float, float]]) -> ErrorSummary:
-    """The :class:`ErrorSummary` of (measured, modeled) pairs, all positive."""
-    ratios = [modeled / measured for measured, modeled in pairs]
-    errors = [abs(r - 1) for r in ratios]
-    worst = max(range(len(ratios)), key=lambda i: errors[i])
-    return ErrorSummary(group, len(ratios), statistics.median(ratios), statistics.median(errors), errors[worst], ratios[worst])
-
-
-def _grouped(rows: Sequence[Mapping[str, Any]], key: str) -> list[ErrorSummary]:
-    groups: dict[str, list[tuple[float, float]]] = {}
-    for row in rows:
-        groups.setdefault(str(row[key]), []).append((float(row["measured"]), float(row["modeled"])))
-    out = [summarize(name, pairs) for name, pairs in sorted(groups.items())]
-    if len(groups) > 1:
-        out.append(summarize("overall", [p for pairs in groups.values() for p in pairs]))
-    return out
-
-
-def ranking_agreement(rows: Sequence[Mapping[str, Any]], noise: float = RANKING_NOISE) -> dict[str, Any]:
-    """Pairs of strategies (same model and GPU count) whose measured gap exceeds ``noise``: how many the model orders alike."""
-    by_job: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        by_job.setdefault((str(row["model"]), int(row["world_size"])), []).append(row)
-    agree, disagree, within_noise = 0, [], 0
-    for (model, n), group in sorted(by_job.items()):
-        for i, a in enumerate(group):
-            for b in group[i + 1:]:
-                fast, slow = (a, b) if a["measured"] <= b["measured"] else (b, a)
-                if slow["measured"] / fast["measured"] - 1 <= noise:
-                    within_noise += 1
-                elif fast["modeled"] < slow["modeled"]:
-                    agree += 1
-                else:
-                    disagree.append(f"{model} on {n}: measured {fast['strategy']} faster than {slow['strategy']}, modeled the reverse")
-    return {"pairs_ranked": agree + len(disagree), "agree": agree, "disagree": disagree, "within_noise": within_noise,
-            "noise": noise}
-
-
 def calibrated_check(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ErrorSummary], str | None]:
     """Errors of measured CPU sweeps predicted after calibrating the gloo model on one of them (module docstring)."""
+    groups, calibrated_on, _ = _calibrated(rows)
+    return groups, calibrated_on
+
+
+def calibrated_sweep_check(con: Any) -> tuple[list[ErrorSummary], str | None, str | None]:
+    """:func:`calibrated_check` of a database's measured CPU sweeps, with the run id of the sweep it was fitted on."""
+    tables = {name for (name,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    if not {"collectives", "runs"} <= tables:
+        return [], None, None
+    cur = con.execute(_CPU_ROWS)
+    names = [d[0] for d in cur.description]
+    return _calibrated([dict(zip(names, row, strict=True)) for row in cur.fetchall()])
+
+
+def _calibrated(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ErrorSummary], str | None, str | None]:
     from shardscope.collectives.factors import busbw_factor
     from shardscope.costmodel.calibrate import calibrate
     from shardscope.costmodel.collectives import Job, predict_collective
@@ -149,7 +75,7 @@ def calibrated_check(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ErrorSumma
         sweeps.setdefault((str(row["op"]), int(row["world_size"]), str(row["run_id"])), []).append(row)
     usable = {key: group for key, group in sweeps.items() if key[1] >= 2 and len({r["size_bytes"] for r in group}) >= 3}
     if len(usable) < 2:
-        return [], None
+        return [], None, None
     machine = build_machine({"gpus": [], "links": [], "fabric": "cpu"})
 
     def model_algbw(op: str, n: int) -> float:
@@ -159,7 +85,7 @@ def calibrated_check(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ErrorSumma
     try:
         fit = calibrate(usable[key], model_algbw)[key[0]]
     except (UserError, KeyError):
-        return [], None
+        return [], None, None
     pairs: dict[str, list[tuple[float, float]]] = {}
     for (op, n, run), group in usable.items():
         label = f"{op} (fitted)" if (op, n, run) == key else op
@@ -173,38 +99,14 @@ def calibrated_check(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ErrorSumma
     out = [summarize(label, ps) for label, ps in sorted(pairs.items())]
     if held_out:
         out.append(summarize("held out", held_out))
-    return out, f"{key[0]} on {key[1]} ranks (run {key[2]}): alpha {fit.alpha_s * 1e6:.1f} us, {fit.efficiency:.3f} of the placeholder bandwidth"
+    return out, (f"{key[0]} on {key[1]} ranks (run {key[2]}): alpha {fit.alpha_s * 1e6:.1f} us, "
+                 f"{fit.efficiency:.3f} of the placeholder bandwidth"), key[2]
 
 
 def ledger(con: Any) -> Ledger:
-    """The :class:`Ledger` of a results database opened read-only (a duckdb connection)."""
-    tables = {name for (name,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    notes = []
-    collective_rows: list[dict[str, Any]] = []
-    training_rows: list[dict[str, Any]] = []
-    if {"collectives", "collective_predictions", "runs"} <= tables:
-        cur = con.execute(_COLLECTIVE_PAIRS)
-        names = [d[0] for d in cur.description]
-        collective_rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    if {"training_runs", "strategy_predictions", "runs"} <= tables:
-        cur = con.execute(_TRAINING_PAIRS)
-        names = [d[0] for d in cur.description]
-        training_rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    if not collective_rows:
-        notes.append("no measured collective row has a stored prediction of the same op, world size, size and transport "
-                     "(run `shardscope predict plan` and collect its document with the measurements)")
-    elif any(str(r["algorithm"]).endswith("gloo") for r in collective_rows):
-        notes.append("collectives on the cpu fabric are predicted with the model's gloo placeholders (not calibrated): "
-                     "their error says how far those placeholders are from this machine")
-    if not training_rows:
-        notes.append("no measured training run has a stored step prediction (the step model predicts GPU machines only)")
-    ranking = ranking_agreement(training_rows) if training_rows else {}
-    calibrated, calibrated_on = ([], None)
-    if {"collectives", "runs"} <= tables:
-        cur = con.execute(_CPU_ROWS)
-        names = [d[0] for d in cur.description]
-        calibrated, calibrated_on = calibrated_check([dict(zip(names, row, strict=True)) for row in cur.fetchall()])
-    return Ledger(_grouped(collective_rows, "op"), _grouped(training_rows, "strategy"), ranking, notes, calibrated, calibrated_on)
+    """The :class:`Ledger` of a results database opened read-only: the stored pairs and the calibrated CPU check."""
+    calibrated, calibrated_on, _ = calibrated_sweep_check(con)
+    return replace(stored_ledger(con), calibrated=calibrated, calibrated_on=calibrated_on)
 
 
 def format_ledger(book: Ledger) -> str:

@@ -42,13 +42,14 @@ _THROUGH_CPU = ("PHB", "NODE", "SYS", "SOC")
 #: Path codes of two GPUs behind one PCIe switch (no host bridge between them).
 _SAME_SWITCH = ("PIX", "PXB")
 #: Host-staged traffic (P2P off): the bytes per second one root port moves up and down together, in
-#: links of that port. Assumption: the host does not serve a port's two directions at once at full
-#: rate, but from one pool one link wide. Sources: NVIDIA/nccl#384 (P2P disabled, PCIe 3.0: 3.9 GB/s
-#: all_reduce, where both directions run, against 10.3 GB/s broadcast, one way; maintainer: "Some
-#: components (in particular some CPUs) do not handle bidirectional traffic well"); NVIDIA/nccl-tests#74
-#: (p2pBandwidthLatencyTest on PCIe 4.0, "Bidirectional P2P=Disabled": 19-21 GB/s for both directions
-#: of a pair together, about one 24 GB/s link). Not fitted to tests/data/published/.
-HOST_STAGED_POOL_LINKS = 1.0
+#: NCCL's effective links of that port (:func:`~shardscope.costmodel.hardware.pcie_effective_gbps`).
+#: The host does not serve a port's two directions at once at full rate but from one pool as wide as
+#: the link's raw data rate after 128b/130b encoding (x16 Gen3 15.75 GB/s against NCCL's 12: the ratio
+#: below). Source: NVIDIA/nccl#384 (2 GPUs, PCIe 3.0 x16, SHM, one channel: all_reduce 3.9 GB/s, i.e. four
+#: flows of 3.9 = 15.6 GB/s through the port, where one-way broadcast reaches 10.3; maintainer: "Some
+#: components (in particular some CPUs) do not handle bidirectional traffic well"). Not fitted to
+#: tests/data/published/ (nccl#384 is not one of its records).
+HOST_STAGED_POOL_LINKS = (8.0 * 16 * 128 / 130 / 8) / 12.0
 #: Largest set whose cuts are all enumerated; larger sets use single-GPU, island and socket cuts.
 EXACT_CUT_LIMIT = 12
 

@@ -22,8 +22,9 @@ is timed as an all-reduce of its size, which moves at least as much). Three para
 one) and held out (each strategy predicted from a fit on the others), and the model's
 strategy ranking against the measured one (:func:`shardscope.costmodel.ledger.ranking_agreement`).
 
-:func:`store_calibrations` keeps them, with the run ids they came from, beside the database
-(:func:`calibrations_path`); :func:`latest_calibration` reads the newest one for a job.
+:func:`store_calibrations` keeps them in the database itself (tables ``step_calibrations``, one row per
+run a calibration was fitted on, and ``collective_calibration_checks``; :mod:`shardscope.results.calibrations`);
+:func:`latest_calibration` reads the newest one for a job.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from shardscope.costmodel.step import RecordedCollective, StepAssumptions, predict_step
@@ -48,7 +48,8 @@ _NOMINAL_GBPS = 1.0
 
 _TRAINING = """
     SELECT t.run_id, t.strategy, t.model, t.world_size, coalesce(t.dtype, 'float32') AS dtype, t.micro_batch, t.seq_len,
-           t.median_step_time_s AS measured, coalesce(t.reduce_dtype, t.dtype, 'float32') AS reduce_dtype, r.host
+           t.median_step_time_s AS measured, coalesce(t.reduce_dtype, t.dtype, 'float32') AS reduce_dtype, r.host,
+           {intervals}
     FROM training_runs t JOIN runs r ON r.run_id = t.run_id
     WHERE r.source = 'measured' AND t.outcome = 'ok' AND t.median_step_time_s > 0
       AND t.micro_batch IS NOT NULL AND t.seq_len IS NOT NULL
@@ -73,6 +74,8 @@ class StepSample:
     reduce_dtype: str
     host: str | None = None
     recorded: tuple[RecordedCollective, ...] = ()
+    ci95_s: tuple[float, float] | None = None
+    """The run's own 95% confidence interval of the median step time (over its repeats), where it recorded one."""
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,26 @@ def load_samples(con: Any) -> list[StepSample]:
                     RecordedCollective(str(row["op"]), int(row["calls"]), int(row["size_bytes"])))
     return [StepSample(str(r["run_id"]), str(r["strategy"]), str(r["model"]), int(r["world_size"]), str(r["dtype"]),
                        int(r["micro_batch"]), int(r["seq_len"]), float(r["measured"]), str(r["reduce_dtype"]), r["host"],
-                       tuple(recorded.get(str(r["run_id"]), ())))
-            for r in _rows(con, _TRAINING) if str(r["model"]) in PRESETS]
+                       tuple(recorded.get(str(r["run_id"]), ())), _interval(r.get("ci_low"), r.get("ci_high")))
+            for r in _rows(con, _TRAINING.format(intervals=_interval_columns(con))) if str(r["model"]) in PRESETS]
+
+
+def _interval_columns(con: Any) -> str:
+    """The SELECT terms of a run's step-time confidence interval (NULL in a database without those columns)."""
+    present = {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'training_runs'")
+               .fetchall()}
+    if {"ci95_low_step_time_s", "ci95_high_step_time_s"} <= present:
+        return "t.ci95_low_step_time_s AS ci_low, t.ci95_high_step_time_s AS ci_high"
+    return "NULL AS ci_low, NULL AS ci_high"
+
+
+def _interval(low: Any, high: Any) -> tuple[float, float] | None:
+    """(low, high) where both bounds are positive finite numbers, else None."""
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        return None
+    return (lo, hi) if 0 < lo <= hi and math.isfinite(hi) else None
 
 
 def collective_timers(con: Any) -> dict[tuple[str | None, int], Callable[[str, int], float]]:
@@ -286,7 +307,8 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
             rows.append({"strategy": s.strategy, "run_id": s.run_id, "measured_s": s.measured_s,
                          "modeled_s": _modeled(s, rate, overlap, timer, per_call),
                          "held_out_s": _modeled(s, held[0], held[1], timer, held[2]),
-                         "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)"})
+                         "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)",
+                         "measured_ci95_s": list(s.ci95_s) if s.ci95_s else None})
         ranking = ranking_agreement([{"model": model, "world_size": n, "strategy": r["strategy"], "measured": r["measured_s"],
                                       "modeled": r["modeled_s"]} for r in rows])
         out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call,
@@ -295,54 +317,73 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
     return out, notes
 
 
-def calibrations_path(db: str | os.PathLike[str]) -> Path:
-    """Where the step calibrations of results database ``db`` are kept: ``<db>.step_calibrations.json`` beside it.
+def calibration_rows(calibrations: Sequence[StepCalibration], created_at: str) -> list[dict[str, Any]]:
+    """The ``step_calibrations`` rows of ``calibrations``: one per measured run each was fitted on.
 
-    Beside the database, not in it: the database holds only the tables its documents load (``collect``
-    refuses any other table), and a calibration is derived from its rows rather than loaded.
+    A calibration's id is a digest of its fitted values and per-run results, so storing the same fit
+    again replaces its rows instead of adding a copy.
     """
-    db = Path(db)
-    return db.with_name(db.name + ".step_calibrations.json")
-
-
-def store_calibrations(db: str | os.PathLike[str], calibrations: Sequence[StepCalibration],
-                       created_at: str | None = None) -> Path:
-    """Append ``calibrations`` (with their run ids) to :func:`calibrations_path` of ``db``, atomically; the file."""
     import hashlib
 
-    from shardscope.fileio import atomic_write_json
-
-    path = calibrations_path(db)
-    stamp = created_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    kept = _stored(path)
+    rows = []
     for c in calibrations:
         detail = c.to_dict()
         cid = hashlib.sha256(json.dumps(detail, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        kept.append({"calibration_id": cid, "created_at": stamp, **detail, "run_ids": list(c.run_ids)})
-    atomic_write_json(path, {"kind": "step_calibrations", "database": str(Path(db).name), "calibrations": kept})
-    return path
+        r = c.ranking
+        for s in c.strategies:
+            rows.append({"calibration_id": cid, "created_at": created_at, "run_id": s["run_id"], "strategy": s["strategy"],
+                         "host": c.host, "model": c.model, "world_size": c.world_size, "dtype": c.dtype,
+                         "micro_batch": c.micro_batch, "seq_len": c.seq_len, "effective_flops_per_s": c.effective_flops,
+                         "overlap": c.overlap, "call_overhead_s": c.call_overhead_s, "mfu": c.mfu,
+                         "measured_s": s["measured_s"], "modeled_s": s["modeled_s"], "held_out_s": s["held_out_s"],
+                         "measured_ci95_low_s": (s.get("measured_ci95_s") or (None, None))[0],
+                         "measured_ci95_high_s": (s.get("measured_ci95_s") or (None, None))[1],
+                         "wire_source": s["wire_bytes"], "ranking_agree": r["agree"], "ranking_pairs": r["pairs_ranked"],
+                         "ranking_within_noise": r["within_noise"], "ranking_noise": r["noise"],
+                         "ranking_disagree": "\n".join(r["disagree"]) or None})
+    return rows
 
 
-def _stored(path: Path) -> list[dict[str, Any]]:
-    from shardscope.errors import UserError
+def check_rows(groups: Sequence[Any], calibrated_on: str | None, fitted_run: str | None,
+               created_at: str) -> list[dict[str, Any]]:
+    """The ``collective_calibration_checks`` rows of the ledger's calibrated CPU check (:func:`costmodel.ledger.calibrated_check`)."""
+    import hashlib
 
-    if not path.exists():
+    if not groups or not calibrated_on or not fitted_run:
         return []
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        return list(doc["calibrations"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"{path}: not a step calibrations file written by `shardscope calibrate-step --store` ({exc})") from None
+    detail = json.dumps([calibrated_on, [asdict(g) for g in groups]], sort_keys=True, default=str)
+    cid = hashlib.sha256(detail.encode()).hexdigest()[:16]
+    return [{"calibration_id": cid, "created_at": created_at, "run_id": fitted_run, "calibrated_on": calibrated_on,
+             "op_group": g.group, "pairs": g.pairs, "median_ratio": g.median_ratio, "median_error": g.median_error,
+             "worst_error": g.worst_error, "worst_ratio": g.worst_ratio} for g in groups]
+
+
+def store_calibrations(db: str | os.PathLike[str], calibrations: Sequence[StepCalibration],
+                       created_at: str | None = None, with_collective_check: bool = True) -> dict[str, int]:
+    """Store ``calibrations`` in ``db`` (tables ``step_calibrations`` and ``collective_calibration_checks``); rows per table.
+
+    With ``with_collective_check`` the ledger's check of the collective model after calibration on
+    one measured CPU sweep is stored beside them, so the report shows it without fitting anything.
+    """
+    from shardscope.costmodel.ledger import calibrated_sweep_check
+    from shardscope.results.calibrations import store_calibration_rows
+    from shardscope.results.store import connect_readonly
+
+    stamp = created_at or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    checks: list[dict[str, Any]] = []
+    if with_collective_check:
+        with connect_readonly(db) as con:
+            groups, calibrated_on, fitted_run = calibrated_sweep_check(con)
+        checks = check_rows(groups, calibrated_on, fitted_run, stamp)
+    return store_calibration_rows(db, calibration_rows(calibrations, stamp), checks)
 
 
 def latest_calibration(db: str | os.PathLike[str], model: str | None = None,
                        world_size: int | None = None) -> dict[str, Any] | None:
-    """The newest stored calibration of ``db`` (of ``model`` on ``world_size`` ranks when given, else the newest), or None."""
-    rows = sorted(_stored(calibrations_path(db)), key=lambda r: (str(r["created_at"]), r["calibration_id"]), reverse=True)
-    for row in rows:
-        if (model is None or row["model"] == model) and (world_size is None or row["world_size"] == world_size):
-            return row
-    return None
+    """The newest step calibration stored in ``db`` (of ``model`` on ``world_size`` ranks when given, else the newest), or None."""
+    from shardscope.results.calibrations import stored_step_calibration
+
+    return stored_step_calibration(db, model, world_size)
 
 
 def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence[str]) -> str:
@@ -354,9 +395,12 @@ def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence
                      f"compute {c.effective_flops / 1e9:.2f} GFLOP/s ({mfu}), overlap {c.overlap:.2f}, "
                      f"{c.call_overhead_s * 1e3:.2f} ms per collective call, "
                      f"from {len(c.run_ids)} measured runs")
-        lines.append(f"  {'strategy':<14} {'measured s':>11} {'modeled s':>10} {'error':>7} {'held out s':>11} {'error':>7}  wire bytes")
+        lines.append(f"  {'strategy':<14} {'measured s':>11} {'95% CI of measured':>19} {'modeled s':>10} {'error':>7} "
+                     f"{'held out s':>11} {'error':>7}  wire bytes")
         for s in c.strategies:
-            lines.append(f"  {s['strategy']:<14} {s['measured_s']:>11.4f} {s['modeled_s']:>10.4f} "
+            ci = s.get("measured_ci95_s")
+            shown = f"{ci[0]:.3f}-{ci[1]:.3f} ({(ci[1] - ci[0]) / 2 / s['measured_s']:.0%})" if ci else "-"
+            lines.append(f"  {s['strategy']:<14} {s['measured_s']:>11.4f} {shown:>19} {s['modeled_s']:>10.4f} "
                          f"{s['modeled_s'] / s['measured_s'] - 1:>+7.1%} {s['held_out_s']:>11.4f} "
                          f"{s['held_out_s'] / s['measured_s'] - 1:>+7.1%}  {s['wire_bytes']}")
         r = c.ranking

@@ -1,8 +1,9 @@
 """The report's ledger section: the cost model's error against the measurements of the same jobs.
 
-The numbers are :func:`shardscope.costmodel.ledger.ledger`'s, the very query and summary that
-``shardscope accuracy --db`` prints; this module only lays them out as Markdown tables and one
-sentence on the strategy ranking, so the report and the command can never disagree.
+The numbers are :func:`shardscope.results.ledger.stored_ledger`'s, the very query and summary that
+``shardscope accuracy --db`` prints, and the calibrations ``shardscope calibrate-step --store`` kept in
+the database (:mod:`shardscope.results.calibrations`); this module only lays them out as Markdown
+tables and one sentence on the strategy ranking, so the report and the command can never disagree.
 """
 
 from __future__ import annotations
@@ -55,23 +56,29 @@ def _calibration_text(stored: dict[str, Any]) -> dict[str, str]:
 
 
 def ledger_section(db: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ledger of ``db`` for the report template: tables per op and strategy, the ranking and the notes."""
-    from shardscope.costmodel.ledger import ledger
+    """The ledger of ``db`` for the report template: tables per op and strategy, the ranking, the stored calibrations, the notes."""
     from shardscope.paper.context import markdown_table
+    from shardscope.results.calibrations import latest_collective_check, latest_step_calibration
+    from shardscope.results.ledger import ErrorSummary, stored_ledger
     from shardscope.results.store import connect_readonly
 
-    from shardscope.costmodel.step_calibration import latest_calibration
-
     with connect_readonly(db) as con:
-        book = ledger(con)
-    stored = latest_calibration(db)
+        book = stored_ledger(con)
+        stored = latest_step_calibration(con)
+        checks, calibrated_on = latest_collective_check(con)
+    calibrated = [ErrorSummary(r["op_group"], r["pairs"], r["median_ratio"], r["median_error"], r["worst_error"],
+                               r["worst_ratio"]) for r in checks]
+    notes = list(book.notes)
+    if not stored and not calibrated:
+        notes.append("no calibration is stored in this database (`shardscope calibrate-step --store` fits the step model "
+                     "and the gloo collective model to its measured runs and keeps them here)")
     return {
         "step_calibration": _calibration_text(stored) if stored else None,
-        "has_pairs": bool(book.collectives or book.training or book.calibrated or stored),
+        "has_pairs": bool(book.collectives or book.training or calibrated or stored),
         "collectives": markdown_table(_summary_frame(book.collectives, "op"), RATIO_FORMATS) if book.collectives else None,
         "training": markdown_table(_summary_frame(book.training, "strategy"), RATIO_FORMATS) if book.training else None,
-        "calibrated": markdown_table(_summary_frame(book.calibrated, "op"), RATIO_FORMATS) if book.calibrated else None,
-        "calibrated_on": book.calibrated_on,
+        "calibrated": markdown_table(_summary_frame(calibrated, "op"), RATIO_FORMATS) if calibrated else None,
+        "calibrated_on": calibrated_on,
         "ranking": ranking_sentence(book.ranking),
-        "notes": list(book.notes),
+        "notes": notes,
     }

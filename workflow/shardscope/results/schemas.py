@@ -18,6 +18,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from shardscope.collectives.factors import OPS
+from shardscope.results.schemas_calibration import CollectiveCalibrationChecksSchema, StepCalibrationsSchema
 from shardscope.results.schemas_comm import TrainingCommSchema
 from shardscope.results.schemas_diagnosis import DoctorFindingsSchema, VerdictRowsSchema, VerdictsSchema
 from shardscope.results.schemas_predictions import (CollectivePredictionsSchema, MemoryCasePredictionsSchema, MemoryPeakPredictionsSchema,
@@ -362,6 +363,8 @@ TABLES: dict[str, type[pa.DataFrameModel]] = {
     "verdicts": VerdictsSchema,
     "verdict_rows": VerdictRowsSchema,
     "doctor_findings": DoctorFindingsSchema,
+    "step_calibrations": StepCalibrationsSchema,
+    "collective_calibration_checks": CollectiveCalibrationChecksSchema,
 }
 
 #: The key column that ties a table's rows to one loaded unit, and the parent table that owns it.
