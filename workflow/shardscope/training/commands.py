@@ -104,7 +104,7 @@ def _train_job(args: argparse.Namespace) -> TrainJob:
         return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=args.nproc,
                         micro_batch=args.micro_batch, seq_len=args.seq_len, warmup=args.warmup, steps=args.steps,
                         dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed,
-                        repeats=args.repeats)
+                        repeats=args.repeats, activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -165,6 +165,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")
     p.add_argument("--comm-profile", action="store_true",
                    help="profile one extra step with torch.profiler and record the share of time in communication")
+    p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
+    p.add_argument("--optimizer", default="adamw",
+                   help="adamw, or adamw_bf16_states (bf16 master and moments: zero1-3 with --dtype bfloat16)")
     p.add_argument("--placement", default="local", help="placement label stored with the result (default local)")
     p.add_argument("--job-id", help="job id stored with the result")
     p.add_argument("--cpu", action="store_true", help="run on CPU processes with gloo even where GPUs exist")
