@@ -23,7 +23,8 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         optim_bytes = args.optimizer_bytes if args.optimizer_bytes is not None else _optimizer_bytes(args)
         per_param = assumptions(args.dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes)
         rows = memory_table(parse_model_spec(args.model), args.strategy, args.gpus, args.dtype, per_param=per_param,
-                            gpu_memory_gb=args.gpu_memory_gb, deepspeed_estimates=not args.no_deepspeed_estimate)
+                            gpu_memory_gb=args.gpu_memory_gb, deepspeed_estimates=not args.no_deepspeed_estimate,
+                            shard_group=_shard_group(args))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     try:
@@ -32,6 +33,16 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     print(dump_json(rows) if args.json else format_memory_table(rows) + format_peak_table(rows), end="")
     return 0
+
+
+def _shard_group(args: argparse.Namespace) -> int | None:
+    """``--shard-group``: HSDP's shard-group size, a divisor of ``--gpus`` (None: all of them)."""
+    if args.shard_group is None:
+        return None
+    group = _positive_int("--shard-group", args.shard_group)
+    if args.gpus % group:
+        raise UserError(f"--shard-group must divide --gpus {args.gpus}, got {group}")
+    return group
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -89,6 +100,8 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
             from shardscope.training.memory_peak import OptimizerAssumption
 
             kwargs["optimizer"] = OptimizerAssumption(offload="cpu")
+        if row["strategy"] == "hsdp":
+            kwargs["shard_group"] = row["shard_group"]
         peak = predict_peak(row["strategy"], cfg, args.gpus, shape, **kwargs)
         row["peak"] = peak.to_dict()
         row["peak_fits"] = peak.peak_bytes <= row["gpu_memory_bytes"]
@@ -126,6 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b) or a JSON object of dimensions")
     p.add_argument("--strategy", default="all", help="a strategy or 'all'")
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs the model is sharded over")
+    p.add_argument("--shard-group", help="hsdp: GPUs of one shard group, a divisor of --gpus (default: all of them)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="sets the default bytes per parameter")
     p.add_argument("--no-master-weights", action="store_true",
                    help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (the seed article's 87 GB)")
