@@ -80,9 +80,24 @@ def compare_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> dict[str
             names = [n for n in terms.phases if n.split("_")[0] == out["measured_phase"]]
             parts = max((terms.phases[n] for n in names), key=lambda phase: sum(phase.values()))
             modeled = sum(v for k, v in parts.items() if k != "activations")
+            if parts.get("reduce_bucket"):
+                out["categories"]["buffers_beside_bucket_bytes"] = _beside_bucket(measured, modeled, parts["reduce_bucket"])
         out["categories"][measured_key] = {"measured": measured, "modeled": modeled,
                                            "ratio": measured / modeled if modeled else None}
     return out
+
+
+def _beside_bucket(measured: int, modeled: int, bucket: int) -> dict[str, Any]:
+    """ZeRO's buffers other than its whole reduce bucket: measured and modeled, each less the bucket the run allocated.
+
+    Why: DeepSpeed's bucket (2 GB in fp32 by default) dwarfs everything else a small model's
+    ZeRO run holds, so a 10% check of all buffers says nothing about the rest (gathered
+    parameters, full gradients, the logits' gradient). The bucket's size is the run's own
+    setting (``reduce_bucket_size``, :func:`shardscope.training.memory_peak.zero_reduce_bucket`).
+    """
+    rest_measured, rest_modeled = measured - bucket, modeled - bucket
+    return {"measured": rest_measured, "modeled": rest_modeled, "bucket": bucket,
+            "ratio": rest_measured / rest_modeled if rest_modeled > 0 else None}
 
 
 #: The two models of the model states the whole peak is built on, as figure 3 names them.
