@@ -37,8 +37,8 @@ def job_name(strategy: str, model: str, seq: int, checkpointing: str, dtype: str
 
 
 def run_job(tmp: Path, strategy: str, model: str, seq: int, micro_batch: int, checkpointing: str = "none",
-            dtype: str = "float32", optimizer: str = "adamw") -> dict:
-    """One ``shardscope train`` job of ``model`` (a key of MODELS) on 2 CPU ranks; its result document."""
+            dtype: str = "float32", optimizer: str = "adamw") -> dict | None:
+    """One ``shardscope train`` job of ``model`` (a key of MODELS) on 2 CPU ranks; its result document (None: it failed, said why)."""
     name = job_name(strategy, model, seq, checkpointing, dtype, optimizer)
     out, log = tmp / f"{name}.json", tmp / "logs" / f"{name}.log"
     env = dict(os.environ, SHARDSCOPE_THREADS_PER_RANK="1")
@@ -48,10 +48,12 @@ def run_job(tmp: Path, strategy: str, model: str, seq: int, micro_batch: int, ch
            "--out", str(out), "--log", str(log)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     if proc.returncode != 0:
-        raise SystemExit(f"{name} failed: {proc.stderr[-2000:]}")
+        print(f"{name} FAILED: {proc.stderr[-2000:]}", flush=True)
+        return None
     doc = json.loads(out.read_text())
     if doc["outcome"] != "ok":
-        raise SystemExit(f"{name} ended {doc['outcome']}: {doc.get('error')}; log {log}")
+        print(f"{name} FAILED with outcome {doc['outcome']}: {(doc.get('error') or '')[:500]}; log {log}", flush=True)
+        return None
     return doc
 
 
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         doc = run_job(Path(tmp), strategy, model, seq, args.micro_batch, checkpointing, args.dtype,
                                       args.optimizer)
+                    if doc is None:
+                        per_strategy[(strategy, checkpointing)] = worst = float("inf")
+                        continue
                     if fraction is None:
                         measured = max(r["tracked_peak_bytes"] for r in doc["ranks"])
                         fraction = calibrate_overhead(measured, modeled_for_job(doc))
@@ -93,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = compare_job(doc, fraction)
                     rows.append(row)
                     cells = "  ".join(f"{k.removesuffix('_bytes')} {v['measured'] / 1e6:.3f}/{v['modeled'] / 1e6:.3f} MB"
-                                      f" ({v['ratio']:.3f})" for k, v in row["categories"].items())
+                                      f" ({v['ratio'] or float('nan'):.3f})" for k, v in row["categories"].items())
                     print(f"{strategy:6} {model:10} seq {seq:4} ckpt {checkpointing:4}  phase {row['measured_phase']}/{row['modeled_phase']}  {cells}",
                           flush=True)
                     errors = [abs(v["ratio"] - 1) for v in row["categories"].values() if v["ratio"]]

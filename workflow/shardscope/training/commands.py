@@ -72,7 +72,7 @@ def _optimizer_bytes(args: argparse.Namespace) -> float | None:
         return 0.0
     if optimizer.name == "adamw":
         return None
-    master = 4.0 if args.dtype == "bfloat16" and not args.no_master_weights else 0.0
+    master = optimizer.master_bytes if args.dtype == "bfloat16" and not args.no_master_weights else 0.0
     return master + optimizer.moment_bytes
 
 
@@ -152,7 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--micro-batch", default="1", help="sequences per GPU per step (default 1)")
     p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
     p.add_argument("--attention", default="sdpa", help="sdpa (fused/flash: no score matrix kept) or eager (softmax kept)")
-    p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16 or adamw_8bit: the optimizer bytes")
+    p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16, adamw_bf16_states (bf16 master and moments) "
+                   "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")
     p.add_argument("--overhead-fraction", type=float, default=0.0,
                    help="allocator/NCCL overhead as a share of the peak, calibrated from a measured run (default 0)")
