@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimizer", default="adamw", help="adamw, or adamw_bf16_states (zero1-3 with --dtype bfloat16)")
     p.add_argument("--out", help="write the rows as JSON here")
     p.add_argument("--keep", help="keep every job's result document in this folder")
+    p.add_argument("--reuse", action="store_true", help="with --keep: compare a job's document already there instead of rerunning it")
     p.add_argument("--from-docs", help="compare the documents a --keep run left in this folder instead of running jobs")
     args = p.parse_args(argv)
     rows, fraction, worst = [], None, 0.0
@@ -82,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         for model in args.models.split(","):
             for seq, checkpointing in ((int(s), c) for s in args.seqs.split(",") for c in args.checkpointing.split(",")):
                 for strategy in args.strategies.split(","):
-                    if args.from_docs:
+                    kept = Path(tmp) / f"{job_name(strategy, model, seq, checkpointing, args.dtype, args.optimizer)}.json"
+                    if args.reuse and kept.exists():
+                        doc = json.loads(kept.read_text())
+                    elif args.from_docs:
                         name = job_name(strategy, model, seq, checkpointing, args.dtype, args.optimizer)
                         doc = json.loads((Path(args.from_docs) / f"{name}.json").read_text())
                     else:

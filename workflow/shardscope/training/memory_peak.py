@@ -25,7 +25,7 @@ activations (saved for backward, alive when forward returns)
     Eager attention adds the ``T·a·s`` probabilities per block (and k, v repeated to all heads
     under GQA); SDPA/flash keeps none. Full checkpointing keeps each block's input and one
     block's activations while that block is recomputed in backward (:func:`activation_bytes`);
-    the blocks' backward then also holds a few gradients (:func:`block_backward_temporaries`).
+    The blocks' backward also holds a few gradients (:func:`block_backward_temporaries`).
 buffers (temporary, by phase)
     forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's gathered flat
     buffer and its unsharded embedding/head copies; ``fsdp_grad_op`` keeps every unit unsharded
@@ -198,17 +198,16 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
 
 
 def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
-    """Gradients alive inside one block's backward: of the MLP's gate and up outputs and of the block's input.
+    """Gradients alive inside one block's backward: of the MLP's hidden product (``T·f``) and of the block's output (``T·h``).
 
-    Counted under full checkpointing, where the blocks' backward is the peak (measured 589,828 B
-    for the tiny model at 2 x 64 tokens in fp32, this term 589,824); without checkpointing the
-    activations still alive dwarf them.
+    Measured on the tiny model at 2 x 64 tokens in fp32, 2 ranks: FSDP's buffers in the blocks'
+    backward exceed its unsharded root and blocks by 327,172 B, with or without checkpointing
+    (this term: 327,680 B); under full checkpointing, where the blocks' backward is the peak, the
+    single-process peak is the largest activations plus this term within 0.05%.
     """
-    if shape.checkpointing != "full":
-        return 0
     e_mlp = 4 if policy == "fp32" else 2  # autocast's matmul outputs are bf16
     e_residual = 2 if policy == "bf16" else 4
-    return shape.tokens * (2 * cfg.d_ff * e_mlp + cfg.d_model * e_residual)
+    return shape.tokens * (cfg.d_ff * e_mlp + cfg.d_model * e_residual)
 
 
 def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
@@ -324,21 +323,31 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     return {"forward": forward, "backward": head, "backward_blocks": blocks}
 
 
-def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: int, bucket_elements: int) -> dict[str, int]:
+def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], bucket: int, e_grad: int,
+                   bucket_elements: int) -> dict[str, int]:
     """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
 
     Stage 1 keeps every full gradient until the end of backward (it partitions only the
-    optimizer state), so after the head and ``k + 1`` blocks the gradients of those are alive
-    beside the activations of the ``L - k`` blocks not yet freed (a block's gradients exist
-    before its activations go); at the end, all gradients and no activations.
+    optimizer state). The moment is inside block ``L - 1 - k``'s MLP backward: the head's and
+    ``k`` blocks' gradients, the MLP's three weight gradients, and the gradient flowing into the
+    block (``T·h``) alive beside the activations of the ``L - k`` blocks not yet done, less the
+    MLP's hidden product (``T·f``), freed once ``down``'s backward has run (measured exactly on
+    the tiny model, 2 ranks: 1,376,780 B of buffers beside the bucket, modeled 1,376,768); at the
+    end, all gradients and no activations.
     """
+    e_act = 4 if policy == "fp32" else 2
     head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
+    mlp_grads = 3 * cfg.d_model * cfg.d_ff * e_grad
+    mlp_hidden = shape.tokens * cfg.d_ff * e_act
+    flowing = shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
     cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up
+
     def grads(nbytes: int) -> int:
         return min(nbytes, cap) if cap is not None else nbytes
-    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + (k + 1) * block_grads),
-                   "activations": (cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"]}
+    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + k * block_grads + mlp_grads),
+                   "output_grad": flowing,
+                   "activations": max((cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"] - mlp_hidden, 0)}
                   for k in range(cfg.n_layers)]
     candidates.append({"reduce_bucket": bucket, "full_grads_so_far": grads(cfg.param_count() * e_grad), "activations": 0})
     return max(candidates, key=lambda parts: sum(parts.values()))
@@ -451,9 +460,12 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
     step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
     log_softmax = shape.tokens * cfg.vocab_size * 4
+    # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
+    head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
     phases = {
         "forward": {**buffers["forward"], "activations": acts["total"]},
-        "backward": {**buffers["backward"], "activations": acts["head_backward"] - log_softmax},
+        "backward": {**buffers["backward"], "head_input_grad": head_input,
+                     "activations": acts["head_backward"] - log_softmax - head_input},
         "backward_blocks": {**buffers["backward_blocks"], **_nonzero(block_grads=block_backward_temporaries(cfg, shape, policy)),
                             "activations": acts["blocks"]},
         "step": {"optimizer_temporaries": step_temp, "activations": 0},
@@ -461,7 +473,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     bucket_elements = reduce_bucket_elements(shape.dtype, fair)
     if strategy == "zero1":
-        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
+        phases["backward_blocks"] = zero1_backward(cfg, shape, policy, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
                                                    bucket_elements)
     whole_bucket = bucket_elements >= cfg.param_count()
     if strategy in ("zero2", "zero3") and whole_bucket:  # one bucket holds every gradient: reduced only at the end
