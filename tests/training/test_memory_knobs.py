@@ -74,3 +74,19 @@ def test_bf16_states_halve_deepspeeds_optimizer_bytes(knob_runs: dict[str, dict[
     assert measured == pytest.approx(6 * n / 2, rel=0.02)  # bf16 master (2) + two bf16 moments (4), sharded over 2
     default = predict_peak("zero2", PRESETS["tiny"], 2, StepShape(2, 64, "bfloat16"), device="cpu").optim_bytes
     assert measured < 0.55 * default  # AdamW's fp32 master and moments: 12 bytes per parameter
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["--activation-checkpointing", "selective"], "--activation-checkpointing must be one of none, full, got 'selective'"),
+    (["--optimizer", "adamw_8bit"], "--optimizer must be one of adamw, adamw_bf16_states"),
+    (["--optimizer", "adamw_bf16_states"], "runs only under zero1, zero2, zero3 with --dtype bfloat16"),
+])
+def test_bad_knobs_stop_before_torchrun(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
+                                        fragment: str) -> None:
+    from shardscope.cli import main
+
+    code = main(["train", "--strategy", "ddp", "--model", "tiny", "--nproc", "2", "--cpu", "--out", str(tmp_path / "r.json"),
+                 "--log", str(tmp_path / "r.log"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.json").exists()
