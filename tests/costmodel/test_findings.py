@@ -39,9 +39,10 @@ def test_mistral_ddp_does_not_fit_80gb_but_sharded_do() -> None:
     fits = {p.strategy: p.fits for p in advice.ranking}
     assert fits["ddp"] is False
     assert fits["zero2"] and fits["zero3"] and fits["fsdp"]
-    # "fits" is the whole peak (issue 18): at seq 4096 ZeRO-1's 40 GB of model states plus ~32 GB
-    # of activations exceed 90% of 80 GB, although its model states alone would fit.
-    assert fits["zero1"] is False
+    # "fits" is the whole peak (issue 18) on the implementation's model states: DeepSpeed 0.19's ZeRO-1
+    # shards the gradients too (27 GB of states, not the paper's 40), so with ~32 GB of activations and
+    # its 1 GB bucket it peaks at 61 GB, within 90% of 80 GB.
+    assert fits["zero1"] is True
     assert advice.ranking[-1].fits is False and "ddp" in [p.strategy for p in advice.ranking if p.fits is False]
     assert "ddp" in advice.explanation[1] and "not fit" in advice.explanation[1]
 

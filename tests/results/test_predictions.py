@@ -55,8 +55,10 @@ def test_the_plan_of_a_real_h200_is_predicted_and_joins_its_topology(tmp_path, h
         assert step == pytest.approx(parts, rel=1e-9) and fits == (total <= available), name
     held = {s[0]: s[6] for s in strategies if s[1] == h200_plan["profile"]["model"]}
     # memory_total_bytes is the whole modeled peak (issue 18): model states shrink at each ZeRO stage, but the
-    # activations are the same for all and ZeRO-3 keeps gathered parameters for reuse, so only stages 1-2 order strictly
-    assert held["zero2"] < held["zero1"] < held["ddp"] and held["zero3"] < held["zero1"] and max(held, key=held.get) == "ddp"
+    # activations are the same for all and ZeRO-3 keeps gathered parameters for reuse; on the implementation's
+    # states DeepSpeed 0.19's ZeRO-1 shards the gradients like ZeRO-2, so the two hold the same
+    # (and ZeRO-3's gathered parameters then outweigh what it shards beyond them)
+    assert held["zero2"] == held["zero1"] < held["zero3"] < held["ddp"] and max(held, key=held.get) == "ddp"
 
 
 def test_reloading_or_repredicting_the_same_jobs_adds_nothing(tmp_path, h200_topology, h200_plan, predictions_doc):

@@ -25,7 +25,7 @@ from shardscope.training.fairness import DDP_BUCKET_BYTES, FairSettings
 GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vocab_size=512, max_seq_len=256)
 
 
-def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy: str) -> Any:
+def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy: str, checkpointing: str = "none") -> Any:
     """Forward + backward of the real GPT under the tensor tracker, in this process (world size 1)."""
     torch = pytest.importorskip("torch")
     from shardscope.training.memtrack import TensorMemoryTracker, param_ptrs
@@ -35,6 +35,9 @@ def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy
     model = GPT(cfg)
     if policy == "bf16":
         model = model.to(torch.bfloat16)
+    from shardscope.training.checkpointing import apply_checkpointing
+
+    apply_checkpointing(model, checkpointing)
     tokens = torch.randint(0, cfg.vocab_size, (micro_batch, seq + 1))
     tracker = TensorMemoryTracker()
 
@@ -63,6 +66,27 @@ def test_activations_match_the_tensors_autograd_saves(policy: str, cfg: ModelCon
     modeled = activation_bytes(cfg, shape, policy)["total"]
     assert abs(tracked.activation_peak_bytes / modeled - 1) < 0.01, (tracked.activation_peak_bytes, modeled)
     assert abs(tracked.forward_buffer_peak_bytes / logits_bytes(cfg, shape, policy) - 1) < 0.10
+
+
+@pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96)], ids=["tiny", "gqa"])
+def test_checkpointed_activations_match_the_tracker(policy: str, cfg: ModelConfig, micro_batch: int, seq: int) -> None:
+    """Full checkpointing through the worker's wrapper: forward keeps the block inputs, backward recomputes one block."""
+    tracked = _tracked_single_process(cfg, micro_batch, seq, policy, checkpointing="full")
+    dtype = "float32" if policy == "fp32" else "bfloat16"
+    acts = activation_bytes(cfg, StepShape(micro_batch=micro_batch, seq_len=seq, dtype=dtype, checkpointing="full"), policy)
+    assert abs(tracked.activation_peak_bytes / acts["peak"] - 1) < 0.01, (tracked.activation_peak_bytes, acts)
+    plain = activation_bytes(cfg, StepShape(micro_batch=micro_batch, seq_len=seq, dtype=dtype), policy)
+    assert acts["peak"] < 0.75 * plain["peak"]
+
+
+def test_checkpointing_refuses_an_unknown_mode() -> None:
+    pytest.importorskip("torch")
+    from shardscope.training.checkpointing import apply_checkpointing
+    from shardscope.training.model import GPT
+
+    with pytest.raises(ValueError, match="none, full"):
+        apply_checkpointing(GPT(PRESETS["tiny"]), "selective")
 
 
 def test_activations_grow_with_tokens_and_shrink_with_checkpointing() -> None:

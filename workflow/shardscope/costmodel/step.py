@@ -28,7 +28,7 @@ the all-gather after the optimizer step hides behind nothing. ``step = compute +
 plus ``call_overhead_s`` per collective call where a calibration measured one (host work that hides
 behind nothing).
 
-Memory is the whole modeled peak (:func:`whole_peak_bytes`: the ZeRO paper's model states plus
+Memory is the whole modeled peak (:func:`whole_peak_bytes`: the implementation's model states plus
 activations and buffers) against ``usable_fraction`` of the GPU memory.
 """
 
@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shardscope.collectives.factors import OPS
-from shardscope.training.memory_model import predict_memory
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import STRATEGIES
 
@@ -249,16 +248,14 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
 
 
 def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions) -> int:
-    """The memory criterion of "fits": the whole modeled peak per GPU (model states, activations, buffers).
+    """The memory criterion of "fits": :func:`shardscope.training.memory_peak.whole_peak`, the one whole-peak function.
 
-    Model states are the ZeRO paper's for ``a.dtype``; activations and buffers are those of
-    :func:`shardscope.training.memory_peak.predict_peak` at ``a.micro_batch`` and the sequence length.
+    Its default model states are the implementation's (what this code's strategies hold), with
+    activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``.
     """
-    from shardscope.training.memory_peak import StepShape, predict_peak
+    from shardscope.training.memory_peak import whole_peak
 
-    held = predict_memory(cfg.param_count(), strategy, gpus, dtype=a.dtype)
-    shape = StepShape(micro_batch=a.micro_batch, seq_len=a.seq_len_for(cfg), dtype=a.dtype)
-    return predict_peak(strategy, cfg, gpus, shape, held=held).peak_bytes
+    return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype).peak_bytes
 
 
 def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float]) -> dict[str, float]:

@@ -80,7 +80,23 @@ def _whole_peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) ->
     _capacity_line(ax, capacity, scale)
     ax.set_xticks(x, [strategy_name(s) for s in strategies])
     ax.grid(axis="x", visible=False)
-    ax.set_ylabel(f"tracked tensor peak per rank ({unit})")
+    log = _log_scale_if_spread(ax, pd.concat([measured["tracked_peak_bytes"], modeled["tracked_peak_bytes"]]) / scale)
+    ax.set_ylabel(f"tracked tensor peak per rank ({unit}{', log scale' if log else ''})")
+    return True
+
+
+#: Peaks further apart than this (largest / smallest) are drawn on a log axis: DeepSpeed's whole 5e8-element
+#: reduce bucket (2 GB in fp32) would otherwise flatten every other strategy's bar of a small model to nothing.
+LOG_SPREAD = 10.0
+
+
+def _log_scale_if_spread(ax: plt.Axes, peaks: pd.Series) -> bool:
+    """Switch the whole-peak panel to a log axis when its peaks span more than :data:`LOG_SPREAD`; whether it did."""
+    positive = peaks[peaks > 0].dropna()
+    if len(positive) < 2 or float(positive.max()) / float(positive.min()) <= LOG_SPREAD:
+        return False
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=float(positive.min()) / 4)  # stacked bars start at 0: the floor keeps the lowest part visible
     return True
 
 

@@ -23,7 +23,8 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         optim_bytes = args.optimizer_bytes if args.optimizer_bytes is not None else _optimizer_bytes(args)
         per_param = assumptions(args.dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes)
         rows = memory_table(parse_model_spec(args.model), args.strategy, args.gpus, args.dtype, per_param=per_param,
-                            gpu_memory_gb=args.gpu_memory_gb, deepspeed_estimates=not args.no_deepspeed_estimate)
+                            gpu_memory_gb=args.gpu_memory_gb, deepspeed_estimates=not args.no_deepspeed_estimate,
+                            shard_group=_shard_group(args))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     try:
@@ -32,6 +33,16 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     print(dump_json(rows) if args.json else format_memory_table(rows) + format_peak_table(rows), end="")
     return 0
+
+
+def _shard_group(args: argparse.Namespace) -> int | None:
+    """``--shard-group``: HSDP's shard-group size, a divisor of ``--gpus`` (None: all of them)."""
+    if args.shard_group is None:
+        return None
+    group = _positive_int("--shard-group", args.shard_group)
+    if args.gpus % group:
+        raise UserError(f"--shard-group must divide --gpus {args.gpus}, got {group}")
+    return group
 
 
 def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -61,7 +72,7 @@ def _optimizer_bytes(args: argparse.Namespace) -> float | None:
         return 0.0
     if optimizer.name == "adamw":
         return None
-    master = 4.0 if args.dtype == "bfloat16" and not args.no_master_weights else 0.0
+    master = optimizer.master_bytes if args.dtype == "bfloat16" and not args.no_master_weights else 0.0
     return master + optimizer.moment_bytes
 
 
@@ -89,6 +100,8 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
             from shardscope.training.memory_peak import OptimizerAssumption
 
             kwargs["optimizer"] = OptimizerAssumption(offload="cpu")
+        if row["strategy"] == "hsdp":
+            kwargs["shard_group"] = row["shard_group"]
         peak = predict_peak(row["strategy"], cfg, args.gpus, shape, **kwargs)
         row["peak"] = peak.to_dict()
         row["peak_fits"] = peak.peak_bytes <= row["gpu_memory_bytes"]
@@ -104,7 +117,7 @@ def _train_job(args: argparse.Namespace) -> TrainJob:
         return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=args.nproc,
                         micro_batch=args.micro_batch, seq_len=args.seq_len, warmup=args.warmup, steps=args.steps,
                         dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed,
-                        repeats=args.repeats)
+                        repeats=args.repeats, activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -126,6 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b) or a JSON object of dimensions")
     p.add_argument("--strategy", default="all", help="a strategy or 'all'")
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs the model is sharded over")
+    p.add_argument("--shard-group", help="hsdp: GPUs of one shard group, a divisor of --gpus (default: all of them)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="sets the default bytes per parameter")
     p.add_argument("--no-master-weights", action="store_true",
                    help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (the seed article's 87 GB)")
@@ -138,7 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--micro-batch", default="1", help="sequences per GPU per step (default 1)")
     p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
     p.add_argument("--attention", default="sdpa", help="sdpa (fused/flash: no score matrix kept) or eager (softmax kept)")
-    p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16 or adamw_8bit: the optimizer bytes")
+    p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16, adamw_bf16_states (bf16 master and moments) "
+                   "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")
     p.add_argument("--overhead-fraction", type=float, default=0.0,
                    help="allocator/NCCL overhead as a share of the peak, calibrated from a measured run (default 0)")
@@ -165,6 +180,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")
     p.add_argument("--comm-profile", action="store_true",
                    help="profile one extra step with torch.profiler and record the share of time in communication")
+    p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
+    p.add_argument("--optimizer", default="adamw",
+                   help="adamw, or adamw_bf16_states (bf16 master and moments: zero1-3 with --dtype bfloat16)")
     p.add_argument("--placement", default="local", help="placement label stored with the result (default local)")
     p.add_argument("--job-id", help="job id stored with the result")
     p.add_argument("--cpu", action="store_true", help="run on CPU processes with gloo even where GPUs exist")

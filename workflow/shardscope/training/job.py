@@ -47,6 +47,10 @@ class TrainJob:
     """Seed of the initial weights, the same on every rank and under every strategy."""
     repeats: int = 1
     """Timed windows of ``steps`` steps each; the result stores their median and 95% interval."""
+    activation_checkpointing: str = "none"
+    """``none`` or ``full`` (every block recomputed in backward: :mod:`shardscope.training.checkpointing`)."""
+    optimizer: str = "adamw"
+    """Optimizer-state variant (:mod:`shardscope.training.optimizer_states`)."""
     model_name: str = field(init=False)
     """Name of the resolved model (the preset, the given ``name``, or ``custom``)."""
     config: ModelConfig = field(init=False)
@@ -71,8 +75,19 @@ class TrainJob:
             raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPE_NAMES)}")
         if self.memory_budget_bytes is not None:
             _positive_int("--memory-budget-bytes", self.memory_budget_bytes)
+        _check_memory_knobs(self)
 
     @property
     def tokens_per_step(self) -> int:
         """Tokens the whole job trains on per optimizer step (every rank's micro-batch)."""
         return self.micro_batch * self.seq_len * self.nproc
+
+
+def _check_memory_knobs(job: TrainJob) -> None:
+    """Activation checkpointing and the optimizer variant: one of the allowed values, for a strategy that runs it."""
+    from shardscope.training.checkpointing import MODES
+    from shardscope.training.optimizer_states import check_optimizer
+
+    if job.activation_checkpointing not in MODES:
+        raise ValueError(f"--activation-checkpointing must be one of {', '.join(MODES)}, got {job.activation_checkpointing!r}")
+    check_optimizer(job.optimizer, job.strategy, job.dtype)

@@ -125,6 +125,8 @@ def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = F
             "--repeats", str(job.repeats), "--reduce-dtype", reduce_dtype, "--buckets", buckets, "--transport", transport]
     if job.memory_budget_bytes is not None:
         args += ["--memory-budget-bytes", str(job.memory_budget_bytes)]
+    if job.activation_checkpointing != "none" or job.optimizer != "adamw":
+        args += ["--activation-checkpointing", job.activation_checkpointing, "--optimizer", job.optimizer]
     if shard_size is not None:
         args += ["--shard-size", str(shard_size)]
     if job_id:

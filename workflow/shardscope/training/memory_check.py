@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from shardscope.contracts.models import ModelConfig
-from shardscope.training.memory_peak import PeakTerms, StepShape, predict_peak, settings_of_run
+from shardscope.training.memory_peak import OptimizerAssumption, PeakTerms, StepShape, predict_peak, settings_of_run
 
 #: (measured key in a rank's record, modeled attribute of :class:`PeakTerms`)
 CATEGORIES = (("param_bytes", "param_bytes"), ("grad_bytes", "grad_bytes"), ("optim_bytes", "optim_bytes"),
-              ("activation_peak_bytes", "activation_forward_end"), ("buffer_bytes", "buffer_bytes"),
+              ("activation_peak_bytes", "activation_peak"), ("buffer_bytes", "buffer_bytes"),
               ("tracked_peak_bytes", "peak_bytes"))
 
 
@@ -25,16 +25,33 @@ def modeled_for_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> Peak
     cfg = _job_model_config(job)
     if cfg is None:
         raise ValueError(f"the job's model {job.get('model')!r} has no recorded dimensions and is not a preset")
-    shape = StepShape(micro_batch=int(job["micro_batch"]), seq_len=int(job["seq_len"]), dtype=job["dtype"])
+    shape = job_shape(job)
     device = "gpu" if on_gpu(doc) else "cpu"
     fair, overlap_comm = settings_of_run(doc.get("settings"))
     return predict_peak(job["strategy"], cfg, int(job["world_size"]), shape, states="implementation",
-                        overhead_fraction=overhead_fraction, device=device, fair=fair, overlap_comm=overlap_comm)
+                        optimizer=job_optimizer(job), overhead_fraction=overhead_fraction, device=device, fair=fair,
+                        overlap_comm=overlap_comm, shard_group=job_shard_group(job))
+
+
+def job_shape(job: dict[str, Any]) -> StepShape:
+    """The step shape a job ran: micro-batch, sequence length, dtype and its activation checkpointing (none before it was recorded)."""
+    return StepShape(micro_batch=int(job["micro_batch"]), seq_len=int(job["seq_len"]), dtype=job.get("dtype") or "float32",
+                     checkpointing=job.get("activation_checkpointing") or "none")
+
+
+def job_optimizer(job: dict[str, Any]) -> OptimizerAssumption:
+    """The optimizer-state variant a job ran (``adamw`` before the worker recorded it)."""
+    return OptimizerAssumption(name=job.get("optimizer") or "adamw")
+
+
+def job_shard_group(job: dict[str, Any]) -> int | None:
+    """HSDP's shard-group size as the job recorded it; None for every other strategy."""
+    return int(job["shard_size"]) if job.get("strategy") == "hsdp" and job.get("shard_size") else None
 
 
 def _modeled_value(terms: PeakTerms, name: str) -> int:
-    if name == "activation_forward_end":
-        return int(terms.assumptions["activations_at_forward_end"])
+    if name == "activation_peak":
+        return int(terms.assumptions["activation_peak"])
     return int(getattr(terms, name))
 
 
@@ -63,9 +80,24 @@ def compare_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> dict[str
             names = [n for n in terms.phases if n.split("_")[0] == out["measured_phase"]]
             parts = max((terms.phases[n] for n in names), key=lambda phase: sum(phase.values()))
             modeled = sum(v for k, v in parts.items() if k != "activations")
+            if parts.get("reduce_bucket"):
+                out["categories"]["buffers_beside_bucket_bytes"] = _beside_bucket(measured, modeled, parts["reduce_bucket"])
         out["categories"][measured_key] = {"measured": measured, "modeled": modeled,
                                            "ratio": measured / modeled if modeled else None}
     return out
+
+
+def _beside_bucket(measured: int, modeled: int, bucket: int) -> dict[str, Any]:
+    """ZeRO's buffers other than its whole reduce bucket: measured and modeled, each less the bucket the run allocated.
+
+    Why: DeepSpeed's bucket (2 GB in fp32 by default) dwarfs everything else a small model's
+    ZeRO run holds, so a 10% check of all buffers says nothing about the rest (gathered
+    parameters, full gradients, the logits' gradient). The bucket's size is the run's own
+    setting (``reduce_bucket_size``, :func:`shardscope.training.memory_peak.zero_reduce_bucket`).
+    """
+    rest_measured, rest_modeled = measured - bucket, modeled - bucket
+    return {"measured": rest_measured, "modeled": rest_modeled, "bucket": bucket,
+            "ratio": rest_measured / rest_modeled if rest_modeled > 0 else None}
 
 
 #: The two models of the model states the whole peak is built on, as figure 3 names them.
@@ -106,13 +138,13 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     measured runs (:func:`shardscope.training.memory_peak.calibrate_overhead`), not stored as a guess.
     """
     from shardscope.training.memory_model import predict_memory
-    from shardscope.training.modeled import implementation_memory
 
     job = doc.get("job") or {}
     cfg = _job_model_config(job)
     try:
         strategy, gpus, dtype = job["strategy"], int(job["world_size"]), job.get("dtype") or "float32"
-        shape = StepShape(micro_batch=int(job["micro_batch"]), seq_len=int(job["seq_len"]), dtype=dtype)
+        shape = job_shape(dict(job, dtype=dtype))
+        optimizer, shard_group = job_optimizer(job), job_shard_group(job)
     except (KeyError, TypeError, ValueError):
         return []
     if cfg is None or gpus < 1:
@@ -122,8 +154,10 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for name in MEMORY_MODELS:
         try:
-            states = (predict_memory if name == "ZeRO paper" else implementation_memory)(cfg.param_count(), strategy, gpus, dtype)
-            terms = predict_peak(strategy, cfg, gpus, shape, held=states, device=device, fair=fair, overlap_comm=overlap_comm)
+            # the implementation's states come from model_states (the run's optimizer variant, HSDP's shard group)
+            states = predict_memory(cfg.param_count(), strategy, gpus, dtype) if name == "ZeRO paper" else None
+            terms = predict_peak(strategy, cfg, gpus, shape, held=states, optimizer=optimizer, device=device, fair=fair,
+                                 overlap_comm=overlap_comm, shard_group=shard_group)
         except ValueError:
             continue
         rows.append({"run_id": run_id, "memory_model": name, "strategy": strategy, "model": job.get("model"),

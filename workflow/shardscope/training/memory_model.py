@@ -127,13 +127,18 @@ def predict_memory(n_params: int, strategy: str, gpus: int, dtype: str = "bfloat
 
 def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: str = "bfloat16", master_weights: bool = True,
                  per_param: BytesPerParam | None = None, gpu_memory_gb: float = 80.0,
-                 deepspeed_estimates: bool = False) -> list[dict[str, Any]]:
+                 deepspeed_estimates: bool = False, shard_group: int | None = None) -> list[dict[str, Any]]:
     """Predictions for one strategy or ``all``, for a model preset or dimensions, with whether each fits.
 
     Each row carries its assumptions (``bytes_per_param``), the GPU size it was checked against
     and ``fits`` (model states only: activations and buffers come on top). With
     ``deepspeed_estimates`` the ZeRO-2/3 rows also carry DeepSpeed's own estimator's number.
+    The ``hsdp`` row shards over its ``shard_group`` GPUs (all ``gpus`` when None; a divisor of
+    them) and replicates across the groups; it says so in ``shard_group``.
     """
+    from shardscope.training.memory_peak import hsdp_shard_group
+
+    group = hsdp_shard_group(gpus, shard_group)
     if strategy != "all" and strategy not in SHARDED:
         raise ValueError(f"unknown strategy {strategy!r}; expected 'all' or one of {', '.join(STRATEGIES)}")
     if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, (int, float)) or not gpu_memory_gb > 0 \
@@ -144,7 +149,10 @@ def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: s
     capacity = int(gpu_memory_gb * 1e9)
     rows = []
     for s in STRATEGIES if strategy == "all" else (strategy,):
-        row = dict(predict_memory(cfg.param_count(), s, gpus, dtype, per_param=per_param), model=name)
+        row = dict(predict_memory(cfg.param_count(), s, group if s == "hsdp" else gpus, dtype, per_param=per_param),
+                   model=name, gpus=gpus)
+        if s == "hsdp":
+            row["shard_group"] = group
         row.update(bytes_per_param=per_param.to_dict(), gpu_memory_bytes=capacity, fits=row["total_bytes"] <= capacity)
         if deepspeed_estimates:
             from shardscope.training.deepspeed_estimate import deepspeed_estimate

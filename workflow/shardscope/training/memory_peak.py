@@ -24,7 +24,8 @@ activations (saved for backward, alive when forward returns)
     listing the tensors and confirmed exactly with the tensor tracker at world size 1.
     Eager attention adds the ``T·a·s`` probabilities per block (and k, v repeated to all heads
     under GQA); SDPA/flash keeps none. Full checkpointing keeps each block's input and one
-    block's activations while that block is recomputed in backward.
+    block's activations while that block is recomputed in backward (:func:`activation_bytes`);
+    The blocks' backward also holds a few gradients (:func:`block_backward_temporaries`).
 buffers (temporary, by phase)
     forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's gathered flat
     buffer and its unsharded embedding/head copies; ``fsdp_grad_op`` keeps every unit unsharded
@@ -70,7 +71,7 @@ from shardscope.training.fairness import FairSettings, deepspeed_bucket_elements
 MODELED_STRATEGIES = tuple(dict.fromkeys((*STRATEGIES, "hsdp")))
 ATTENTION_KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
-OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_8bit")
+OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_bf16_states", "adamw_8bit")
 OFFLOAD = ("none", "cpu")
 #: DeepSpeed's default ``stage3_max_reuse_distance``: a gathered parameter reused within this many
 #: elements is not released, so a model smaller than it stays gathered from forward to backward.
@@ -162,18 +163,51 @@ def residual_bytes(shape: StepShape, cfg: ModelConfig, policy: str) -> int:
     return shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
 
 
+#: Under full checkpointing, block inputs beside one recomputed block, beyond ``per_block``, in units of one
+#: block input (measured with the tensor tracker at world size 1, both test shapes): fp32 -1 (the block
+#: input is one of ``per_block``'s tensors and also the saved checkpoint input), autocast 0, bf16 +1 (the
+#: mid-block residual, held by the recompute's frame though nothing saves it).
+RECOMPUTE_EXTRA_INPUTS = {"fp32": -1, "autocast": 0, "bf16": 1}
+
+
 def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
-    """Activations alive when forward returns: ``blocks`` and ``head`` parts and their ``total``."""
+    """Activations: ``total`` alive when forward returns, ``blocks`` inside the blocks' backward, ``peak`` the larger.
+
+    Without checkpointing every block keeps ``per_block`` until its backward. With ``full``
+    checkpointing forward keeps each block's input (and, under autocast, the bf16 weight copies
+    autocast caches until its region ends: ``2·W_block`` per block), and backward recomputes one
+    block at a time: every block input still alive plus one block's activations
+    (:data:`RECOMPUTE_EXTRA_INPUTS`).
+    """
     per_block = block_activation_bytes(cfg, shape, policy)
-    if shape.checkpointing == "full":
-        blocks = cfg.n_layers * residual_bytes(shape, cfg, policy) + per_block
-    else:
-        blocks = cfg.n_layers * per_block
     head = head_activation_bytes(cfg, shape, policy)
-    kept = residual_bytes(shape, cfg, policy) if shape.checkpointing == "full" else per_block
-    recomputed = per_block if shape.checkpointing == "full" else 0
-    return {"blocks": blocks, "head": head, "total": blocks + head, "per_block": per_block,
-            "kept_per_block": kept, "recomputed": recomputed}
+    layers = cfg.n_layers
+    if shape.checkpointing == "full":
+        kept = residual_bytes(shape, cfg, policy)
+        cache = 2 * block_weights(cfg) if policy == "autocast" else 0
+        recomputed = per_block + RECOMPUTE_EXTRA_INPUTS[policy] * kept
+        forward_end, blocks = layers * (kept + cache) + head, layers * kept + recomputed
+        head_backward = layers * kept + head  # autocast's cache is gone once forward's autocast region ends
+    else:
+        kept, recomputed = per_block, 0
+        blocks = layers * per_block
+        forward_end = blocks + head
+        head_backward = forward_end
+    return {"blocks": blocks, "head": head, "total": forward_end, "head_backward": head_backward,
+            "peak": max(forward_end, blocks), "per_block": per_block, "kept_per_block": kept, "recomputed": recomputed}
+
+
+def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
+    """Gradients alive inside one block's backward: of the MLP's hidden product (``T·f``) and of the block's output (``T·h``).
+
+    Measured on the tiny model at 2 x 64 tokens in fp32, 2 ranks: FSDP's buffers in the blocks'
+    backward exceed its unsharded root and blocks by 327,172 B, with or without checkpointing
+    (this term: 327,680 B); under full checkpointing, where the blocks' backward is the peak, the
+    single-process peak is the largest activations plus this term within 0.05%.
+    """
+    e_mlp = 4 if policy == "fp32" else 2  # autocast's matmul outputs are bf16
+    e_residual = 2 if policy == "bf16" else 4
+    return shape.tokens * (cfg.d_ff * e_mlp + cfg.d_model * e_residual)
 
 
 def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
@@ -208,7 +242,9 @@ class OptimizerAssumption:
     """What the optimizer keeps per parameter, and where."""
 
     name: str = "adamw"
-    """``adamw`` (fp32 moments), ``adamw_bf16`` (bf16 moments), ``adamw_8bit`` (bitsandbytes-style 8-bit moments)."""
+    """``adamw`` (fp32 moments), ``adamw_bf16`` (bf16 moments), ``adamw_bf16_states`` (bf16 moments *and* bf16
+    master weights: DeepSpeed's ``bf16_master_weights_and_grads`` + ``bf16_optimizer_states``, ZeRO-1/2/3 in bf16;
+    the one variant besides ``adamw`` the worker runs), ``adamw_8bit`` (bitsandbytes-style 8-bit moments)."""
     offload: str = "none"
     """``cpu``: moments and master weights live in host memory (ZeRO-Offload); the GPU keeps none."""
 
@@ -221,7 +257,12 @@ class OptimizerAssumption:
     @property
     def moment_bytes(self) -> float:
         """Bytes per parameter of Adam's two moments: 8 (fp32), 4 (bf16), 2 + ~0.03 (8-bit, one fp32 scale per 2048-block)."""
-        return {"adamw": 8.0, "adamw_bf16": 4.0, "adamw_8bit": 2.0 + 2 * 4 / 2048}[self.name]
+        return {"adamw": 8.0, "adamw_bf16": 4.0, "adamw_bf16_states": 4.0, "adamw_8bit": 2.0 + 2 * 4 / 2048}[self.name]
+
+    @property
+    def master_bytes(self) -> float:
+        """Bytes per parameter of the master weights where a bf16 run keeps them: 4 (fp32), 2 under ``adamw_bf16_states``."""
+        return 2.0 if self.name == "adamw_bf16_states" else 4.0
 
 
 def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, device: str) -> int:
@@ -282,21 +323,31 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     return {"forward": forward, "backward": head, "backward_blocks": blocks}
 
 
-def zero1_backward(cfg: ModelConfig, acts: dict[str, int], bucket: int, e_grad: int, bucket_elements: int) -> dict[str, int]:
+def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], bucket: int, e_grad: int,
+                   bucket_elements: int) -> dict[str, int]:
     """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
 
     Stage 1 keeps every full gradient until the end of backward (it partitions only the
-    optimizer state), so after the head and ``k + 1`` blocks the gradients of those are alive
-    beside the activations of the ``L - k`` blocks not yet freed (a block's gradients exist
-    before its activations go); at the end, all gradients and no activations.
+    optimizer state). The moment is inside block ``L - 1 - k``'s MLP backward: the head's and
+    ``k`` blocks' gradients, the MLP's three weight gradients, and the gradient flowing into the
+    block (``T·h``) alive beside the activations of the ``L - k`` blocks not yet done, less the
+    MLP's hidden product (``T·f``), freed once ``down``'s backward has run (measured exactly on
+    the tiny model, 2 ranks: 1,376,780 B of buffers beside the bucket, modeled 1,376,768); at the
+    end, all gradients and no activations.
     """
+    e_act = 4 if policy == "fp32" else 2
     head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
+    mlp_grads = 3 * cfg.d_model * cfg.d_ff * e_grad
+    mlp_hidden = shape.tokens * cfg.d_ff * e_act
+    flowing = shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
     cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up
+
     def grads(nbytes: int) -> int:
         return min(nbytes, cap) if cap is not None else nbytes
-    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + (k + 1) * block_grads),
-                   "activations": (cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"]}
+    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + k * block_grads + mlp_grads),
+                   "output_grad": flowing,
+                   "activations": max((cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"] - mlp_hidden, 0)}
                   for k in range(cfg.n_layers)]
     candidates.append({"reduce_bucket": bucket, "full_grads_so_far": grads(cfg.param_count() * e_grad), "activations": 0})
     return max(candidates, key=lambda parts: sum(parts.values()))
@@ -352,8 +403,11 @@ def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states:
     else:
         raise ValueError(f"model states must be 'paper' or 'implementation', got {states!r}")
     optim = held["optim_bytes"]
+    share = n / (gpus if _optim_sharded(strategy) else 1)
     if optimizer.name != "adamw":  # replace the two fp32 moments (8 B/param) by the assumption's
-        optim -= (8 - optimizer.moment_bytes) * n / (gpus if _optim_sharded(strategy) else 1)
+        optim -= (8 - optimizer.moment_bytes) * share
+    if _keeps_master(strategy, dtype, states):  # a separate fp32 master copy, now in the assumption's bytes
+        optim -= (4 - optimizer.master_bytes) * share
     if optimizer.offload == "cpu":
         optim = 0
     return {"param_bytes": int(held["param_bytes"]), "grad_bytes": int(held["grad_bytes"]), "optim_bytes": max(int(optim), 0)}
@@ -361,6 +415,13 @@ def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states:
 
 def _optim_sharded(strategy: str) -> bool:
     return strategy not in ("ddp", "zero0")
+
+
+def _keeps_master(strategy: str, dtype: str, states: str) -> bool:
+    """Whether the optimizer holds a master copy apart from the parameters (DeepSpeed always; the paper in bf16)."""
+    if states == "paper":
+        return dtype == "bfloat16"
+    return strategy.startswith("zero")
 
 
 def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, states: str = "implementation",
@@ -399,16 +460,20 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
     step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
     log_softmax = shape.tokens * cfg.vocab_size * 4
+    # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
+    head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
     phases = {
         "forward": {**buffers["forward"], "activations": acts["total"]},
-        "backward": {**buffers["backward"], "activations": acts["total"] - log_softmax},
-        "backward_blocks": {**buffers["backward_blocks"], "activations": acts["blocks"]},
+        "backward": {**buffers["backward"], "head_input_grad": head_input,
+                     "activations": acts["head_backward"] - log_softmax - head_input},
+        "backward_blocks": {**buffers["backward_blocks"], **_nonzero(block_grads=block_backward_temporaries(cfg, shape, policy)),
+                            "activations": acts["blocks"]},
         "step": {"optimizer_temporaries": step_temp, "activations": 0},
     }
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     bucket_elements = reduce_bucket_elements(shape.dtype, fair)
     if strategy == "zero1":
-        phases["backward_blocks"] = zero1_backward(cfg, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
+        phases["backward_blocks"] = zero1_backward(cfg, shape, policy, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
                                                    bucket_elements)
     whole_bucket = bucket_elements >= cfg.param_count()
     if strategy in ("zero2", "zero3") and whole_bucket:  # one bucket holds every gradient: reduced only at the end
@@ -423,7 +488,11 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                      assumptions={"policy": policy, "states": states, "device": device, **asdict(shape), "gpus": gpus,
                                   "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
                                   "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
-                                  "activations_at_forward_end": acts["total"]}, **held)
+                                  "activations_at_forward_end": acts["total"], "activation_peak": acts["peak"]}, **held)
+
+
+def _nonzero(**terms: int) -> dict[str, int]:
+    return {name: value for name, value in terms.items() if value}
 
 
 def hsdp_shard_group(gpus: int, shard_group: int | None) -> int:

@@ -28,6 +28,11 @@ def _estimate_cell(estimate: dict[str, Any] | None, unit: str, scale: float) -> 
     return f"{estimate['gpu_bytes'] / scale:.2f} {unit} ({estimate['function']}, {estimate['options']})"
 
 
+def _label(row: dict[str, Any]) -> str:
+    """The strategy as printed: HSDP with its shard-group size (``hsdp g=4``: sharded over 4, replicated across the rest)."""
+    return f"{row['strategy']} g={row['shard_group']}" if row.get("shard_group") else row["strategy"]
+
+
 def format_memory_table(rows: list[dict[str, Any]]) -> str:
     """Header lines stating the assumptions, then one line per strategy with a fits yes/no column.
 
@@ -46,7 +51,7 @@ def format_memory_table(rows: list[dict[str, Any]]) -> str:
     ]
     for row in rows:
         cells = "  ".join(f"{row[k] / scale:8.2f} {unit}" for k in ("param_bytes", "grad_bytes", "optim_bytes", "total_bytes"))
-        lines.append(f"{row['strategy']:>13}  {cells}  {'yes' if row['fits'] else 'no':>4}  "
+        lines.append(f"{_label(row):>13}  {cells}  {'yes' if row['fits'] else 'no':>4}  "
                      f"{_estimate_cell(row.get('deepspeed_estimate'), unit, scale)}")
     return "\n".join(lines) + "\n"
 
@@ -75,12 +80,12 @@ def format_peak_table(rows: list[dict[str, Any]]) -> str:
         peak = row["peak"]
         cells = "  ".join(f"{peak[k] / scale:8.2f} {unit}" for k in
                           ("state_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes", "peak_bytes"))
-        lines.append(f"peak {row['strategy']:>13}  {cells}  {peak['peak_phase']:>8}  {'yes' if row['peak_fits'] else 'no':>4}  "
+        lines.append(f"peak {_label(row):>13}  {cells}  {peak['peak_phase']:>8}  {'yes' if row['peak_fits'] else 'no':>4}  "
                      f"{row['largest_micro_batch']}")
     lines.append("terms per phase (peak phase first):")
     for row in rows:
         phases = row["peak"]["phases"]
         order = [row["peak"]["peak_phase"]] + [p for p in phases if p != row["peak"]["peak_phase"]]
         parts = "; ".join(f"{name}: " + ", ".join(f"{k} {v / scale:.2f}" for k, v in phases[name].items() if v) for name in order)
-        lines.append(f"  phases of {row['strategy']}: {parts} ({unit})")
+        lines.append(f"  phases of {_label(row)}: {parts} ({unit})")
     return "\n".join(lines) + "\n"

@@ -14,7 +14,9 @@ After the step every storage it saw is put in one category:
     :mod:`held_bytes`, not here.
 ``activations``
     created during forward, alive when forward returned, and not backing a module parameter
-    then: what autograd saved for backward (and the loss).
+    then: what autograd saved for backward (and the loss); under activation checkpointing also
+    what backward creates while it recomputes a block (:func:`shardscope.training.checkpointing.in_recompute`):
+    the block's activations, made late.
 ``buffers``
     everything else: gathered parameters (FSDP, ZeRO-3; a storage resized to or from 0 in place
     is one, even where autograd saved a view of it), communication buckets, gradients of
@@ -70,12 +72,13 @@ def _data_ptr(storage: torch.UntypedStorage) -> int:
 
 
 class _Storage:
-    __slots__ = ("ref", "phase", "born", "died", "sizes", "ptr", "state")
+    __slots__ = ("ref", "phase", "born", "died", "sizes", "ptr", "state", "recomputed")
 
-    def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, ptr: int) -> None:
+    def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, ptr: int, recomputed: bool = False) -> None:
         self.ref, self.phase, self.born, self.died, self.ptr = ref, phase, born, None, ptr
         self.sizes: list[tuple[int, int]] = [(born, nbytes)]
         self.state = False
+        self.recomputed = recomputed
 
 
 class TensorMemoryTracker(TorchDispatchMode):
@@ -126,7 +129,10 @@ class TensorMemoryTracker(TorchDispatchMode):
             ptr = storage.data_ptr()
         except RuntimeError:  # a wrapper subclass's (DTensor's) placeholder storage holds no memory
             return
-        record = _Storage(weakref.ref(storage, self._dead_callback(key)), self._phase, self._op, storage.nbytes(), ptr)
+        from shardscope.training.checkpointing import in_recompute
+
+        record = _Storage(weakref.ref(storage, self._dead_callback(key)), self._phase, self._op, storage.nbytes(), ptr,
+                          recomputed=self._phase == "backward" and in_recompute())
         # A storage first seen after backward but held as state (an optimizer moment updated in
         # place in the step) is state, not a step temporary.
         record.state = bool(ptr) and ptr in self._state_ptrs
@@ -205,6 +211,8 @@ class TensorMemoryTracker(TorchDispatchMode):
             return "state"
         if any(nbytes == 0 for _, nbytes in record.sizes):
             return "buffers"  # resized in place: an unsharded parameter that FSDP frees and re-gathers
+        if record.recomputed and record.ptr not in self._param_ptrs_at_forward_end:
+            return "activations"  # a checkpointed block's activations, recomputed in backward
         alive_at_forward_end = record.phase == "forward" and id(record) in self._forward_end_records
         if alive_at_forward_end and record.ptr not in self._param_ptrs_at_forward_end:
             return "activations"
@@ -219,7 +227,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         return name
 
 
-def _decoder(module: torch.nn.Module) -> torch.nn.Module:
+def decoder_of(module: torch.nn.Module) -> torch.nn.Module:
     """The :class:`GPT` inside whatever wraps it (DDP's ``module``, DeepSpeed's engine, FSDP2 in place)."""
     for sub in module.modules():
         if hasattr(sub, "blocks") and hasattr(sub, "head"):
@@ -244,7 +252,7 @@ def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]
     from shardscope.training.held_bytes import held_bytes_and_ptrs
 
     tracker = TensorMemoryTracker()
-    decoder = _decoder(prepared.model)
+    decoder = decoder_of(prepared.model)
 
     def forward_done(*_: Any) -> None:
         tracker.mark_forward_end(param_ptrs(decoder))

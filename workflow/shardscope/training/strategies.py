@@ -40,6 +40,8 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
+    states: str = "adamw"
+    """Optimizer-state variant (:mod:`shardscope.training.optimizer_states`): ``adamw`` or ``adamw_bf16_states``."""
 
 
 @dataclass
@@ -221,6 +223,8 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
     "equal"``, DDP's 25 MiB (:mod:`shardscope.training.fairness`); gradients are reduced in
     ``communication_data_type``. Every parameter is partitioned under ZeRO-3 (persistence 0).
     """
+    from shardscope.training.optimizer_states import deepspeed_bf16_settings
+
     fair = fair or FairSettings()
     reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
     zero: dict[str, Any] = {"stage": stage, "contiguous_gradients": True, "stage3_param_persistence_threshold": 0}
@@ -243,7 +247,7 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
                 "torch_adam": True,
             },
         },
-        "bf16": {"enabled": dtype == torch.bfloat16},
+        "bf16": {"enabled": dtype == torch.bfloat16, **deepspeed_bf16_settings(optim.states)},
         "communication_data_type": {"float32": "fp32", "bfloat16": "bf16"}[reduce_dtype],
         "zero_optimization": zero,
     }

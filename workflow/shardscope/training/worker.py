@@ -45,7 +45,9 @@ from shardscope.training.modeled import modeled_block
 from shardscope.training.model import parse_model_spec, synthetic_batch
 from shardscope.training.peak_flops import peak_flops
 from shardscope.contracts.repeats import summarize_repeats
-from shardscope.training.strategies import STRATEGIES, Prepared, prepare
+from shardscope.training.strategies import STRATEGIES, OptimConfig, Prepared, prepare
+from shardscope.training.checkpointing import MODES, apply_checkpointing
+from shardscope.training.optimizer_states import WORKER_OPTIMIZERS
 
 SCHEMA = "shardscope.training/1"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -73,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="hsdp: ranks of one shard group (consecutive ranks; default: the ranks of one node)")
     p.add_argument("--transport", choices=TRANSPORTS, default="default",
                    help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
+    p.add_argument("--activation-checkpointing", choices=MODES, default="none", help="full: every block recomputed in backward")
+    p.add_argument("--optimizer", choices=WORKER_OPTIMIZERS, default="adamw", help="optimizer-state variant (optimizer_states)")
     p.add_argument("--job-id", default=None)
     p.add_argument("--cpu", action="store_true", help="force gloo on CPU even where CUDA exists")
     p.add_argument("--out", required=True)
@@ -83,7 +87,8 @@ def job_from_args(args: argparse.Namespace, world_size: int) -> TrainJob:
     """The validated job of these flags (the launcher ran the same checks before torchrun)."""
     return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=world_size, micro_batch=args.micro_batch,
                     seq_len=args.seq_len, warmup=args.warmup, steps=args.steps, dtype=args.dtype,
-                    memory_budget_bytes=args.memory_budget_bytes, seed=args.seed, repeats=args.repeats)
+                    memory_budget_bytes=args.memory_budget_bytes, seed=args.seed, repeats=args.repeats,
+                    activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer)
 
 
 def _timed(ctx: DistContext, fn: Any, *args: Any) -> tuple[Any, float]:
@@ -123,7 +128,9 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     dtype = DTYPES[args.dtype]
     fair = FairSettings(reduce_dtype=args.reduce_dtype, buckets=args.buckets)
     shard_size = args.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, seed=args.seed, fair=fair, shard_size=shard_size)
+    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, optim=OptimConfig(states=args.optimizer), seed=args.seed,
+                       fair=fair, shard_size=shard_size)
+    apply_checkpointing(prepared.model, args.activation_checkpointing)
     # HSDP holds (and, inside its group, moves) what FSDP over one shard group would; the models know FSDP
     modeled_as, modeled_ranks = ("fsdp", shard_size) if args.strategy == "hsdp" else (args.strategy, ctx.world_size)
     local_s, losses, held = [], [], None
@@ -192,6 +199,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "memory_budget_bytes": args.memory_budget_bytes,
             "seed": args.seed,
             "deepspeed_config": prepared.deepspeed_config,
+            "activation_checkpointing": args.activation_checkpointing,
+            "optimizer": args.optimizer,
         },
         "settings": settings,
         "env": dict(env, deepspeed=_deepspeed_version()),
