@@ -19,7 +19,18 @@ frameworks and confirmed by the measured bytes (``tests/training/test_comm_bytes
 
 * DeepSpeed ZeRO-1/2 (0.19) at its default ``use_multi_rank_bucket_allreduce: true``
   all-reduces every gradient bucket (2Ψ) and keeps its own partition, then all-gathers the
-  updated parameters (Ψ): 3Ψ, 1.5x the paper's 2Ψ.
+  updated parameters (Ψ): 3Ψ, 1.5x the paper's 2Ψ. Source, DeepSpeed 0.19.8,
+  ``deepspeed/runtime/zero/stage_1_and_2.py``: ``average_tensor`` files every gradient slice of
+  the bucket under the key ``("allreduce", group)`` when ``self.use_multi_rank_bucket_allreduce``
+  is set (``zero_optimization.use_multi_rank_bucket_allreduce``, default ``True`` in
+  ``deepspeed/runtime/zero/config.py``), and ``allreduce_and_scatter`` →
+  ``allreduce_and_copy_with_multiple_ranks`` → ``allreduce_bucket`` calls ``dist.all_reduce`` on
+  the whole flattened bucket (``rank=None``), copying back only this rank's slice; with the flag
+  off the slices go to ``allreduce_no_retain(..., rank=dst)``, one ``dist.reduce`` per partition
+  owner (Ψ in all, the paper's reduce-scatter). ``step`` then calls ``all_gather_dp_groups`` on the
+  16-bit (here fp32) parameter partitions (Ψ). So the extra 0.5x is the gradient all-reduce, not
+  the parameter all-gather (which the paper counts too) and not bucket accounting (the counter
+  sees each ``dist`` call once, nested calls not again: ``tests/training/test_comm_bytes.py``).
 * DeepSpeed ZeRO-3 keeps a gathered parameter whose next use is within
   ``stage3_max_reuse_distance`` (1e9 elements) of parameters fetched: a model of at most
   5e8 parameters is not gathered again in backward (2Ψ); above that it is not modeled
