@@ -8,9 +8,10 @@ the bytes each rank must send one way divided by R -- for 2 ranks and fp32 gradi
 parameters 4P bytes under DDP (one all-reduce) and 6P under FSDP (two parameter all-gathers
 and one gradient reduce-scatter, each half the model) -- and CPU contention on shared cores
 only adds time. So the capped step times prove the training traffic crossed the capped links.
-FSDP rather than DeepSpeed ZeRO-3 keeps the test short: importing DeepSpeed and building its
-CPU op costs each ZeRO-3 job tens of seconds on 2 shared cores; the pipeline's default
-emulated strategies (``emulated.strategies: [ddp, zero3]``) run ZeRO-3 over the same launcher.
+FSDP rather than DeepSpeed ZeRO-3 keeps the test short (importing DeepSpeed and building its
+CPU op costs each ZeRO-3 job tens of seconds on 2 shared cores), and it is the strategy that moves
+ZeRO-3's 3Ψ on a small model (DeepSpeed keeps the gathered parameters for backward there): the
+pipeline's default emulated strategies are the same two (``emulated.strategies: [ddp, fsdp]``).
 """
 
 from __future__ import annotations
