@@ -112,16 +112,14 @@ def test_loads_in_one_process_leave_nothing_behind_after_a_failure(tmp_path, sam
     assert sorted(p.name for p in db.parent.iterdir()) == sorted(["r.duckdb", "r.duckdb.lock", "good", "more", "again"])
 
 
-def _collect_in_child(db: str, paths: list[str]) -> None:
-    collect(db, paths)
-
-
 def test_two_writers_at_once_both_land(tmp_path):
     db = str(tmp_path / "r.duckdb")
     a = write_docs(tmp_path / "a", [training_doc(s, host="hostA") for s in ("ddp", "zero1", "zero3")])
     b = write_docs(tmp_path / "b", [training_doc(s, host="hostB") for s in ("ddp", "fsdp", "zero2")])
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_collect_in_child, args=(db, paths)) for paths in (a, b)]
+    # The package's own function as the target: a spawned child imports it from the installed
+    # package (a function of this test module would need the repository on the child's path).
+    procs = [ctx.Process(target=collect, args=(db, paths)) for paths in (a, b)]
     for p in procs:
         p.start()
     for p in procs:

@@ -23,6 +23,15 @@ def test_cache_follows_the_variable_and_cpu_sets_the_accelerator(monkeypatch, tm
     assert "DS_ACCELERATOR" not in launch.ops_env(cpu=False)
 
 
+def test_jobs_find_this_environments_ninja_first(monkeypatch):
+    """One ninja for every build of the op: another one on PATH first would rebuild it in every job."""
+    bin_dir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", f"/usr/bin:{bin_dir}:/bin")
+    assert launch.ops_env(cpu=True)["PATH"].split(":") == [bin_dir, "/usr/bin", "/bin"]
+    monkeypatch.setenv("PATH", "")
+    assert launch.ops_env(cpu=False)["PATH"] == bin_dir
+
+
 def test_built_op_skips_the_prebuild(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: calls.append(a))

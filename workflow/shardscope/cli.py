@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from shardscope.buildenv import environment_first_on_path, extensions_dir
 from shardscope.errors import UserError
 
 #: The most GPUs a command accepts: a larger count is a typo, and the models' numbers stop meaning anything.
@@ -83,9 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``shardscope`` console script."""
-    # One C++ op cache per environment (shardscope.training.launch.extensions_dir), inherited by
-    # every torchrun rank this command starts; torch's default ~/.cache is shared by environments.
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+    # One C++ op cache and one ninja per environment (shardscope.buildenv), inherited by every
+    # torchrun rank this command starts; torch's default ~/.cache is shared by environments.
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(extensions_dir())
+    os.environ["PATH"] = environment_first_on_path(os.environ.get("PATH", ""))
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version, a usage error: its status, as from a command

@@ -42,8 +42,12 @@ def format_gbps(value: float) -> str:
 
 
 def format_params(n: float) -> str:
-    """A parameter count in millions or billions (``7.24e9`` -> ``7.24 B``)."""
-    return f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M"
+    """A parameter count in millions or billions (``7.24e9`` -> ``7.24 B``), rounded before the unit is chosen.
+
+    ``999.9e6`` reads ``1 B``, not ``1e+03 M`` (three significant digits round it up to a thousand).
+    """
+    millions = float(f"{n / 1e6:.3g}")
+    return f"{n / 1e9:.3g} B" if millions >= 1000 else f"{millions:.3g} M"
 
 
 def memory_unit(max_bytes: float) -> tuple[str, float]:

@@ -14,16 +14,18 @@ from typing import Any
 from shardscope.plan.jobs import planned_jobs
 
 #: Seconds one job of each kind took on this machine kind (2 CPU cores, gloo, config/config.yaml's
-#: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` on 2026-12-01 with other work on the
-#: machine (load average about 9; the run took 673 s): means per kind of that run. Constants measured,
-#: not modeled; they are used only for plans on CPU (device ``cpu``). An idle machine is faster.
+#: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` on 2026-12-01 on a machine with
+#: nothing else running (load average below 1 at the start): the mean per kind of two runs (284 s and
+#: 243 s wall), leaving out the one ZeRO job that built DeepSpeed's C++ op (85 s; built once per
+#: environment, then reused). A peer (nccl-tests) job is taken to cost a collective job. Constants
+#: measured, not modeled; used only for plans on CPU (device ``cpu``).
 CPU_JOB_SECONDS: dict[str, float] = {
-    "collective": 43.0, "train:ddp": 45.0, "train:zero": 62.0, "train:fsdp": 68.0, "peer": 43.0,
+    "collective": 12.0, "train:ddp": 17.0, "train:zero": 20.0, "train:fsdp": 20.0, "peer": 12.0,
 }
 #: The stages every run has besides the planned jobs (topology, plan, reference runs, predictions,
-#: doctor, verdicts, collect, figures, paper), together, in the same run.
-CPU_FIXED_SECONDS = 118.0
-CPU_BASIS = ("per-job-kind seconds measured on a loaded 2-core CPU node by benchmarks/pipeline_time.py, "
+#: doctor, verdicts, collect, figures, paper): the wall time the planned jobs leave, same two runs.
+CPU_FIXED_SECONDS = 55.0
+CPU_BASIS = ("per-job-kind seconds measured on an idle 2-core CPU node by benchmarks/pipeline_time.py, "
              "not modeled")
 
 
