@@ -33,6 +33,17 @@ def test_paper_volumes_per_strategy() -> None:
     assert volume_bytes("all_reduce", 10) == 20 and volume_bytes("all_gather", 10) == 10
 
 
+def test_volumes_per_accumulated_step() -> None:
+    """DDP's no_sync reduces once per optimizer step; FSDP moves both terms after every micro-batch; ZeRO-2 its gradients."""
+    assert comm_block("ddp", 100, "float32", None, None, grad_accum=4)["modeled"]["volume_bytes"] == 2 * 100 * 4
+    fsdp = comm_block("fsdp", 100, "float32", "float32", None, grad_accum=4)["modeled"]
+    assert fsdp["volume_bytes"] == 4 * 3 * 100 * 4 and fsdp["grad_accum"] == 4 and "moved after each" in fsdp["formula"]
+    zero2 = comm_block("zero2", 100, "float32", "float32", None, grad_accum=3)
+    assert zero2["modeled"]["volume_bytes"] == (3 * 1 + 1) * 100 * 4  # reduce-scatter per micro-batch, one all-gather
+    assert zero2["implementation"]["volume_bytes"] == (3 * 2 + 1) * 100 * 4
+    assert comm_block("zero1", 100, "float32", "float32", None, grad_accum=1) == comm_block("zero1", 100, "float32", "float32", None)
+
+
 def test_comm_block_ratios_and_unmeasured() -> None:
     rows = [{"op": "all_reduce", "dtype": "float32", "calls": 1, "size_bytes": 400, "volume_bytes": 800}]
     block = comm_block("ddp", 100, "float32", None, rows)
