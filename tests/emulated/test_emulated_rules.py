@@ -18,9 +18,9 @@ import pytest
 from shardscope.emulated import netns
 
 REPO = Path(__file__).resolve().parents[2]
-#: all_reduce over fast, pcie_like and nvl_groups' 3 placements (5), and training (config training.conditions):
-#: pcie's 3 strategies over fast and pcie_like (6), one_island's and cross_island's 2 over in_group and across_groups (4).
-JOBS = 15
+#: all_reduce over fast, pcie_like and nvl_groups' 3 placements (5), and training (config emulated.strategies):
+#: ddp and fsdp over fast, pcie_like, in_group and across_groups (8).
+JOBS = 13
 
 
 def snakemake(tmp_path: Path, *args: str, prefix: list[str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -82,7 +82,7 @@ def test_enabled_plans_every_preset_placement_and_job(tmp_path: Path) -> None:
     outputs = planned(proc)
     assert len(outputs) == JOBS
     assert f"{tmp_path}/res/emulated/nvl_groups/collectives/across_groups/all_reduce.json" in outputs
-    assert f"{tmp_path}/res/training/zero3-tiny-ws2-all-pcie_like.json" in outputs
+    assert f"{tmp_path}/res/training/fsdp-tiny-ws2-all-pcie_like.json" in outputs
 
 
 def test_without_root_the_stage_is_skipped_with_one_sentence(tmp_path: Path) -> None:

@@ -125,7 +125,7 @@ def test_default_jobs_keep_their_ids_and_spec_files(config: dict[str, Any], tmp_
     without["training"]["memory_bound"] = None
     before = make_plan(topology, without, NO_PEER)
     assert [j["job_id"] for j in before["training"]] == [f"{s}-gpt2-small-ws8-all" for s in config["training"]["strategies"]]
-    names = {f.name for f in dataclasses.fields(TrainingJob)} - {"transport", "shard_size", "emulated"}
+    names = {f.name for f in dataclasses.fields(TrainingJob)} - {"transport", "shard_size", "emulated", "grad_accum"}
     assert all(set(j) == names | {"kind"} for j in before["training"])  # the spec form the pipeline had before conditions
     write_job_files(before, tmp_path)
     after = make_plan(topology, config, NO_PEER)
@@ -144,10 +144,17 @@ def test_cpu_conditions_come_from_the_emulated_presets(config: dict[str, Any]) -
                               ("nvl_groups", "one_island"), ("nvl_groups", "cross_island")}
     assert by_preset[("fast", "default")]["strategies"] == by_preset[("pcie_like", "pcie")]["strategies"]
     inside = jobs_of(plan, by_preset[("nvl_groups", "one_island")])
-    assert [j["job_id"] for j in inside] == ["ddp-tiny-ws2-in_group-nvl_groups", "zero3-tiny-ws2-in_group-nvl_groups"]
+    assert [j["job_id"] for j in inside] == ["ddp-tiny-ws2-in_group-nvl_groups", "fsdp-tiny-ws2-in_group-nvl_groups"]
+    assert sum("emulated" in j for j in plan["training"]) == 8  # emulated.strategies [ddp, fsdp] over 4 (preset, placement)s
     spec = job_from_dict(inside[0])
     assert spec.emulated is not None and spec.emulated["definition"]["placements"]["in_group"] == ["h0", "h1"]
     assert spec.placement == "in_group@nvl_groups" and spec.world_size == 2
+    fallback = copy.deepcopy(on)
+    fallback["emulated"]["strategies"] = None  # null: the strategies of training.conditions
+    by_condition = {(c.get("emulated_preset"), c["condition"]): c["strategies"]
+                    for c in make_plan(topology, fallback, NO_PEER)["training_conditions"] if c["planned"]}
+    assert by_condition[("fast", "default")] == by_condition[("pcie_like", "pcie")] == config["training"]["conditions"]["pcie"]
+    assert by_condition[("nvl_groups", "one_island")] == config["training"]["conditions"]["one_island"]
     no_root = MachineProbe(which=lambda name: None, emulated_problem=lambda delay, prefix: "emulated fabrics need root")
     plan = make_plan(topology, on, no_root)
     assert set(planned(plan)) == {"default"} and not any("emulated" in j for j in plan["training"])

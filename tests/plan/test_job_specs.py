@@ -112,7 +112,7 @@ def test_emulated_jobs_are_planned_where_they_can_run_and_skipped_with_a_reason(
     assert len({j["job_id"] for j in jobs}) == len(jobs)
     emulated = [job_from_dict(j) for j in plan["training"] if "emulated" in j]  # training over a fabric: typed specs
     assert {(j.emulated["preset"], j.emulated["placement"], j.strategy) for j in emulated} >= {
-        ("fast", "all", "ddp"), ("pcie_like", "all", "zero3"), ("nvl_groups", "in_group", "zero3"), ("nvl_groups", "across_groups", "ddp")}
+        ("fast", "all", "ddp"), ("pcie_like", "all", "fsdp"), ("nvl_groups", "in_group", "fsdp"), ("nvl_groups", "across_groups", "ddp")}
     no_root = MachineProbe(which=BARE.which, emulated_problem=lambda delay, prefix: "this process is not root")
     plan = make_plan(cpu_topology, on, no_root)
     assert plan["emulated"] == [] and {"stage": "emulated", "reason": "emulated fabrics skipped: this process is not root"} in plan["skipped"]

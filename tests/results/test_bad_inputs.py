@@ -120,7 +120,7 @@ DOCUMENT_CASES: list[tuple[str, Callable[[], dict[str, Any]], str]] = [
     ("ok run without measurements", _train(lambda doc: doc.__setitem__("summary", {})),
      "{path}: table training_runs, row 0, column (row check): failed a run with outcome ok must have a step time"),
     ("throughput inconsistent", _train(lambda doc: doc["summary"].__setitem__("tokens_per_s", 1.0)),
-     "{path}: table training_runs, row 0, column (row check): failed tokens_per_s must equal micro_batch * seq_len * world_size / median_step_time_s"),
+     "{path}: table training_runs, row 0, column (row check): failed tokens_per_s must equal micro_batch * grad_accum * seq_len * world_size / median_step_time_s"),
     ("negative step time", _train(lambda doc: doc["steps"][1].__setitem__("step_time_s", -0.5)),
      "{path}: table training_steps, row 1, column step_time_s: failed greater_than(0) (value -0.5)"),
     ("duplicated step", _train(lambda doc: doc["steps"][2].__setitem__("step", 0)),

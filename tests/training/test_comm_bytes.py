@@ -33,6 +33,17 @@ def test_paper_volumes_per_strategy() -> None:
     assert volume_bytes("all_reduce", 10) == 20 and volume_bytes("all_gather", 10) == 10
 
 
+def test_volumes_per_accumulated_step() -> None:
+    """DDP's no_sync reduces once per optimizer step; FSDP moves both terms after every micro-batch; ZeRO-2 its gradients."""
+    assert comm_block("ddp", 100, "float32", None, None, grad_accum=4)["modeled"]["volume_bytes"] == 2 * 100 * 4
+    fsdp = comm_block("fsdp", 100, "float32", "float32", None, grad_accum=4)["modeled"]
+    assert fsdp["volume_bytes"] == 4 * 3 * 100 * 4 and fsdp["grad_accum"] == 4 and "moved after each" in fsdp["formula"]
+    zero2 = comm_block("zero2", 100, "float32", "float32", None, grad_accum=3)
+    assert zero2["modeled"]["volume_bytes"] == (3 * 1 + 1) * 100 * 4  # reduce-scatter per micro-batch, one all-gather
+    assert zero2["implementation"]["volume_bytes"] == (3 * 2 + 1) * 100 * 4
+    assert comm_block("zero1", 100, "float32", "float32", None, grad_accum=1) == comm_block("zero1", 100, "float32", "float32", None)
+
+
 def test_comm_block_ratios_and_unmeasured() -> None:
     rows = [{"op": "all_reduce", "dtype": "float32", "calls": 1, "size_bytes": 400, "volume_bytes": 800}]
     block = comm_block("ddp", 100, "float32", None, rows)
@@ -102,6 +113,8 @@ def _comm(runs: dict[str, dict[str, Any]], strategy: str) -> dict[str, Any]:
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_grad_op"])
 def test_measured_bytes_match_the_zero_paper(strategy_runs: dict[str, dict[str, Any]], strategy: str) -> None:
     comm = _comm(strategy_runs, strategy)
+    print(f"\n{strategy}: measured {comm['measured']['volume_bytes']} B, paper {comm['modeled']['volume_bytes']} B, "
+          f"ratio {comm['measured_over_modeled']:.4f}")
     assert comm["measured"]["volume_bytes"] > 0
     assert comm["measured_over_modeled"] == pytest.approx(1.0, rel=0.10), comm
     assert comm["modeled"]["psi_factor"] == {"ddp": 2, "fsdp": 3, "fsdp_grad_op": 2}[strategy]
@@ -109,6 +122,9 @@ def test_measured_bytes_match_the_zero_paper(strategy_runs: dict[str, dict[str, 
 
 def test_zero2_moves_its_implementations_volume(strategy_runs: dict[str, dict[str, Any]]) -> None:
     comm = _comm(strategy_runs, "zero2")
+    print(f"\nzero2: measured {comm['measured']['volume_bytes']} B, implementation {comm['implementation']['volume_bytes']} B "
+          f"(ratio {comm['measured_over_implementation']:.4f}), paper {comm['modeled']['volume_bytes']} B "
+          f"(ratio {comm['measured_over_modeled']:.4f}); per op {comm['measured']['per_op']}")
     assert comm["measured_over_implementation"] == pytest.approx(1.0, rel=0.10), comm
     assert comm["measured_over_modeled"] == pytest.approx(1.5, rel=0.10)  # gradient buckets all-reduced, not reduce-scattered
     ops = {r["op"] for r in comm["measured"]["per_op"]}

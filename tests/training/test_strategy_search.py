@@ -69,7 +69,8 @@ def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pyt
     def fake_run(spec: Any, out: str, log: str, where: str) -> int:  # the launcher's stand-in: fits up to 4
         ran.append(spec.micro_batch)
         Path(out).write_text(json.dumps({"outcome": "ok" if spec.micro_batch <= 4 else "over_budget",
-                                         "summary": {"peak_memory_bytes": 1000 * spec.micro_batch}, "error": None}))
+                                         "summary": {"peak_memory_bytes": 1000 * spec.micro_batch}, "error": None,
+                                         "ranks": [{"tracked_peak_bytes": 10 * spec.micro_batch + r} for r in (0, 1)]}))
         return 0
 
     monkeypatch.setattr("shardscope.jobs.run.run_training", fake_run)
@@ -79,6 +80,7 @@ def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pyt
     assert ran == [2, 4, 8, 6, 5] and summary["best_micro_batch"] == 4
     assert json.loads((tmp_path / "s.json").read_text())["trials"][-1] == {
         "micro_batch": 5, "outcome": "over_budget", "peak_memory_bytes": 5000, "tokens_per_s": None, "error": None,
+        "tracked_peak_bytes": 51,
         "result": str(trial_path(trials, "zero3-tiny-ws2-local", 5))}
     ran.clear()
     run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log", 8)

@@ -170,6 +170,8 @@ class TrainingJob(Ranks):
     """``default`` or ``pcie`` (NVLink switched off through ``env``); stored with the result."""
     shard_size: int | None = field(default=None, metadata=OMIT_DEFAULT)
     """``hsdp`` only: ranks of one shard group (consecutive ranks inside one island or node); None: every rank."""
+    grad_accum: int = field(default=1, metadata=OMIT_DEFAULT)
+    """Micro-batches per optimizer step (gradient accumulation to one global batch); 1 without accumulation."""
     emulated: dict[str, Any] | None = field(default=None, metadata=OMIT_DEFAULT)
     """On an emulated fabric: ``preset``, ``placement``, ``definition`` (the preset's links), ``prefix``,
     ``subnet``, ``timeout_s``; None on this machine's own fabric."""
@@ -189,7 +191,7 @@ class TrainingJob(Ranks):
         if self.repeats < 1:
             raise SpecError("repeats", f"is {self.repeats}; expected at least 1")
         _one_of("dtype", self.dtype, TRAINING_DTYPES)
-        for name in ("micro_batch", "seq_len", "warmup", "steps"):
+        for name in ("micro_batch", "seq_len", "warmup", "steps", "grad_accum"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"is {getattr(self, name)}; expected at least 1")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:

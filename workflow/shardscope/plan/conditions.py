@@ -19,8 +19,9 @@ other conditions to the strategies trained under them (a condition missing from 
 planned). A condition this node cannot offer is listed with the sentence why.
 
 On CPU the conditions come from the emulated fabric presets (config ``emulated``), each
-(preset, placement) standing for one of them (:data:`EMULATED_CONDITIONS`); without emulated
-fabrics CPU processes share one host, and only ``default`` is planned.
+(preset, placement) standing for one of them (:data:`EMULATED_CONDITIONS`), training the
+strategies of :func:`emulated_strategies`; without emulated fabrics CPU processes share one
+host, and only ``default`` is planned.
 """
 
 from __future__ import annotations
@@ -187,3 +188,14 @@ def emulated_condition(preset: str, placement: str) -> str | None:
     if known:
         return known
     return placement if placement in CONDITIONS[1:] else None
+
+
+def emulated_strategies(config: dict[str, Any], condition: str, wanted: dict[str, list[str]]) -> list[str]:
+    """The strategies trained over an emulated (preset, placement) standing for ``condition``: config
+    ``emulated.strategies`` when set (one short list for every preset: the CPU finding needs DDP and one
+    sharded strategy), else those ``training.conditions`` gives the condition (``fast``, standing for
+    ``default``, trains those of ``pcie``, so that both presets compare the same strategies)."""
+    chosen = (config.get("emulated") or {}).get("strategies")
+    if chosen:
+        return list(chosen)
+    return list(wanted.get("pcie" if condition == "default" else condition, []))

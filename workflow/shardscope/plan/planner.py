@@ -58,6 +58,7 @@ from shardscope.plan.conditions import (
     cpu_skips,
     emulated_condition,
     emulated_groups,
+    emulated_strategies,
     gpu_conditions,
     hsdp_shard_size,
     rank_groups,
@@ -279,7 +280,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         covered = set()
         for preset, place_name, hosts, spec in emulated_training:
             name = emulated_condition(preset, place_name)
-            strategies = wanted.get("pcie" if name == "default" else name, []) if name else []
+            strategies = emulated_strategies(config, name, wanted) if name else []
             if name and strategies:
                 covered.add(name)
                 train(Condition(name, len(hosts), Placement(f"{place_name}@{preset}", ())), strategies,

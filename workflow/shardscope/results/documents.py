@@ -211,6 +211,7 @@ def _fairness_fields(doc: dict[str, Any]) -> dict[str, Any]:
     comm = summary.get("comm_bytes") or {}
     return {
         "repeats": summary.get("repeats"),
+        "grad_accum": (doc.get("job") or {}).get("grad_accum"),
         **{k: summary.get(k) for k in ("ci95_low_step_time_s", "ci95_high_step_time_s", "ci95_low_tokens_per_s", "ci95_high_tokens_per_s")},
         "reduce_dtype": settings.get("reduce_dtype"),
         "overlap_comm": settings.get("overlap_comm"),

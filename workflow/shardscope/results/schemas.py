@@ -167,6 +167,7 @@ class TrainingRunsSchema(_Table):
     deepspeed_config: Series[str] = pa.Field(nullable=True)
     # Repeats (issue 17): the median above is over `repeats` timed windows; 95% interval (null for 1 repeat).
     repeats: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)
+    grad_accum: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)  # micro-batches per optimizer step (null: 1, older runs)
     ci95_low_step_time_s: Series[float] = pa.Field(gt=0, nullable=True)
     ci95_high_step_time_s: Series[float] = pa.Field(gt=0, nullable=True)
     ci95_low_tokens_per_s: Series[float] = pa.Field(gt=0, nullable=True)
@@ -193,10 +194,11 @@ class TrainingRunsSchema(_Table):
         explained = df["error"].notna()
         return (ok & measured) | (~ok & explained)
 
-    @pa.dataframe_check(error="tokens_per_s must equal micro_batch * seq_len * world_size / median_step_time_s")
+    @pa.dataframe_check(error="tokens_per_s must equal micro_batch * grad_accum * seq_len * world_size / median_step_time_s")
     def throughput_matches_step_time(cls, df: pd.DataFrame) -> Series[bool]:
         """Throughput is derived from the step time; a mismatch means one of them is wrong."""
-        expected = df["micro_batch"] * df["seq_len"] * df["world_size"] / df["median_step_time_s"]
+        accum = df["grad_accum"].astype("float64").fillna(1.0) if "grad_accum" in df else 1.0
+        expected = df["micro_batch"] * accum * df["seq_len"] * df["world_size"] / df["median_step_time_s"]
         known = expected.notna() & df["tokens_per_s"].notna()
         close = np.isclose(df["tokens_per_s"].astype("float64"), expected.astype("float64"), rtol=THROUGHPUT_RTOL)
         return ~known | pd.Series(close, index=df.index)

@@ -19,13 +19,29 @@ frameworks and confirmed by the measured bytes (``tests/training/test_comm_bytes
 
 * DeepSpeed ZeRO-1/2 (0.19) at its default ``use_multi_rank_bucket_allreduce: true``
   all-reduces every gradient bucket (2Ψ) and keeps its own partition, then all-gathers the
-  updated parameters (Ψ): 3Ψ, 1.5x the paper's 2Ψ.
+  updated parameters (Ψ): 3Ψ, 1.5x the paper's 2Ψ. Source, DeepSpeed 0.19.8,
+  ``deepspeed/runtime/zero/stage_1_and_2.py``: ``average_tensor`` files every gradient slice of
+  the bucket under the key ``("allreduce", group)`` when ``self.use_multi_rank_bucket_allreduce``
+  is set (``zero_optimization.use_multi_rank_bucket_allreduce``, default ``True`` in
+  ``deepspeed/runtime/zero/config.py``), and ``allreduce_and_scatter`` →
+  ``allreduce_and_copy_with_multiple_ranks`` → ``allreduce_bucket`` calls ``dist.all_reduce`` on
+  the whole flattened bucket (``rank=None``), copying back only this rank's slice; with the flag
+  off the slices go to ``allreduce_no_retain(..., rank=dst)``, one ``dist.reduce`` per partition
+  owner (Ψ in all, the paper's reduce-scatter). ``step`` then calls ``all_gather_dp_groups`` on the
+  16-bit (here fp32) parameter partitions (Ψ). So the extra 0.5x is the gradient all-reduce, not
+  the parameter all-gather (which the paper counts too) and not bucket accounting (the counter
+  sees each ``dist`` call once, nested calls not again: ``tests/training/test_comm_bytes.py``).
 * DeepSpeed ZeRO-3 keeps a gathered parameter whose next use is within
   ``stage3_max_reuse_distance`` (1e9 elements) of parameters fetched: a model of at most
   5e8 parameters is not gathered again in backward (2Ψ); above that it is not modeled
   (between 2Ψ and 3Ψ).
 * Everything else moves the paper's volume (FSDP2 pads each parameter to a multiple of the
   world size, a few bytes more).
+
+With gradient accumulation (:mod:`shardscope.training.accumulation`) the volumes are per
+optimizer step: a term a strategy moves after every micro-batch counts ``grad_accum`` times
+(:data:`PER_MICRO_BATCH`), one it moves once per step counts once (DDP's ``no_sync``, the
+parameter all-gather of ZeRO-1/2 after the optimizer step, DeepSpeed's boundary reduction of stages 0 and 1).
 
 Torch-free.
 """
@@ -45,6 +61,9 @@ PAPER_TERMS = {
 }
 #: Per strategy, what this code's frameworks move (see above); None where not modeled.
 IMPLEMENTATION_TERMS = {**PAPER_TERMS, "zero1": (2, 1), "zero2": (2, 1)}
+#: Per strategy: whether (the gradient term, the parameter term) is moved after every micro-batch of an accumulated step.
+PER_MICRO_BATCH = {"ddp": (False, False), "zero0": (False, False), "zero1": (False, False), "zero2": (True, False),
+                   "zero3": (True, True), "fsdp": (True, True), "fsdp_grad_op": (True, True)}
 #: DeepSpeed's ``stage3_max_reuse_distance`` default (elements).
 ZERO3_MAX_REUSE_ELEMENTS = 1_000_000_000
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
@@ -73,17 +92,31 @@ def implementation_volume(strategy: str, n_params: int, reduce_dtype: str, gathe
 def _volume(terms: tuple[int, int], n_params: int, reduce_dtype: str, gather_dtype: str | None) -> dict[str, Any]:
     grads, params = terms
     gather_bytes = _BYTES[gather_dtype] if gather_dtype else 0
-    total = n_params * (grads * _BYTES[reduce_dtype] + params * gather_bytes)
-    return {"method": "modeled", "psi_factor": grads + params, "volume_bytes": total,
+    term_bytes = [n_params * grads * _BYTES[reduce_dtype], n_params * params * gather_bytes]
+    return {"method": "modeled", "psi_factor": grads + params, "volume_bytes": sum(term_bytes), "term_bytes": term_bytes,
             "formula": f"{grads}Ψ×{_BYTES[reduce_dtype]} B (gradients, {reduce_dtype})"
                        + (f" + {params}Ψ×{gather_bytes} B (parameters, {gather_dtype})" if params else "")}
 
 
+def accumulated(volume: dict[str, Any] | None, strategy: str, grad_accum: int) -> dict[str, Any] | None:
+    """``volume`` (one micro-batch per step) for an optimizer step of ``grad_accum`` micro-batches: each term
+    :data:`PER_MICRO_BATCH` marks is moved ``grad_accum`` times, the others once."""
+    if volume is None or grad_accum == 1:
+        return volume
+    repeat = PER_MICRO_BATCH[strategy]
+    total = sum(term * (grad_accum if again else 1) for term, again in zip(volume["term_bytes"], repeat))
+    moved = [name for name, again in zip(("gradients", "parameters"), repeat) if again]
+    return dict(volume, volume_bytes=total, grad_accum=grad_accum,
+                formula=f"{volume['formula']}; {grad_accum} micro-batches per step: "
+                        + (f"{' and '.join(moved)} moved after each" if moved else "moved once per step"))
+
+
 def comm_block(strategy: str, n_params: int, reduce_dtype: str, gather_dtype: str | None,
-               per_op: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The result's ``summary.comm_bytes``: measured collectives of one step beside the paper's volume."""
-    modeled = paper_volume(strategy, n_params, reduce_dtype, gather_dtype)
-    implementation = implementation_volume(strategy, n_params, reduce_dtype, gather_dtype)
+               per_op: list[dict[str, Any]] | None, grad_accum: int = 1) -> dict[str, Any]:
+    """The result's ``summary.comm_bytes``: measured collectives of one optimizer step beside the paper's volume
+    (of ``grad_accum`` micro-batches: :func:`accumulated`)."""
+    modeled = accumulated(paper_volume(strategy, n_params, reduce_dtype, gather_dtype), strategy, grad_accum)
+    implementation = accumulated(implementation_volume(strategy, n_params, reduce_dtype, gather_dtype), strategy, grad_accum)
     if per_op is None:
         return {"measured": None, "modeled": modeled, "implementation": implementation,
                 "measured_over_modeled": None, "measured_over_implementation": None}

@@ -117,7 +117,8 @@ def _train_job(args: argparse.Namespace) -> TrainJob:
         return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=args.nproc,
                         micro_batch=args.micro_batch, seq_len=args.seq_len, warmup=args.warmup, steps=args.steps,
                         dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed,
-                        repeats=args.repeats, activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer)
+                        repeats=args.repeats, activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer,
+                        grad_accum=args.grad_accum)
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -167,6 +168,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=int, default=1,
                    help="nodes of this Slurm job to train on, one torchrun agent each (default 1: no Slurm needed)")
     p.add_argument("--micro-batch", type=int, default=2, help="sequences per rank and step (default 2)")
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per optimizer step, gradients accumulated (default 1)")
     p.add_argument("--seq-len", type=int, default=64, help="tokens per sequence (default 64)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps before the timed ones (default 2)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per repeat (default 5)")

@@ -51,6 +51,8 @@ class TrainJob:
     """``none`` or ``full`` (every block recomputed in backward: :mod:`shardscope.training.checkpointing`)."""
     optimizer: str = "adamw"
     """Optimizer-state variant (:mod:`shardscope.training.optimizer_states`)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (:mod:`shardscope.training.accumulation`)."""
     model_name: str = field(init=False)
     """Name of the resolved model (the preset, the given ``name``, or ``custom``)."""
     config: ModelConfig = field(init=False)
@@ -69,6 +71,7 @@ class TrainJob:
         _positive_int("--steps", self.steps)
         _positive_int("--seed", self.seed, minimum=0)
         _positive_int("--repeats", self.repeats)
+        _positive_int("--grad-accum", self.grad_accum)
         if self.seq_len > config.max_seq_len:
             raise ValueError(f"--seq-len {self.seq_len} is longer than model {name}'s max_seq_len {config.max_seq_len}")
         if self.dtype not in DTYPE_NAMES:
@@ -79,8 +82,8 @@ class TrainJob:
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens the whole job trains on per optimizer step (every rank's micro-batch)."""
-        return self.micro_batch * self.seq_len * self.nproc
+        """Tokens the whole job trains on per optimizer step (every rank's micro-batches)."""
+        return self.micro_batch * self.grad_accum * self.seq_len * self.nproc
 
 
 def _check_memory_knobs(job: TrainJob) -> None:

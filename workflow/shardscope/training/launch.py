@@ -129,6 +129,8 @@ def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = F
         args += ["--activation-checkpointing", job.activation_checkpointing, "--optimizer", job.optimizer]
     if shard_size is not None:
         args += ["--shard-size", str(shard_size)]
+    if job.grad_accum != 1:
+        args += ["--grad-accum", str(job.grad_accum)]
     if job_id:
         args += ["--job-id", job_id]
     if cpu:

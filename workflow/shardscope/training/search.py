@@ -109,7 +109,9 @@ def run_search(plan_path: str, job_id: str, out: str, trials: str, log: str, lim
     found = search_largest(trial, limit)
     for row in found["trials"]:
         summary = docs[row["micro_batch"]].get("summary") or {}
+        tracked = [r.get("tracked_peak_bytes") for r in docs[row["micro_batch"]].get("ranks") or []]
         row.update(peak_memory_bytes=summary.get("peak_memory_bytes"), tokens_per_s=summary.get("tokens_per_s"),
+                   tracked_peak_bytes=max((t for t in tracked if t is not None), default=None),
                    error=docs[row["micro_batch"]].get("error"), result=str(trial_path(trials, job_id, row["micro_batch"])))
     summary = {"schema": "shardscope.microbatch-search/1", "job_id": job_id, "strategy": job.strategy, "model": job.model,
                "world_size": job.world_size, "placement": job.placement, "memory_budget_bytes": job.memory_budget_bytes,

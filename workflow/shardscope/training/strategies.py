@@ -215,7 +215,7 @@ def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: 
 
 
 def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: OptimConfig,
-                     fair: FairSettings | None = None) -> dict[str, Any]:
+                     fair: FairSettings | None = None, grad_accum: int = 1) -> dict[str, Any]:
     """The DeepSpeed config JSON of a ZeRO ``stage`` run; saved verbatim with the results.
 
     ``overlap_comm`` is left unset so DeepSpeed picks its own per-stage default (on for ZeRO-3
@@ -234,7 +234,7 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
                     stage3_prefetch_bucket_size=sizes["prefetch"])
     return {
         "train_micro_batch_size_per_gpu": micro_batch,
-        "gradient_accumulation_steps": 1,
+        "gradient_accumulation_steps": grad_accum,
         "steps_per_print": 1_000_000,
         "wall_clock_breakdown": False,
         "optimizer": {
@@ -268,14 +268,15 @@ def deepspeed_settings(engine: Any, stage: int, dtype: torch.dtype, fair: FairSe
 
 
 def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, stage: int, micro_batch: int,
-                      seed: int = 0, fair: FairSettings | None = None) -> Prepared:
-    """The DeepSpeed engine with ZeRO ``stage`` (0 = plain data parallel through DeepSpeed)."""
+                      seed: int = 0, fair: FairSettings | None = None, grad_accum: int = 1) -> Prepared:
+    """The DeepSpeed engine with ZeRO ``stage`` (0 = plain data parallel through DeepSpeed), accumulating
+    ``grad_accum`` micro-batches per optimizer step (:mod:`shardscope.training.accumulation`)."""
     if not ctx.is_cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
     fair = fair or FairSettings()
-    ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, fair)
+    ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, fair, grad_accum)
     if stage == 3:
         with deepspeed.zero.Init(config_dict_or_path=ds_cfg):  # partitions each layer as it is built
             model = seeded_model(cfg, seed)
@@ -296,7 +297,7 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
 
 
 def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, micro_batch: int, optim: OptimConfig | None = None,
-            seed: int = 0, fair: FairSettings | None = None, shard_size: int | None = None) -> Prepared:
+            seed: int = 0, fair: FairSettings | None = None, shard_size: int | None = None, grad_accum: int = 1) -> Prepared:
     """Build the model under ``strategy`` on this rank's device, its weights drawn from ``seed``, under ``fair``'s policy
     (``shard_size``: the ranks of one HSDP shard group; all ranks when None)."""
     optim = optim or OptimConfig()
@@ -309,5 +310,5 @@ def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtyp
         return prepare_fsdp(cfg, ctx, dtype, optim, reshard_after_forward=True, seed=seed, fair=fair,
                             shard_size=shard_size, hybrid=True)
     if strategy in ("zero0", "zero1", "zero2", "zero3"):
-        return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch, seed, fair)
+        return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch, seed, fair, grad_accum)
     raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")

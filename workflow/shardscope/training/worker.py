@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from shardscope.device import DistContext, Timer, environment, init_distributed, peak_memory_bytes, reset_peak_memory, synchronize
 from shardscope.fileio import atomic_write_json
+from shardscope.training.accumulation import accumulating
 from shardscope.training.comm_bytes import count_step_collectives
 from shardscope.training.comm_volume import comm_block
 from shardscope.contracts.names import TRANSPORTS
@@ -59,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategy", required=True, choices=STRATEGIES)
     p.add_argument("--model", required=True, help="preset name or a JSON object of dimensions")
     p.add_argument("--micro-batch", type=int, default=2)
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (gradient accumulation)")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5, help="timed steps per repeat")
@@ -88,7 +90,8 @@ def job_from_args(args: argparse.Namespace, world_size: int) -> TrainJob:
     return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=world_size, micro_batch=args.micro_batch,
                     seq_len=args.seq_len, warmup=args.warmup, steps=args.steps, dtype=args.dtype,
                     memory_budget_bytes=args.memory_budget_bytes, seed=args.seed, repeats=args.repeats,
-                    activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer)
+                    activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer,
+                    grad_accum=args.grad_accum)
 
 
 def _timed(ctx: DistContext, fn: Any, *args: Any) -> tuple[Any, float]:
@@ -128,9 +131,11 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     dtype = DTYPES[args.dtype]
     fair = FairSettings(reduce_dtype=args.reduce_dtype, buckets=args.buckets)
     shard_size = args.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-    prepared = prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, optim=OptimConfig(states=args.optimizer), seed=args.seed,
-                       fair=fair, shard_size=shard_size)
+    prepared = accumulating(prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, optim=OptimConfig(states=args.optimizer),
+                                    seed=args.seed, fair=fair, shard_size=shard_size, grad_accum=args.grad_accum),
+                            args.grad_accum)
     apply_checkpointing(prepared.model, args.activation_checkpointing)
+    rows = args.micro_batch * args.grad_accum  # this rank's sequences per optimizer step
     # HSDP holds (and, inside its group, moves) what FSDP over one shard group would; the models know FSDP
     modeled_as, modeled_ranks = ("fsdp", shard_size) if args.strategy == "hsdp" else (args.strategy, ctx.world_size)
     local_s, losses, held = [], [], None
@@ -140,7 +145,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     gc.disable()
     try:
         for step in range(args.warmup + timed_steps):
-            tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, step, ctx.rank, ctx.device)
+            tokens = synthetic_batch(cfg, rows, args.seq_len, step, ctx.rank, ctx.device)
             loss, step_s, measured = timed_step(prepared, tokens, ctx, measure_held=step == args.warmup)
             held = measured or held
             if step >= args.warmup:
@@ -153,13 +158,13 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     peak, peak_method = peak_memory_bytes(ctx)
     memory = _tracked_memory(prepared, cfg, args, ctx)
     extra_step = args.warmup + timed_steps
-    comm_rows = count_step_collectives(prepared, synthetic_batch(cfg, args.micro_batch, args.seq_len, extra_step, ctx.rank, ctx.device),
+    comm_rows = count_step_collectives(prepared, synthetic_batch(cfg, rows, args.seq_len, extra_step, ctx.rank, ctx.device),
                                        lambda: synchronize(ctx))
     comm_share = None
     if args.comm_profile:
         from shardscope.training.comm_profile import comm_time_share
 
-        tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, extra_step + 1, ctx.rank, ctx.device)
+        tokens = synthetic_batch(cfg, rows, args.seq_len, extra_step + 1, ctx.rank, ctx.device)
         try:
             comm_share = comm_time_share(prepared, tokens, ctx)
         except RuntimeError as exc:  # a profiler that cannot start (no CUPTI) leaves the share unmeasured
@@ -176,7 +181,10 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     peak_f = peak_flops(env["devices"][0] if ctx.is_cuda else None)
     mfu = cfg.flops_per_token(args.seq_len) * tokens_per_s / (peak_f * ctx.world_size) if peak_f else None
     max_peak = max(r["peak_memory_bytes"] for r in per_rank)
-    over = args.memory_budget_bytes is not None and max_peak > args.memory_budget_bytes
+    # the budget against CUDA's peak on GPU; on CPU against the tensor tracker's peak (the RSS counts the runtime too)
+    budget_peak, budget_what = ((max_peak, peak_method) if ctx.is_cuda else
+                                (max(r["tracked_peak_bytes"] for r in per_rank), "tracked tensor peak"))
+    over = args.memory_budget_bytes is not None and budget_peak > args.memory_budget_bytes
     return {
         "schema": SCHEMA,
         "kind": "training",
@@ -192,6 +200,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "shard_size": shard_size if args.strategy == "hsdp" else None,
             "dtype": args.dtype,
             "micro_batch": args.micro_batch,
+            "grad_accum": args.grad_accum,
+            "global_batch": rows * ctx.world_size,
             "seq_len": args.seq_len,
             "warmup": args.warmup,
             "steps": args.steps,
@@ -205,7 +215,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
         "settings": settings,
         "env": dict(env, deepspeed=_deepspeed_version()),
         "outcome": "over_budget" if over else "ok",
-        "error": f"peak memory {max_peak} B exceeds the budget of {args.memory_budget_bytes} B" if over else None,
+        "error": f"peak memory ({budget_what}) {budget_peak} B exceeds the budget of {args.memory_budget_bytes} B" if over else None,
         "summary": {
             "median_step_time_s": median_s,
             **{k: v for k, v in spread.items() if k != "median_step_time_s"},
@@ -217,7 +227,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "peak_memory_method": peak_method,
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
             "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
-                                     settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None),
+                                     settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None, args.grad_accum),
             "modeled": dict(modeled_block(modeled_as, cfg.param_count(), modeled_ranks, args.dtype, per_rank),
                             **({"modeled_as": f"fsdp over one shard group of {shard_size} ranks (the cross-group "
                                               "all-reduce of each shard's gradients is not in the volumes)"}
@@ -231,7 +241,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
 
 def _tracked_memory(prepared: Prepared, cfg: Any, args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     """This rank's memory by category from one extra, untimed step under the tensor tracker (and CUDA's counters)."""
-    tokens = synthetic_batch(cfg, args.micro_batch, args.seq_len, args.warmup + args.steps, ctx.rank, ctx.device)
+    tokens = synthetic_batch(cfg, args.micro_batch * args.grad_accum, args.seq_len, args.warmup + args.steps, ctx.rank, ctx.device)
     synchronize(ctx)
     tracked, held_then = tracked_step(prepared, tokens)
     synchronize(ctx)
