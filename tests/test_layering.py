@@ -32,21 +32,6 @@ TORCH_FREE = ("contracts", "plan", "topology", "costmodel", "diagnose", "results
 
 #: (importer, imported) pairs that break rule 2 today, and what removes them.
 PENDING = {
-    ("shardscope.figures.decision", "shardscope.costmodel.advise"):
-        "the decision map calls the one decision function of advise (issue 21) until the predictions stage stores "
-        "the map's cells in the database (issue 15 part 6)",
-    ("shardscope.figures.decision", "shardscope.costmodel.decision"):
-        "the decision map calls the one decision function of advise (issue 21) until the predictions stage stores "
-        "the map's cells in the database (issue 15 part 6)",
-    ("shardscope.figures.decision", "shardscope.costmodel.presets"):
-        "the decision map models each fabric on a published machine (issue 21) until the predictions stage stores "
-        "the map's cells in the database (issue 15 part 6)",
-    ("shardscope.figures.decision", "shardscope.costmodel.step"):
-        "the decision map's step shape (issue 21) until the predictions stage stores the map (issue 15 part 6)",
-    ("shardscope.paper.context", "shardscope.training.memory_model"):
-        "report's Mistral memory table from the database (issue 15 part 6)",
-    ("shardscope.paper.tables", "shardscope.training.memory_model"):
-        "report's memory table from the database (issue 15 part 6)",
     ("shardscope.paper.ledger", "shardscope.costmodel.ledger"):
         "report's ledger section reuses `shardscope accuracy`'s queries; they move to a results module (issue 19)",
     ("shardscope.paper.ledger", "shardscope.costmodel.step_calibration"):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from factories import collective_doc, training_doc, write_docs
 
-from shardscope.figures import queries
+from shardscope.results import queries
 from shardscope.figures.plots import FIGURES, draw_all
 from shardscope.figures.sources import open_results
 

@@ -7,7 +7,7 @@ import duckdb
 import pytest
 from factories import training_doc, write_docs
 
-from shardscope.figures.queries import strategy_speed
+from shardscope.results.queries import strategy_speed
 from shardscope.figures.sources import open_results
 from shardscope.results.store import collect
 

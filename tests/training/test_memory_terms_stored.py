@@ -15,7 +15,7 @@ TERMS = "param_bytes, grad_bytes, optim_bytes, activation_bytes, buffer_bytes, o
 
 
 def test_collect_stores_every_term_of_both_models_and_figure_3_reads_them(tmp_path) -> None:
-    from shardscope.figures.queries import memory_measured_and_modeled
+    from shardscope.results.queries import memory_measured_and_modeled
     from shardscope.figures.sources import open_results
 
     zero2 = training_doc("zero2")
@@ -77,7 +77,7 @@ def test_stored_terms_pass_the_schema(strategy: str) -> None:
 def test_a_database_from_before_the_table_draws_no_modeled_rows(tmp_path) -> None:
     import duckdb
 
-    from shardscope.figures.queries import memory_measured_and_modeled
+    from shardscope.results.queries import memory_measured_and_modeled
     from shardscope.figures.sources import open_results
 
     db = tmp_path / "r.duckdb"

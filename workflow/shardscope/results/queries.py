@@ -1,4 +1,7 @@
-"""The SQL behind every figure and report table: what is plotted is exactly what these return.
+"""The read side: the SQL behind every figure and report table; what is plotted is exactly what these return.
+
+Figures and the report import these queries (the report's own are in
+:mod:`shardscope.results.report_queries`); they query, they never model.
 
 Collective queries read the ``all_runs``/``all_collectives``/``all_verdicts``/
 ``all_collective_predictions`` views of :func:`shardscope.figures.sources.open_results` (the
@@ -13,9 +16,8 @@ import re
 import duckdb
 import pandas as pd
 
-from shardscope.figures.links import nominal_link
-from shardscope.figures.reference import load_manifest
-from shardscope.figures.verdict_text import verdict_text
+from shardscope.results.links import nominal_link
+from shardscope.results.verdict_text import verdict_text
 from shardscope.results.schemas_predictions import MEMORY_MODELS  # noqa: F401  (figure 3's two models, for the captions)
 from shardscope.results.views import strategy_vs_ddp_sql
 
@@ -109,6 +111,8 @@ def busbw_vs_size(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         ORDER BY op, method, source, series, size_bytes""").df()
     df = with_verdict_text(df)
     df.loc[df["method"] == "modeled", "verdict_text"] = None
+    from shardscope.figures.reference import load_manifest  # the bundled reference logs' manifest (their links)
+
     links = {run.label: run.link for run in load_manifest()}
     link = [nominal_link(links.get(label)) if source == "reference" and isinstance(label, str) else None
             for label, source in zip(df["label"], df["source"])]
