@@ -71,7 +71,8 @@ def measured_points(con: duckdb.DuckDBPyConnection, panels: list[str]) -> pd.Dat
     """Per measured setting (host, model, world size, placement, transport): the strategy that measured fastest.
 
     Each strategy's latest finished run counts; the point sits at the model's parameter count and
-    the run's GPU memory (the topology's, else read from the GPU's name; none for CPU runs), on
+    the run's GPU memory (the topology's, else read from the GPU's name; none for CPU runs or where
+    neither tells it: the drawing puts those on the bottom edge), on
     the panel of its fabric, else on the PCIe panel (the cost model's machine for other fabrics).
     """
     df = con.execute(f"""
@@ -95,11 +96,16 @@ def measured_points(con: duckdb.DuckDBPyConnection, panels: list[str]) -> pd.Dat
     df = df.assign(
         gpu_memory_gb=[m / 1e9 if m is not None else None for m in memory],
         panel=[f if f in panels else fallback for f in df["fabric"]], method="measured",
-        label=[f"measured: {s} fastest of {n} ({h}, {f}, {w} ranks"
-               + (f", {m / 1e9:.0f} GB" if m is not None else ", CPU: no GPU memory") + ")"
-               for s, n, h, f, w, m in zip(df["strategy"], df["strategies_measured"], df["host"], df["fabric"],
-                                            df["world_size"], memory)])
+        label=[f"measured: {s} fastest of {n} ({h}, {f}, {w} ranks, {_memory_text(m, t)})"
+               for s, n, h, f, w, m, t in zip(df["strategy"], df["strategies_measured"], df["host"], df["fabric"],
+                                               df["world_size"], memory, df["device_type"])])
     return df.drop(columns=["gpu_memory_bytes", "device_type", "devices"])
+
+
+def _memory_text(memory_bytes: float | None, device_type: str | None) -> str:
+    if memory_bytes is not None:
+        return f"{memory_bytes / 1e9:.0f} GB"
+    return "CPU: no GPU memory" if device_type == "cpu" else "GPU memory unknown"
 
 
 def decision_map(con: duckdb.DuckDBPyConnection, gpus: int | None = None) -> pd.DataFrame:
