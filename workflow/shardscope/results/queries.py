@@ -199,6 +199,12 @@ def device_capacity_bytes(device_type: str | None, devices: str | None, probed_b
     return float(match[1]) * 1e9 if match else None
 
 
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether the database (not an attached one) has table ``name``: one an older layout lacks reads as no rows."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                            "AND schema_name = 'main' AND table_name = ?", [name]).fetchone()[0])
+
+
 def modeled_memory_terms(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """The stored modeled terms of every training run's whole peak (``memory_peak_predictions``), one row per model.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from shardscope.results.queries import FABRIC_SQL, device_capacity_bytes, strategy_speed
+from shardscope.results.queries import FABRIC_SQL, device_capacity_bytes, has_table, strategy_speed
 
 #: Columns of the stored cells (``decision_map_cells`` without ``run_id``), in order.
 CELL_COLUMNS = ["panel", "title", "order_source", "ranking", "gpus", "gpu_memory_gb", "model", "n_params", "preset", "strategy",
@@ -25,18 +25,13 @@ POINT_COLUMNS = ["host", "fabric", "world_size", "placement", "transport", "stra
 _NOT_GPU = ("cpu", "unknown", "single")
 
 
-def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-                            "AND schema_name = 'main' AND table_name = ?", [name]).fetchone()[0])
-
-
 def decision_cells(con: duckdb.DuckDBPyConnection, gpus: int | None = None) -> pd.DataFrame:
     """The stored modeled cells of every panel, each panel from the latest predictions run that modeled it, on
     ``gpus`` GPUs (default: the most GPUs that run modeled the panel for).
 
     A database collected before the table existed (or without a predictions run) has none.
     """
-    if not _has_table(con, "decision_map_cells"):
+    if not has_table(con, "decision_map_cells"):
         return pd.DataFrame(columns=CELL_COLUMNS)
     df = con.execute(f"""
         WITH latest AS (

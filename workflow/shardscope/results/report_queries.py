@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from shardscope.results.queries import FABRIC_SQL, SERIES_SQL, VERDICT_OF_SQL, with_verdict_text
+from shardscope.results.queries import FABRIC_SQL, SERIES_SQL, VERDICT_OF_SQL, has_table, with_verdict_text
 
 #: The latest strategy predictions per topology (the newest prediction run that predicted strategies).
 _STRATEGY_PREDICTIONS_SQL = """
@@ -92,8 +92,7 @@ def seed_memory_model(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     GPU count and master copy; none in a database collected before the table existed."""
     columns = ["strategy", "model", "n_params", "gpus", "dtype", "master_weights", "param_bytes", "grad_bytes", "optim_bytes",
                "total_bytes", "assumption", "gpu_memory_bytes", "fits"]
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-                       "AND schema_name = 'main' AND table_name = 'memory_model_cases'").fetchone()[0]:
+    if not has_table(con, "memory_model_cases"):
         return pd.DataFrame(columns=columns)
     return con.execute(f"""
         SELECT {', '.join(f'c.{c}' for c in columns)}
