@@ -18,7 +18,7 @@ from shardscope.costmodel.documents import predictions_document
 from shardscope.costmodel.machine import build_machine
 from shardscope.costmodel.presets import preset
 from shardscope.figures.captions import answer_decision
-from shardscope.figures.sources import open_results
+from shardscope.results.sources import open_results
 from shardscope.figures.style import format_params
 from shardscope.paper.context import _decision_table
 from shardscope.results.queries_decision import decision_map

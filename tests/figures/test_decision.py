@@ -13,7 +13,7 @@ import pytest
 from shardscope.costmodel.decision import MODEL_TIE_MARGIN
 from shardscope.costmodel.decision_map import GPU_MEMORY_GB, columns, map_fabrics, shape_for_params
 from shardscope.figures.plots_decision import memory_row_position
-from shardscope.figures.sources import open_results
+from shardscope.results.sources import open_results
 from shardscope.results.queries_decision import decision_map
 
 

@@ -11,7 +11,7 @@ from factories import collective_doc, training_doc, write_docs
 
 from shardscope.results import queries
 from shardscope.figures.plots import FIGURES, draw_all
-from shardscope.figures.sources import open_results
+from shardscope.results.sources import open_results
 
 #: 14 machines: 12 of one kind (CPU "AMD EPYC"), 2 of another ("Intel Xeon"); node-07 is slow.
 HOSTS = [f"node-{i:02d}" for i in range(14)]

@@ -9,7 +9,7 @@ import pandas as pd
 from factories import collective_doc, query_db, training_doc, write_docs, write_json
 
 from shardscope.cli import main
-from shardscope.figures.sources import open_results
+from shardscope.results.sources import open_results
 from shardscope.results.ddl import SCHEMA_VERSION, VIEWS
 from shardscope.results.merge import merge
 from shardscope.results.queries_decision import decision_cells

@@ -26,7 +26,7 @@ from shardscope.figures import captions
 from shardscope.figures.plots_collectives import draw_allreduce_peak, draw_busbw_vs_size
 from shardscope.figures.plots_decision import draw_decision_map
 from shardscope.figures.plots_training import draw_memory_by_strategy, draw_speed_vs_ddp
-from shardscope.figures.sources import open_results, require_database
+from shardscope.results.sources import open_results, require_database
 from shardscope.figures.style import DPI, STRATEGY_ORDER
 from shardscope.results import queries
 from shardscope.results.queries_decision import decision_map

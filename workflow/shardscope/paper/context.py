@@ -22,7 +22,7 @@ from shardscope.results import queries
 from shardscope.figures.captions import answer_ranking, ties_with
 from shardscope.figures.plots import FIGURES
 from shardscope.figures.reference import load_manifest
-from shardscope.figures.sources import open_results, require_database
+from shardscope.results.sources import open_results, require_database
 from shardscope.figures.style import format_params, strategy_name
 from shardscope.paper import memory_cases
 from shardscope.results import report_queries

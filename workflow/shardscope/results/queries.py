@@ -4,7 +4,7 @@ Figures and the report import these queries (the report's own are in
 :mod:`shardscope.results.report_queries`); they query, they never model.
 
 Collective queries read the ``all_runs``/``all_collectives``/``all_verdicts``/
-``all_collective_predictions`` views of :func:`shardscope.figures.sources.open_results` (the
+``all_collective_predictions`` views of :func:`shardscope.results.sources.open_results` (the
 user's runs plus reference runs, each with its verdict, and the cost model's busbw); training
 queries read the results database's own tables and views.
 """

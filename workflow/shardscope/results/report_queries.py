@@ -1,7 +1,7 @@
 """The report's own queries (the figures' queries are in :mod:`shardscope.results.queries`).
 
 Each returns exactly the rows one report table or paragraph shows, from the views of
-:func:`shardscope.figures.sources.open_results`: every sweep's verdict numbers (the
+:func:`shardscope.results.sources.open_results`: every sweep's verdict numbers (the
 interconnect table), strategies measured on emulated fabrics, modeled beside measured step
 times, the seed's modeled memory, and the doctor's warnings.
 """
