@@ -43,14 +43,21 @@ def memory_row_position(memory_gb: float | None, memories: list[float]) -> float
 
 def _draw_points(ax: plt.Axes, points: pd.DataFrame, memories: list[float], x_edges: np.ndarray) -> None:
     """The measured runs of one panel: a diamond in the colour of the strategy that measured fastest, labelled
-    measured; a model outside the map's sizes sits on the nearest edge and its label gives its size."""
-    for i, rec in enumerate(points.to_dict("records")):
-        y = memory_row_position(rec["gpu_memory_gb"], memories)
-        n = float(rec["n_params"])
-        x = min(max(n, x_edges[0]), x_edges[-1])
-        ax.scatter([x], [y], s=70, marker="D", color=STRATEGY_COLORS.get(rec["strategy"], "grey"),
+    measured; a model outside the map's sizes sits on the nearest edge and its label gives its size. Settings
+    that fall on the same spot with the same winner (many machines of a kind) share one diamond and label."""
+    spots = points.assign(_y=[memory_row_position(m, memories) for m in points["gpu_memory_gb"]])
+    for i, ((n, y, strategy), group) in enumerate(spots.groupby(["n_params", "_y", "strategy"], sort=True)):
+        x = min(max(float(n), x_edges[0]), x_edges[-1])
+        ax.scatter([x], [y], s=70, marker="D", color=STRATEGY_COLORS.get(strategy, "grey"),
                    edgecolors="black", linewidths=1.2, zorder=5, clip_on=False)
-        text = f"{rec['label']}, {rec['model']} {format_params(n)}" + (" (off the map's sizes)" if x != n else "")
+        first = group.iloc[0]
+        if len(group) == 1:
+            text = first["label"]
+        else:
+            hosts = sorted(group["host"].dropna().unique())
+            text = (f"measured: {strategy} fastest in {len(group)} settings ({', '.join(hosts[:3])}"
+                    f"{f' and {len(hosts) - 3} more' if len(hosts) > 3 else ''})")
+        text += f", {first['model']} {format_params(float(n))}" + (" (off the map's sizes)" if x != n else "")
         ax.annotate(text, (x, y), xytext=(6, 4 + 10 * i), textcoords="offset points", fontsize="x-small",
                     zorder=6, bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "black", "lw": 0.5, "alpha": 0.85})
 
