@@ -1,20 +1,51 @@
-"""One answer everywhere: ``advise``, the decision map, its caption and the report's table come from ``decide``."""
+"""One answer everywhere: ``advise``, the decision map, its caption and the report's table come from ``decide``.
+
+The map is read back from a database: the predictions stage's cells (``decision_map_cells``), collected.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from shardscope.costmodel.advise import advise
 from shardscope.costmodel.decision import MODEL_TIE_MARGIN, Evidence, MeasuredSpeed, decide
+from shardscope.costmodel.decision_map import FABRIC_PRESET, decision_map_rows
+from shardscope.costmodel.documents import predictions_document
+from shardscope.costmodel.machine import build_machine
 from shardscope.costmodel.presets import preset
 from shardscope.figures.captions import answer_decision
-from shardscope.figures.decision import FABRIC_PRESET, decision_map
+from shardscope.results.sources import open_results
 from shardscope.figures.style import format_params
 from shardscope.paper.context import _decision_table
+from shardscope.results.queries_decision import decision_map
+from shardscope.results.store import collect
 
-EMPTY = pd.DataFrame(columns=["outcome", "tokens_per_s_vs_ddp", "fabric", "world_size", "strategy", "host"])
 MODELS = ("gpt2-small", "llama-1b", "mistral-7b")
+GPU_COUNTS = (2, 4, 8)
+
+
+@pytest.fixture(scope="module")
+def map_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database holding one predictions document with the presets' cells at 80 GB on 2, 4 and 8 GPUs."""
+    topology = preset("hgx-h100")
+    doc = predictions_document(topology, build_machine(topology, source="preset:hgx-h100"),
+                               created_at="2026-12-01T00:00:00+00:00")
+    doc["decision_map"] = [row for gpus in GPU_COUNTS
+                           for row in decision_map_rows(gpus=gpus, memories_gb=(80,), presets_only=True)]
+    folder = tmp_path_factory.mktemp("decision_map")
+    (folder / "predictions.json").write_text(json.dumps(doc))
+    collect(folder / "map.duckdb", [str(folder / "predictions.json")])
+    return folder / "map.duckdb"
+
+
+def stored_map(db: Path, gpus: int) -> pd.DataFrame:
+    """The figure's rows of ``db`` on ``gpus`` GPUs, as figure 5 queries them."""
+    with open_results(db) as con:
+        return decision_map(con, gpus)
 
 
 class P:
@@ -24,10 +55,11 @@ class P:
         self.strategy, self.step_time_s, self.memory_total_bytes = strategy, step, int(peak)
 
 
-@pytest.mark.parametrize("gpus", [2, 4, 8])
-def test_map_report_caption_and_advise_agree(gpus: int) -> None:
+@pytest.mark.parametrize("gpus", GPU_COUNTS)
+def test_map_report_caption_and_advise_agree(gpus: int, map_db: Path) -> None:
     memory_gb = 80
-    grid = decision_map(EMPTY, gpus=gpus, memories_gb=(memory_gb,), presets_only=True)
+    grid = stored_map(map_db, gpus)
+    assert set(grid["gpus"]) == {gpus} and set(grid["method"]) == {"modeled"}
     table = _decision_table(grid)
     caption = answer_decision(grid)
     checked = 0
@@ -77,9 +109,9 @@ def test_measured_evidence_orders_first_and_its_noise_decides_ties() -> None:
     assert decide(preds, None, evidence=apart).recommended == "ddp"
 
 
-def test_the_mistral_case_of_the_issue_is_one_answer() -> None:
+def test_the_mistral_case_of_the_issue_is_one_answer(map_db: Path) -> None:
     """Issue 21: advise said ZeRO-2, the map FSDP/ZeRO-3 for Mistral-7B on 8 x H100; now both say the same, as a tie."""
     advice = advise(preset("hgx-h100"), "mistral-7b", 8)
-    grid = decision_map(EMPTY, memories_gb=(80,), presets_only=True)
+    grid = stored_map(map_db, 8)
     cell = grid[(grid["panel"] == "nvswitch") & (grid["preset"] == "mistral-7b")].iloc[0]
     assert advice.decision.recommended == cell["strategy"] == "fsdp" and "zero2" in advice.decision.tied

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -9,9 +10,9 @@ import pandas as pd
 import pytest
 from factories import collective_doc, training_doc, write_docs
 
-from shardscope.figures import queries
+from shardscope.results import queries
 from shardscope.figures.plots import FIGURES, draw_all
-from shardscope.figures.sources import open_results
+from shardscope.results.sources import open_results
 
 #: 14 machines: 12 of one kind (CPU "AMD EPYC"), 2 of another ("Intel Xeon"); node-07 is slow.
 HOSTS = [f"node-{i:02d}" for i in range(14)]
@@ -33,11 +34,21 @@ def _docs(host: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The fleet's runs and one CPU machine's predictions (so the decision map has its stored cells)."""
+    import yaml
+    from factories import REPO, write_json
+
+    from shardscope.costmodel.documents import plan_predictions
+    from shardscope.plan.planner import make_plan
     from shardscope.results.store import collect
+    from shardscope.topology.detect import detect_cpu_only
 
     tmp = tmp_path_factory.mktemp("fleet")
     db = tmp / "fleet.duckdb"
-    collect(db, write_docs(tmp / "in", [doc for host in HOSTS for doc in _docs(host)]))
+    topology = json.loads(json.dumps(detect_cpu_only().topology.to_dict()))
+    plan = make_plan(topology, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    predictions = write_json(tmp / "predictions.json", plan_predictions(topology, plan, "cpu", created_at="2026-11-29T00:00:00+00:00"))
+    collect(db, [*write_docs(tmp / "in", [doc for host in HOSTS for doc in _docs(host)]), predictions])
     draw_all(db, tmp / "figs")
     return db, tmp / "figs"
 
@@ -61,6 +72,8 @@ def test_the_figures_data_is_exactly_the_query(fleet):
         assert (figs / f"{name}.csv").read_text() == df.to_csv(index=False), name
     speed = pd.read_csv(figs / "speed_vs_ddp.csv")
     assert set(speed["host"]) == set(HOSTS) and set(speed["gpu_model"]) == {"cpu", "Intel Xeon"}
+    points = expected["decision_map"][expected["decision_map"]["method"] == "measured"]
+    assert sorted(points["host"]) == HOSTS and set(points["strategy"]) == {"ddp"} and set(points["panel"]) == {"pcie"}
 
 
 def test_machines_of_a_kind_are_ranked_and_the_slow_one_named(fleet):

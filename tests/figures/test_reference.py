@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from shardscope.collectives.nccl_tests import read_nccl_tests
-from shardscope.figures.links import NOMINAL_LINKS
-from shardscope.figures.queries import MODELED_TEXT
+from shardscope.results.links import NOMINAL_LINKS
+from shardscope.results.queries import MODELED_TEXT
 from shardscope.figures.reference import REFERENCE_DIR, load_manifest, load_modeled
 from shardscope.reference.build import build_reference_db
 from shardscope.reference.documents import reference_document

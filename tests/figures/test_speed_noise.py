@@ -9,10 +9,10 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from factories import training_doc, write_docs  # noqa: E402
 
-from shardscope.figures import queries  # noqa: E402
+from shardscope.results import queries  # noqa: E402
 from shardscope.figures.captions import answer_speed  # noqa: E402
 from shardscope.figures.plots_training import draw_speed_vs_ddp  # noqa: E402
-from shardscope.figures.sources import open_results  # noqa: E402
+from shardscope.results.sources import open_results  # noqa: E402
 from shardscope.results.store import collect  # noqa: E402
 
 

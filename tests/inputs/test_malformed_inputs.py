@@ -459,8 +459,8 @@ def test_an_import_of_unknown_rank_count_is_collected_with_world_size_null(
     assert {world for world, *_ in rows} == {None}
     assert recomputed_would_differ[0] > 10  # printed busbw is 1.875 x algbw, not broadcast's 1 x: kept, not recomputed
     assert peaks == [(None, max(busbw for *_, busbw in printed))]
-    from shardscope.figures.queries import busbw_vs_size
-    from shardscope.figures.sources import open_results
+    from shardscope.results.queries import busbw_vs_size
+    from shardscope.results.sources import open_results
 
     with open_results(db) as con:
         series = busbw_vs_size(con)

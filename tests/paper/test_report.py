@@ -35,21 +35,26 @@ def test_report_is_one_self_contained_html_file_with_database_numbers(module_db,
     assert "1.60" in html  # zero3's step time relative to DDP, from the strategy_summary view
 
 
-def test_mistral_memory_paragraph_is_computed_not_typed(module_db, drawn, tmp_path):
-    """The seed article's numbers: 14 + 14 + 58 = 87 GB without the fp32 master copy, 116 GB with it."""
-    from shardscope.training.memory_model import memory_table
-
-    text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html")).read_text())
-    plain = memory_table("mistral-7b", "ddp", 1, master_weights=False)[0]
-    master = memory_table("mistral-7b", "ddp", 1)[0]
-    assert round(plain["total_bytes"] / 1e9) == 87 and round(master["total_bytes"] / 1e9) == 116
-    assert (f"{plain['param_bytes'] / 1e9:.0f} GB of parameters + {plain['grad_bytes'] / 1e9:.0f} GB of gradients"
-            f" + {plain['optim_bytes'] / 1e9:.0f} GB of Adam states = 87 GB") in text
+def test_mistral_memory_paragraph_is_queried_not_typed(gpu_db, drawn_gpu, module_db, drawn, tmp_path):
+    """The seed article's numbers: 14 + 14 + 58 = 87 GB without the fp32 master copy, 116 GB with it, as the
+    predictions stage stored them (``memory_model_cases``); a database without them says so."""
+    text = _text(render_report(str(gpu_db["db"]), str(drawn_gpu), str(TEMPLATE), str(tmp_path / "r.html")).read_text())
+    with duckdb.connect(str(gpu_db["db"]), read_only=True) as con:
+        rows = {master: (p, g, o, t) for master, p, g, o, t in con.execute(
+            "SELECT master_weights, param_bytes, grad_bytes, optim_bytes, total_bytes FROM memory_model_cases "
+            "WHERE strategy = 'ddp' AND gpus = 1").fetchall()}
+    (p, g, o, total), master_total = rows[False], rows[True][3]
+    assert round(total / 1e9) == 87 and round(master_total / 1e9) == 116
+    assert f"{p / 1e9:.0f} GB of parameters + {g / 1e9:.0f} GB of gradients + {o / 1e9:.0f} GB of Adam states = 87 GB" in text
     assert "14 GB of parameters + 14 GB of gradients + 58 GB of Adam states" in text
     assert "116 GB with the fp32 master copy" in text
+    # the decision map's table and caption: the stored cells
+    assert "mistral-7b (7.24 B) fsdp (tie with zero2, zero3 within" in text and "docs/design.md" in text
     assert "Against an 80 GB GPU (A100, H100): does not fit without the master copy, does not fit with it" in text
     source = TEMPLATE.read_text()
-    assert not re.search(r"\b(87|116|58)\b", source)  # typed nowhere in the template: computed at build time
+    assert not re.search(r"\b(87|116|58)\b", source)  # typed nowhere in the template: queried at build time
+    bare = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "bare.html")).read_text())
+    assert "No modeled Mistral-7B memory in the database" in bare and "Adam states =" not in bare
 
 
 def test_every_figure_caption_carries_its_question_and_computed_answer(module_db, drawn, tmp_path):
@@ -96,10 +101,9 @@ def test_report_shows_the_reference_diagnosed_low_with_its_documented_cause(modu
     assert line_2080.split("Reference diagnosed")[1].count("CANNOT Access Peer") == 1  # its documented cause
 
 
-def test_report_recommends_from_measurements_and_the_decision_map(module_db, drawn, tmp_path):
+def test_report_recommends_from_measurements(module_db, drawn, tmp_path):
     text = _text(render_report(str(module_db), str(drawn), str(TEMPLATE), str(tmp_path / "r.html")).read_text())
     assert "Measured: On hostA (cpu), tiny on 2 ranks: DDP was fastest (0.0200 s per step)" in text
-    assert "mistral-7b (7.24 B) fsdp (tie with zero2, zero3 within" in text and "docs/design.md" in text
 
 
 def test_missing_figures_are_a_user_error(module_db, tmp_path):

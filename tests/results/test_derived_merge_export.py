@@ -5,15 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 from factories import collective_doc, query_db, training_doc, write_docs, write_json
 
 from shardscope.cli import main
+from shardscope.results.sources import open_results
 from shardscope.results.ddl import SCHEMA_VERSION, VIEWS
 from shardscope.results.merge import merge
+from shardscope.results.queries_decision import decision_cells
 from shardscope.results.schemas import TABLES
 from shardscope.results.store import collect
 
-DERIVED_TABLES = ("collective_predictions", "strategy_predictions", "verdicts", "verdict_rows", "doctor_findings")
+DERIVED_TABLES = ("collective_predictions", "strategy_predictions", "verdicts", "verdict_rows", "doctor_findings",
+                  "decision_map_cells", "memory_model_cases")
 
 
 def _counts(db: Path) -> dict[str, int]:
@@ -44,8 +48,12 @@ def test_derived_tables_merge_once_and_export(tmp_path, predictions_doc, verdict
     assert merge(merged, [str(a), str(b)])["new_runs"] == 0
     counts = _counts(merged)
     assert counts["doctor_findings"] == 2 * _counts(a)["doctor_findings"]
-    for table in ("collective_predictions", "strategy_predictions", "verdicts", "verdict_rows"):
+    for table in ("collective_predictions", "strategy_predictions", "verdicts", "verdict_rows", "decision_map_cells",
+                  "memory_model_cases"):
         assert counts[table] == _counts(a)[table], table
+    with open_results(merged) as con, open_results(a) as one:  # figure 5 of the merged database: the same stored cells
+        pd.testing.assert_frame_equal(decision_cells(con), decision_cells(one))
+        assert not decision_cells(con).empty
     same = "SELECT * EXCLUDE (run_id) FROM verdicts ORDER BY source_file"
     assert query_db(merged, same) == query_db(a, same)  # judged_run_id and topology_hash survive the merge
     assert query_db(merged, "SELECT count(*) FROM verdicts v JOIN runs r ON r.run_id = v.judged_run_id") == [(2,)]

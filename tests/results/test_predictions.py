@@ -165,6 +165,18 @@ def test_exposed_communication_above_the_total_is_refused(tmp_path, predictions_
     assert not (tmp_path / "r.duckdb").exists()
 
 
+def test_a_decision_cell_whose_pick_does_not_fit_is_refused(tmp_path, predictions_doc):
+    """The stored map obeys the rule's first step: a recommended strategy's whole peak fits the cell's usable memory."""
+    cell = next(c for c in predictions_doc["decision_map"] if c["strategy"] != "none")
+    cell["per_gpu_bytes"] = int(cell["gpu_memory_gb"] * 1e9)  # above the usable 90%
+    predictions_doc["memory_model"][0]["total_bytes"] += 1  # and a ZeRO-paper total that is not its states' sum
+    with pytest.raises(UserError) as err:
+        collect(tmp_path / "r.duckdb", [write_json(tmp_path / "bad.json", predictions_doc)])
+    assert "table decision_map_cells" in str(err.value) and "a cell's strategy fits" in str(err.value)
+    assert "table memory_model_cases" in str(err.value) and "total_bytes must equal" in str(err.value)
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 def test_predict_plan_on_the_command_line(tmp_path, h200_topology, h200_plan, capsys):
     topology = write_json(tmp_path / "topology.json", h200_topology)
     plan = write_json(tmp_path / "plan.json", h200_plan)

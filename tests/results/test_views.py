@@ -7,8 +7,8 @@ import duckdb
 import pytest
 from factories import training_doc, write_docs
 
-from shardscope.figures.queries import strategy_speed
-from shardscope.figures.sources import open_results
+from shardscope.results.queries import strategy_speed
+from shardscope.results.sources import open_results
 from shardscope.results.store import collect
 
 EARLY, LATE = "2026-11-29T00:00:00+00:00", "2026-11-30T09:00:00+00:00"

@@ -15,8 +15,8 @@ TERMS = "param_bytes, grad_bytes, optim_bytes, activation_bytes, buffer_bytes, o
 
 
 def test_collect_stores_every_term_of_both_models_and_figure_3_reads_them(tmp_path) -> None:
-    from shardscope.figures.queries import memory_measured_and_modeled
-    from shardscope.figures.sources import open_results
+    from shardscope.results.queries import memory_measured_and_modeled
+    from shardscope.results.sources import open_results
 
     zero2 = training_doc("zero2")
     zero2["settings"] = {"reduce_dtype_requested": "auto", "bucket_policy": "equal_bytes", "overlap_comm": False}
@@ -77,8 +77,8 @@ def test_stored_terms_pass_the_schema(strategy: str) -> None:
 def test_a_database_from_before_the_table_draws_no_modeled_rows(tmp_path) -> None:
     import duckdb
 
-    from shardscope.figures.queries import memory_measured_and_modeled
-    from shardscope.figures.sources import open_results
+    from shardscope.results.queries import memory_measured_and_modeled
+    from shardscope.results.sources import open_results
 
     db = tmp_path / "r.duckdb"
     collect(db, write_docs(tmp_path / "in", [training_doc("ddp")]))

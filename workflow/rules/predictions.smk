@@ -7,7 +7,8 @@ world sizes with the planned model. On a machine without GPUs the collectives ar
 labelled gloo placeholders and no strategy is predicted (the document says why). On every machine it
 also models the whole memory peak per GPU (`memory` rows: each planned training job, and the seed's
 Mistral-7B on 8 x 80 GB at seq 4096 per strategy, with and without activation checkpointing), which the
-report's memory table reads. Collect loads it.
+report's memory table reads, the ZeRO paper's model states of that Mistral-7B (`memory_model` rows) and the
+decision map's cells (`decision_map` rows, figure 5). Collect loads it.
 """
 
 

@@ -12,6 +12,9 @@ Layout (``schema: shardscope.predictions/1``)::
     strategies    rows: strategy, model, param_count, gpus, placement, step_time_s, compute_time_s,
                   comm_time_s, exposed_comm_time_s, memory_total_bytes, memory_available_bytes,
                   fits, tokens_per_step, fabric, topology_hash, method
+    memory        modeled whole peaks of named cases (``memory_case_predictions``; plan documents)
+    decision_map  the decision map's modeled cells (``decision_map_cells``; plan documents)
+    memory_model  the ZeRO paper's model states of the seed's Mistral-7B (``memory_model_cases``; plan documents)
 
 :func:`plan_predictions` writes the document for every job of a ``plan.json`` (the pipeline's
 ``predictions`` rule, ``shardscope predict plan``) and adds ``plan``: what was predicted and,
@@ -199,6 +202,12 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
     from shardscope.training.memory_cases import memory_case_rows
 
     doc["memory"] = memory_case_rows(plan, machine.memory_bytes if machine.fabric != "cpu" else None)
+    from shardscope.costmodel.decision_map import decision_map_rows, map_fabrics
+
+    from shardscope.training.memory_model_cases import memory_model_case_rows
+
+    doc["decision_map"] = decision_map_rows(map_fabrics(machine.fabric))
+    doc["memory_model"] = memory_model_case_rows()
     doc["plan"] = {"device": plan.get("device"), "ops": ops, "world_sizes": world_sizes, "transports": transports,
                    "sizes_bytes": sizes, "training_world_sizes": sorted(by_size), "strategies_note": note}
     return doc

@@ -148,7 +148,14 @@ class Machine:
         (:data:`HOST_STAGED_POOL_LINKS` links wide): at most ``pool · link / (2k)`` each, where P2P
         would stay inside the switch.
         """
-        members = list(members)
+        key = (tuple(members), use_nvlink, p2p)
+        memo = self.__dict__.setdefault("_ring_memo", {})  # frozen: the same ring always gets the same answer
+        if key not in memo:
+            memo[key] = self._ring(list(members), use_nvlink, p2p)
+        return memo[key]
+
+    def _ring(self, members: list[int], use_nvlink: bool, p2p: bool) -> tuple[float, str]:
+        """:meth:`ring_gbps`, computed: the weakest cut over every split of ``members``."""
         if len(members) < 2:
             return float("inf"), "local"
         best: tuple[float, str] = (float("inf"), "nvlink")

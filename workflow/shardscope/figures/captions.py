@@ -11,8 +11,7 @@ import re
 import pandas as pd
 
 from shardscope.contracts.repeats import within_noise
-from shardscope.figures import decision
-from shardscope.figures.queries import MEMORY_MODELS, PEER_TOLERANCE, cpu_series_without_model
+from shardscope.results.queries import MEMORY_MODELS, PEER_TOLERANCE, cpu_series_without_model
 from shardscope.figures.style import format_bytes_binary, format_gbps, format_params, memory_unit, strategy_name
 
 
@@ -286,11 +285,13 @@ def answer_ranking(df: pd.DataFrame) -> str:
 
 
 def answer_decision(df: pd.DataFrame) -> str:
-    """Per panel at 80 GB per GPU: up to which size each strategy is recommended, and what each preset gets (ties named)."""
-    if df.empty:
-        return "Nothing to decide: no model sizes."
+    """Per panel at 80 GB per GPU: up to which size each strategy is recommended, and what each preset gets (ties
+    named); the measured order of a panel's fabric where the database has one, and each measured run drawn."""
+    cells = df[df["method"] == "modeled"] if "method" in df else df
+    if cells.empty:
+        return "No decision map stored: the predictions stage writes it (`shardscope predict plan`, then collect)."
     parts = []
-    for _, sub in df.groupby("panel", sort=False):
+    for _, sub in cells.groupby("panel", sort=False):
         at80 = sub[sub["gpu_memory_gb"] == 80].sort_values("n_params")
         ranges = []
         for _, group in at80.groupby((at80["strategy"] != at80["strategy"].shift()).cumsum(), sort=False):
@@ -302,14 +303,18 @@ def answer_decision(df: pd.DataFrame) -> str:
             ranges.append(f"nothing fits from {format_params(at80.loc[at80['strategy'] == 'none', 'n_params'].min())}")
         picks = at80[at80["preset"].notna()]
         presets = ", ".join(f"{p} ({format_params(n)}) {label}" for p, n, label in zip(picks["preset"], picks["n_params"], picks["pick"]))
-        parts.append(f"{sub['title'].iloc[0]} (speed: {sub['order_source'].iloc[0]}), 80 GB x {int(sub['gpus'].iloc[0])} GPUs: "
-                     + ", ".join(ranges) + (f"; {presets}" if presets else "") + ".")
-    first = df.iloc[0]
-    return (f"Modeled, by the rule of {decision.RULE_CITATION} (the same function as `shardscope advise`): a strategy fits "
+        measured = sub["measured_order"].dropna() if "measured_order" in sub else pd.Series(dtype=object)
+        beside = f" ({sub['measured_where'].dropna().iloc[0]}: {measured.iloc[0]})" if not measured.empty else ""
+        parts.append(f"{sub['title'].iloc[0]}, 80 GB x {int(sub['gpus'].iloc[0])} GPUs: "
+                     + ", ".join(ranges) + (f"; {presets}" if presets else "") + beside + ".")
+    points = df[df["method"] == "measured"] if "method" in df else df.iloc[0:0]
+    runs = (" Measured runs drawn on the map: " + "; ".join(points["label"]) + ".") if not points.empty else ""
+    first = cells.iloc[0]
+    return (f"Modeled, by the rule of {first['rule']} (the same function as `shardscope advise`): a strategy fits "
             f"when its whole peak (model states, activations, buffers; micro-batch {int(first['micro_batch'])}, the "
             f"model's sequence length up to 4096) is within {first['usable_fraction']:.0%} of the GPU's memory; of those "
-            f"the fastest wins, and strategies within the model's {decision.MODEL_TIE_MARGIN:.0%} are a tie that goes to "
-            "the least memory. " + " ".join(parts))
+            f"the fastest by the cost model wins, and strategies within the model's {first['tie_margin']:.0%} are a tie "
+            "that goes to the least memory. " + " ".join(parts) + runs)
 
 
 _RST_SPECIAL = re.compile(r"([\\`*_|])")

@@ -24,13 +24,14 @@ import seaborn as sns
 from matplotlib.transforms import Bbox
 
 from shardscope.fileio import atomic_write_bytes, atomic_write_json
-from shardscope.figures import captions, queries
-from shardscope.figures.decision import decision_map
+from shardscope.figures import captions
 from shardscope.figures.plots_collectives import draw_allreduce_peak, draw_busbw_vs_size
 from shardscope.figures.plots_decision import draw_decision_map
 from shardscope.figures.plots_training import draw_memory_by_strategy, draw_speed_vs_ddp
-from shardscope.figures.sources import open_results, require_database
+from shardscope.results.sources import open_results, require_database
 from shardscope.figures.style import DPI, STRATEGY_ORDER
+from shardscope.results import queries
+from shardscope.results.queries_decision import decision_map
 
 __all__ = ["FIGURES", "STRATEGY_ORDER", "Figure", "draw_all"]  # STRATEGY_ORDER: kept for importers
 
@@ -45,10 +46,6 @@ class Figure:
     query: Callable[[duckdb.DuckDBPyConnection], pd.DataFrame]
     draw: Callable[[pd.DataFrame], plt.Figure]
     answer: Callable[[pd.DataFrame], str]
-
-
-def _decision_query(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    return decision_map(queries.strategy_speed(con))
 
 
 FIGURES = (
@@ -67,7 +64,7 @@ FIGURES = (
            queries.strategy_speed, draw_speed_vs_ddp, captions.answer_speed),
     Figure("decision_map", "Decision map",
            "Which strategy should one pick for a model size and a GPU memory on 8 GPUs, per fabric?",
-           _decision_query, draw_decision_map, captions.answer_decision),
+           decision_map, draw_decision_map, captions.answer_decision),
 )
 
 

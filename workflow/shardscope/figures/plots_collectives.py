@@ -8,7 +8,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 
 from shardscope.figures.captions import CPU_NOTE
-from shardscope.figures.queries import cpu_series_without_model
+from shardscope.results.queries import cpu_series_without_model
 from shardscope.figures.style import empty, format_gbps, log2_bytes_axis
 
 

@@ -18,19 +18,18 @@ from typing import Any
 import pandas as pd
 
 from shardscope.errors import UserError
-from shardscope.figures import queries
+from shardscope.results import queries
 from shardscope.figures.captions import answer_ranking, ties_with
-from shardscope.figures.decision import decision_map
 from shardscope.figures.plots import FIGURES
 from shardscope.figures.reference import load_manifest
-from shardscope.figures.sources import open_results, require_database
+from shardscope.results.sources import open_results, require_database
 from shardscope.figures.style import format_params, strategy_name
 from shardscope.paper import memory_cases
-from shardscope.paper import queries as report_queries
+from shardscope.results import report_queries
+from shardscope.results.queries_decision import decision_map
 from shardscope.paper import tables
 from shardscope.paper.ledger import ledger_section
 from shardscope.paper.ranking import RANKING_FORMATS, has_peers, ranking_table
-from shardscope.training.memory_model import memory_table
 
 
 def markdown_table(df: pd.DataFrame, formats: dict[str, str] | None = None) -> str:
@@ -138,15 +137,19 @@ def _fastest_ties(ok: pd.DataFrame) -> list[str]:
 
 
 def _decision_table(decision: pd.DataFrame) -> pd.DataFrame:
-    """The map's preset columns as a table: one row per (model, panel), one column per GPU memory, the decision's label."""
-    presets = decision[decision["preset"].notna()]
+    """The map's preset columns as a table: one row per (model, panel), one column per GPU memory, the decision's label
+    (the stored modeled cells; the measured points of the figure are not in it)."""
+    cells = decision[decision["method"] == "modeled"] if "method" in decision else decision
+    presets = cells[cells["preset"].notna()]
+    if presets.empty:
+        return pd.DataFrame()
     table = presets.assign(
         model=[f"{p} ({format_params(n)})" for p, n in zip(presets["preset"], presets["n_params"])],
         panel=presets["title"])
     wide = table.pivot_table(index=["model", "n_params", "panel"], columns="gpu_memory_gb", values="pick", aggfunc="first")
     wide = wide.reset_index().sort_values(["n_params", "panel"]).drop(columns="n_params")
-    gpus = int(decision["gpus"].iloc[0]) if not decision.empty else 8
-    wide.columns = [c if isinstance(c, str) else f"{c} GB x {gpus}" for c in wide.columns]
+    gpus = int(cells["gpus"].iloc[0]) if not cells.empty else 8
+    wide.columns = [c if isinstance(c, str) else f"{c:g} GB x {gpus}" for c in wide.columns]
     return wide
 
 
@@ -172,13 +175,12 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         doctor = report_queries.doctor_warnings(con)
         mistral_peak = memory_cases.mistral_peak_table(con)
         ranking = queries.machine_ranking(con)
-    decision = decision_map(speed)
+        decision = decision_map(con)
+        memory_model = report_queries.seed_memory_model(con)
     ok = speed[speed["outcome"] == "ok"]
     by_label = {run.label: run for run in load_manifest()}
     ours, theirs = sweeps[sweeps["source"] != "reference"], sweeps[sweeps["source"] == "reference"]
     slowdown = report_queries.emulated_slowdown(emulated)
-    mistral = pd.DataFrame(memory_table("mistral-7b", "all", 8))
-    gb = "{:.1f}"
     return {
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "runs": runs,
@@ -186,7 +188,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         "fastest": ok.sort_values("median_step_time_s").iloc[0].to_dict() if not ok.empty else None,
         "fastest_ties": _fastest_ties(ok),
         "smallest": ok.sort_values("held_bytes").iloc[0].to_dict() if not ok.empty else None,
-        "mistral": tables.mistral_memory(),
+        "mistral": tables.mistral_memory(memory_model),
         "low_references": tables.low_references(sweeps, by_label),
         "unjudged_cpu": bool((ours["verdict"] == "unknown").any() and (ours["fabric"] == "cpu").any()),
         "emulated": tables.emulated_sentences(slowdown),
@@ -208,11 +210,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
             "interconnect": markdown_table(tables.interconnect_table(ours), tables.INTERCONNECT_FORMATS),
             "reference_interconnect": markdown_table(tables.interconnect_table(theirs, by_label), tables.INTERCONNECT_FORMATS),
             "reference_sources": markdown_table(_reference_sources(references)),
-            "mistral_memory": markdown_table(
-                mistral.assign(params_gb=mistral["param_bytes"] / 1e9, grads_gb=mistral["grad_bytes"] / 1e9,
-                               optimizer_gb=mistral["optim_bytes"] / 1e9, total_gb=mistral["total_bytes"] / 1e9)
-                [["strategy", "gpus", "params_gb", "grads_gb", "optimizer_gb", "total_gb"]],
-                {"params_gb": gb, "grads_gb": gb, "optimizer_gb": gb, "total_gb": gb}),
+            "mistral_memory": markdown_table(tables.mistral_memory_table(memory_model), tables.MISTRAL_FORMATS),
             "mistral_peak": markdown_table(mistral_peak, memory_cases.GB_FORMATS),
             "emulated": markdown_table(
                 emulated[["preset", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",

@@ -1,6 +1,6 @@
 """The report's machine ranking: each machine against the others of its kind ("which of my nodes is slow?").
 
-The rows are :func:`shardscope.figures.queries.machine_ranking`'s, in its order (per kind,
+The rows are :func:`shardscope.results.queries.machine_ranking`'s, in its order (per kind,
 measure and setting, the slowest first), with the columns a reader needs and their names
 spelled out; no number is computed here.
 """

@@ -1,4 +1,4 @@
-"""The report's tables and sentences built from :mod:`shardscope.paper.queries` rows.
+"""The report's tables and sentences built from :mod:`shardscope.results.report_queries` rows.
 
 Each function takes query rows and returns what the template shows (a DataFrame for
 :func:`shardscope.paper.context.markdown_table`, or sentences); no number is typed here.
@@ -13,7 +13,6 @@ import pandas as pd
 
 from shardscope.figures.reference import ReferenceRun
 from shardscope.figures.style import format_bytes_binary, strategy_name
-from shardscope.training.memory_model import memory_table
 
 #: Columns of the interconnect tables, in order (the sweep's verdict numbers, not nccl-tests' average).
 INTERCONNECT_COLUMNS = ["sweep", "op", "ranks", "plateau busbw (GB/s)", "95% CI (GB/s)", "size to 90% of plateau",
@@ -68,19 +67,33 @@ def low_references(sweeps: pd.DataFrame, references: dict[str, ReferenceRun]) ->
     return out
 
 
-def mistral_memory() -> dict[str, Any]:
-    """Mistral-7B under DDP on one GPU (bf16, Adam), without and with fp32 master weights, from the memory model."""
-    plain = memory_table("mistral-7b", "ddp", 1, master_weights=False)[0]
-    master = memory_table("mistral-7b", "ddp", 1)[0]
+def mistral_memory(rows: pd.DataFrame) -> dict[str, Any] | None:
+    """Mistral-7B under DDP on one GPU (bf16, Adam), without and with fp32 master weights: the stored ZeRO-paper rows
+    (:func:`shardscope.results.report_queries.seed_memory_model`); None when the database holds none."""
+    one = rows[(rows["strategy"] == "ddp") & (rows["gpus"] == 1)]
+    plain, master = one[~one["master_weights"].astype(bool)], one[one["master_weights"].astype(bool)]
+    if plain.empty or master.empty:
+        return None
+    plain, master = plain.iloc[0], master.iloc[0]
     gb = {key: plain[key] / 1e9 for key in ("param_bytes", "grad_bytes", "optim_bytes", "total_bytes")}
     return {
         "params_gb": gb["param_bytes"], "grads_gb": gb["grad_bytes"], "optimizer_gb": gb["optim_bytes"],
-        "total_gb": gb["total_bytes"], "n_params": plain["n_params"],
-        "assumption": plain["bytes_per_param"]["description"],
+        "total_gb": gb["total_bytes"], "n_params": int(plain["n_params"]), "assumption": plain["assumption"],
         "master_total_gb": master["total_bytes"] / 1e9, "master_optimizer_gb": master["optim_bytes"] / 1e9,
-        "master_assumption": master["bytes_per_param"]["description"],
+        "master_assumption": master["assumption"],
         "gpu_gb": plain["gpu_memory_bytes"] / 1e9, "fits": bool(plain["fits"]), "master_fits": bool(master["fits"]),
     }
+
+
+def mistral_memory_table(rows: pd.DataFrame, gpus: int = 8) -> pd.DataFrame:
+    """The stored ZeRO-paper model states of every strategy on ``gpus`` GPUs with the fp32 master copy, in GB."""
+    sub = rows[(rows["gpus"] == gpus) & rows["master_weights"].astype(bool)]
+    return pd.DataFrame({"strategy": sub["strategy"], "gpus": sub["gpus"], "params_gb": sub["param_bytes"] / 1e9,
+                         "grads_gb": sub["grad_bytes"] / 1e9, "optimizer_gb": sub["optim_bytes"] / 1e9,
+                         "total_gb": sub["total_bytes"] / 1e9}).reset_index(drop=True)
+
+
+MISTRAL_FORMATS = {"params_gb": "{:.1f}", "grads_gb": "{:.1f}", "optimizer_gb": "{:.1f}", "total_gb": "{:.1f}"}
 
 
 def emulated_sentences(slowdown: pd.DataFrame) -> list[str]:

@@ -1,1 +1,6 @@
-"""Results stage: validate every per-job file with pandera and keep it in one DuckDB file."""
+"""Results stage: validate every per-job file with pandera and keep it in one DuckDB file; and read it.
+
+The write side is :mod:`.store` (collect), :mod:`.merge` and :mod:`.export`; the read side, which
+figures and the report import, is :mod:`.sources` (the read-only connection and its views),
+:mod:`.queries`, :mod:`.queries_decision` and :mod:`.report_queries`.
+"""

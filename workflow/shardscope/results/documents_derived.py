@@ -63,7 +63,9 @@ def predictions_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str,
     return {"runs": [run],
             "collective_predictions": [{"run_id": run_id, **row} for row in doc["collectives"]],
             "strategy_predictions": [{"run_id": run_id, **row} for row in doc["strategies"]],
-            "memory_case_predictions": [{"run_id": run_id, **row} for row in doc.get("memory") or []]}
+            "memory_case_predictions": [{"run_id": run_id, **row} for row in doc.get("memory") or []],
+            "decision_map_cells": [{"run_id": run_id, **row} for row in doc.get("decision_map") or []],
+            "memory_model_cases": [{"run_id": run_id, **row} for row in doc.get("memory_model") or []]}
 
 
 def _spread(summary: dict[str, Any]) -> dict[str, Any]:

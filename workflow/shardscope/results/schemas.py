@@ -20,6 +20,8 @@ from pandera.typing import Series
 from shardscope.collectives.factors import OPS
 from shardscope.results.schemas_calibration import CollectiveCalibrationChecksSchema, StepCalibrationsSchema
 from shardscope.results.schemas_comm import TrainingCommSchema
+from shardscope.results.schemas_decision import DecisionMapCellsSchema
+from shardscope.results.schemas_memory_model import MemoryModelCasesSchema
 from shardscope.results.schemas_diagnosis import DoctorFindingsSchema, VerdictRowsSchema, VerdictsSchema
 from shardscope.results.schemas_predictions import (CollectivePredictionsSchema, MemoryCasePredictionsSchema, MemoryPeakPredictionsSchema,
                                                  StrategyPredictionsSchema)
@@ -367,6 +369,8 @@ TABLES: dict[str, type[pa.DataFrameModel]] = {
     "doctor_findings": DoctorFindingsSchema,
     "step_calibrations": StepCalibrationsSchema,
     "collective_calibration_checks": CollectiveCalibrationChecksSchema,
+    "decision_map_cells": DecisionMapCellsSchema,
+    "memory_model_cases": MemoryModelCasesSchema,
 }
 
 #: The key column that ties a table's rows to one loaded unit, and the parent table that owns it.

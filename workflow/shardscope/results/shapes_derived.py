@@ -35,6 +35,8 @@ def predictions_shape(row_shape: Any) -> dict[str, Any]:
             "collectives": {"type": "array", "items": row_shape("collective_predictions", skip=("run_id",))},
             "strategies": {"type": "array", "items": row_shape("strategy_predictions", skip=("run_id",))},
             "memory": {"type": "array", "items": row_shape("memory_case_predictions", skip=("run_id",))},
+            "decision_map": {"type": "array", "items": row_shape("decision_map_cells", skip=("run_id",))},
+            "memory_model": {"type": "array", "items": row_shape("memory_model_cases", skip=("run_id",))},
         },
     }
 

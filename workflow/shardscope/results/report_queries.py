@@ -1,9 +1,9 @@
-"""The report's own queries (the figures' queries are in :mod:`shardscope.figures.queries`).
+"""The report's own queries (the figures' queries are in :mod:`shardscope.results.queries`).
 
 Each returns exactly the rows one report table or paragraph shows, from the views of
-:func:`shardscope.figures.sources.open_results`: every sweep's verdict numbers (the
+:func:`shardscope.results.sources.open_results`: every sweep's verdict numbers (the
 interconnect table), strategies measured on emulated fabrics, modeled beside measured step
-times, and the doctor's warnings.
+times, the seed's modeled memory, and the doctor's warnings.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from shardscope.figures.queries import FABRIC_SQL, SERIES_SQL, VERDICT_OF_SQL, with_verdict_text
+from shardscope.results.queries import FABRIC_SQL, SERIES_SQL, VERDICT_OF_SQL, has_table, with_verdict_text
 
 #: The latest strategy predictions per topology (the newest prediction run that predicted strategies).
 _STRATEGY_PREDICTIONS_SQL = """
@@ -85,6 +85,21 @@ def modeled_vs_measured_steps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         JOIN ({_STRATEGY_PREDICTIONS_SQL}) p ON p.topology_hash = t.topology_hash AND p.strategy = t.strategy
              AND p.model = t.model AND p.gpus = t.world_size
         ORDER BY t.host, t.model, t.world_size, t.placement, p.step_time_s""").df()
+
+
+def seed_memory_model(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """The latest stored ZeRO-paper model states of the seed's Mistral-7B (``memory_model_cases``): per strategy,
+    GPU count and master copy; none in a database collected before the table existed."""
+    columns = ["strategy", "model", "n_params", "gpus", "dtype", "master_weights", "param_bytes", "grad_bytes", "optim_bytes",
+               "total_bytes", "assumption", "gpu_memory_bytes", "fits"]
+    if not has_table(con, "memory_model_cases"):
+        return pd.DataFrame(columns=columns)
+    return con.execute(f"""
+        SELECT {', '.join(f'c.{c}' for c in columns)}
+        FROM memory_model_cases c JOIN runs r USING (run_id)
+        WHERE c.memory_case = 'seed_mistral'
+        QUALIFY dense_rank() OVER (ORDER BY r.measured_at DESC NULLS LAST, c.run_id DESC) = 1
+        ORDER BY c.gpus, c.master_weights, c.strategy""").df()
 
 
 def doctor_warnings(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

@@ -1,7 +1,10 @@
-"""The SQL behind every figure and report table: what is plotted is exactly what these return.
+"""The read side: the SQL behind every figure and report table; what is plotted is exactly what these return.
+
+Figures and the report import these queries (the report's own are in
+:mod:`shardscope.results.report_queries`); they query, they never model.
 
 Collective queries read the ``all_runs``/``all_collectives``/``all_verdicts``/
-``all_collective_predictions`` views of :func:`shardscope.figures.sources.open_results` (the
+``all_collective_predictions`` views of :func:`shardscope.results.sources.open_results` (the
 user's runs plus reference runs, each with its verdict, and the cost model's busbw); training
 queries read the results database's own tables and views.
 """
@@ -13,9 +16,8 @@ import re
 import duckdb
 import pandas as pd
 
-from shardscope.figures.links import nominal_link
-from shardscope.figures.reference import load_manifest
-from shardscope.figures.verdict_text import verdict_text
+from shardscope.results.links import nominal_link
+from shardscope.results.verdict_text import verdict_text
 from shardscope.results.schemas_predictions import MEMORY_MODELS  # noqa: F401  (figure 3's two models, for the captions)
 from shardscope.results.views import strategy_vs_ddp_sql
 
@@ -109,6 +111,8 @@ def busbw_vs_size(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         ORDER BY op, method, source, series, size_bytes""").df()
     df = with_verdict_text(df)
     df.loc[df["method"] == "modeled", "verdict_text"] = None
+    from shardscope.figures.reference import load_manifest  # the bundled reference logs' manifest (their links)
+
     links = {run.label: run.link for run in load_manifest()}
     link = [nominal_link(links.get(label)) if source == "reference" and isinstance(label, str) else None
             for label, source in zip(df["label"], df["source"])]
@@ -193,6 +197,12 @@ def device_capacity_bytes(device_type: str | None, devices: str | None, probed_b
         return None
     match = _DEVICE_MEMORY.search(devices)
     return float(match[1]) * 1e9 if match else None
+
+
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether the database (not an attached one) has table ``name``: one an older layout lacks reads as no rows."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                            "AND schema_name = 'main' AND table_name = ?", [name]).fetchone()[0])
 
 
 def modeled_memory_terms(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
