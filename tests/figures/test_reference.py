@@ -13,7 +13,7 @@ import pytest
 from shardscope.collectives.nccl_tests import read_nccl_tests
 from shardscope.results.links import NOMINAL_LINKS
 from shardscope.results.queries import MODELED_TEXT
-from shardscope.figures.reference import REFERENCE_DIR, load_manifest, load_modeled
+from shardscope.results.reference_manifest import REFERENCE_DIR, load_manifest, load_modeled
 from shardscope.reference.build import build_reference_db
 from shardscope.reference.documents import reference_document
 from shardscope.reference.steps import modeled_name

@@ -11,7 +11,7 @@ import pytest
 
 from shardscope.errors import UserError
 from shardscope.figures.plots import FIGURES
-from shardscope.figures.reference import load_manifest
+from shardscope.results.reference_manifest import load_manifest
 from shardscope.paper.render import markdown_table, render_report
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "paper" / "report.md"

@@ -47,7 +47,7 @@ def test_the_predictions_stage_stores_the_seed_case_and_the_planned_jobs(databas
 
 def test_the_report_table_is_modeled_per_strategy_and_measured_where_a_run_exists(database) -> None:
     from shardscope.results.sources import open_results
-    from shardscope.paper.memory_cases import mistral_peak_table
+    from shardscope.results.memory_case_queries import mistral_peak_table
 
     db, _ = database
     with open_results(db) as con:

@@ -13,7 +13,7 @@ import importlib.resources
 import re
 import shlex
 
-from shardscope.figures.reference import load_manifest, load_modeled
+from shardscope.results.reference_manifest import load_manifest, load_modeled
 from shardscope.reference import steps
 
 #: The bundled public runs, beside the package the rules run (the workflow's own source, or the installed package).

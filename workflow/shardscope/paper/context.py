@@ -21,10 +21,10 @@ from shardscope.errors import UserError
 from shardscope.results import queries
 from shardscope.figures.captions import answer_ranking, ties_with
 from shardscope.figures.plots import FIGURES
-from shardscope.figures.reference import load_manifest
+from shardscope.results.reference_manifest import load_manifest
 from shardscope.results.sources import open_results, require_database
 from shardscope.figures.style import format_params, strategy_name
-from shardscope.paper import memory_cases
+from shardscope.results import memory_case_queries as memory_cases
 from shardscope.results import report_queries
 from shardscope.results.queries_decision import decision_map
 from shardscope.paper import tables

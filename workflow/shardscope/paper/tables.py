@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from shardscope.figures.reference import ReferenceRun
+from shardscope.results.reference_manifest import ReferenceRun
 from shardscope.figures.style import format_bytes_binary, strategy_name
 
 #: Columns of the interconnect tables, in order (the sweep's verdict numbers, not nccl-tests' average).

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shardscope.errors import UserError
-from shardscope.figures.reference import REFERENCE_DIR, load_manifest, load_modeled
+from shardscope.results.reference_manifest import REFERENCE_DIR, load_manifest, load_modeled
 from shardscope.fileio import atomic_write_json
 from shardscope.reference import steps
 

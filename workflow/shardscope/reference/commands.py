@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def _cmd_reference(args: argparse.Namespace) -> int:
-    from shardscope.figures.reference import REFERENCE_DIR
+    from shardscope.results.reference_manifest import REFERENCE_DIR
     from shardscope.reference.build import build_reference_db
 
     docs = args.docs or str(Path(args.db).parent)

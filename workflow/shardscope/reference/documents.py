@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardscope.errors import UserError
-from shardscope.figures.reference import ReferenceRun, load_manifest
+from shardscope.results.reference_manifest import ReferenceRun, load_manifest
 
 if TYPE_CHECKING:
     from shardscope.collectives.nccl_tests import NcclTestsResult

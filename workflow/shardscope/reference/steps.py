@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shardscope.figures.reference import MANIFEST_NAME, ModeledFabric, ReferenceRun
+from shardscope.results.reference_manifest import MANIFEST_NAME, ModeledFabric, ReferenceRun
 
 #: Message sizes of the modeled all-reduce: the large end, where the peak is (1 MiB .. 8 GiB, powers of two).
 MODELED_MIN_BYTES = 2**20

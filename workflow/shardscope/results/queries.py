@@ -111,7 +111,7 @@ def busbw_vs_size(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         ORDER BY op, method, source, series, size_bytes""").df()
     df = with_verdict_text(df)
     df.loc[df["method"] == "modeled", "verdict_text"] = None
-    from shardscope.figures.reference import load_manifest  # the bundled reference logs' manifest (their links)
+    from shardscope.results.reference_manifest import load_manifest  # the bundled reference logs' manifest (their links)
 
     links = {run.label: run.link for run in load_manifest()}
     link = [nominal_link(links.get(label)) if source == "reference" and isinstance(label, str) else None

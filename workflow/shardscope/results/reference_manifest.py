@@ -22,7 +22,8 @@ from typing import Any
 
 from shardscope.errors import UserError
 
-REFERENCE_DIR = Path(__file__).with_name("reference")
+#: The bundled reference logs and their manifest (package data beside the figures that draw them).
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "figures" / "reference"
 MANIFEST_NAME = "runs.json"
 _FIELDS = ("file", "label", "fabric", "link", "hardware", "source_url")
 #: Optional fields of a run in ``runs.json`` and their default.
