@@ -49,3 +49,17 @@ def strategy_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[st
         assert proc.returncode == 0, proc.stderr[-3000:]
         results[strategy] = {"doc": json.loads(out.read_text()), "dir": tmp, "log": log, "out": out}
     return results
+
+
+@pytest.fixture(scope="module")
+def one_rank_group() -> Any:
+    """A 1-process gloo group in this process: real collectives, DDP and FSDP2, in milliseconds."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 2000))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

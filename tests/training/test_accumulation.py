@@ -9,12 +9,10 @@ seed and data): the same per-step losses at the same global batch, and the resul
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from shardscope.training.accumulation import accumulating, check_grad_accum
 from training.conftest import run_train
@@ -26,17 +24,6 @@ def test_grad_accum_must_be_a_positive_integer() -> None:
         with pytest.raises(ValueError, match="--grad-accum"):
             check_grad_accum(bad)
 
-
-@pytest.fixture(scope="module")
-def one_rank_group() -> Any:
-    """A 1-process gloo group: real DDP and FSDP2, in this process."""
-    if dist.is_initialized():
-        yield
-        return
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(31500 + os.getpid() % 2000))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

@@ -7,7 +7,6 @@ all-reduce moves 3Ψ, its implementation's volume, which is 1.5x the paper's 2Ψ
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -56,17 +55,6 @@ def test_tensor_bytes_of_nested_lists() -> None:
     assert tensor_bytes([torch.zeros(2), [torch.zeros(1)]]) == (12, "float32")
     assert tensor_bytes(None) == (0, None)
 
-
-@pytest.fixture(scope="module")
-def one_rank_group() -> Any:
-    """A 1-process gloo group: real collectives, in this process, in milliseconds."""
-    if dist.is_initialized():
-        yield
-        return
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 2000))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_counter_counts_each_collective_once_and_restores(one_rank_group: Any) -> None:
