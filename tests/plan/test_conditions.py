@@ -146,6 +146,8 @@ def test_cpu_conditions_come_from_the_emulated_presets(config: dict[str, Any]) -
     inside = jobs_of(plan, by_preset[("nvl_groups", "one_island")])
     assert [j["job_id"] for j in inside] == ["ddp-tiny-ws2-in_group-nvl_groups", "fsdp-tiny-ws2-in_group-nvl_groups"]
     assert sum("emulated" in j for j in plan["training"]) == 8  # emulated.strategies [ddp, fsdp] over 4 (preset, placement)s
+    assert {(j["micro_batch"], j["seq_len"]) for j in plan["training"] if "emulated" in j} == {(8, 128)}
+    assert {(j["micro_batch"], j["seq_len"]) for j in plan["training"] if "emulated" not in j} == {(2, 64)}
     spec = job_from_dict(inside[0])
     assert spec.emulated is not None and spec.emulated["definition"]["placements"]["in_group"] == ["h0", "h1"]
     assert spec.placement == "in_group@nvl_groups" and spec.world_size == 2
@@ -159,6 +161,15 @@ def test_cpu_conditions_come_from_the_emulated_presets(config: dict[str, Any]) -
     plan = make_plan(topology, on, no_root)
     assert set(planned(plan)) == {"default"} and not any("emulated" in j for j in plan["training"])
     assert all("need root" in reason for reason in skipped(plan).values()) and "pcie" in skipped(plan)
+
+
+@pytest.mark.parametrize("training", [{"micro_batch": 0}, {"seq_len": "long"}, {"steps": 4}, [8]])
+def test_bad_emulated_training_sizing_names_the_key(config: dict[str, Any], training: Any) -> None:
+    on = copy.deepcopy(config)
+    on["emulated"]["enabled"] = True
+    on["emulated"]["training"] = training
+    with pytest.raises(UserError, match=r"config key emulated\.training"):
+        make_plan(detect_cpu_only().topology.to_dict(), on, NO_PEER)
 
 
 def test_hsdp_shards_inside_an_island_and_replicates_across(config: dict[str, Any]) -> None:

@@ -115,3 +115,28 @@ def emulated_section(config: dict[str, Any], machine: MachineProbe,
             targets.append((preset.name, placement, tuple(hosts),
                             {"preset": preset.name, "placement": placement, "definition": preset.to_dict(), **where}))
     return jobs, targets
+
+
+#: The sizing keys ``emulated.training`` may replace in the emulated conditions' training jobs.
+EMULATED_SIZING_KEYS = ("micro_batch", "seq_len")
+
+
+def emulated_sizing(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``cpu`` sizing keys that config ``emulated.training`` replaces for training over emulated fabrics.
+
+    On a GPU node the fast fabric's traffic is small beside each step's compute; the tiny CPU model's
+    step is so short that gloo's per-call latency dominates it even on an uncapped link, which hides
+    what the fabric does. A heavier step (more tokens, the same parameters and collectives) restores the
+    ratio the finding is about. Each value must be a positive integer (a :class:`UserError` names the key).
+    """
+    section = (config.get("emulated") or {}).get("training") or {}
+    if not isinstance(section, dict):
+        raise UserError("config key emulated.training: expected a mapping such as {micro_batch: 8, seq_len: 128}")
+    sizing = {}
+    for key, value in section.items():
+        if key not in EMULATED_SIZING_KEYS:
+            raise UserError(f"config key emulated.training.{key}: unknown; expected one of {', '.join(EMULATED_SIZING_KEYS)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"config key emulated.training.{key}: expected a positive integer, got {value!r}")
+        sizing[key] = value
+    return sizing

@@ -63,7 +63,7 @@ from shardscope.plan.conditions import (
     hsdp_shard_size,
     rank_groups,
 )
-from shardscope.plan.machine import MachineProbe, emulated_section, peer_section
+from shardscope.plan.machine import MachineProbe, emulated_section, emulated_sizing, peer_section
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
 from shardscope.plan.scales import Scale, memory_scale
@@ -285,7 +285,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
                 covered.add(name)
                 train(Condition(name, len(hosts), Placement(f"{place_name}@{preset}", ())), strategies,
                       suffix=f"-{preset}", id_place=place_name, groups=emulated_groups(spec["definition"], place_name),
-                      emulated=spec)
+                      sizing=emulated_sizing(config), emulated=spec)
         emulated_off = next((s["reason"] for s in skipped if s["stage"] == "emulated"), None)
         found = list(cpu_skips(set(wanted) - covered, emulated_off))
     for item in found:
