@@ -28,7 +28,7 @@ from shardscope.results.schemas_predictions import (CollectivePredictionsSchema,
 from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of this module's API)
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.results.tablebase import valid as _valid
-from shardscope.topology.model import FABRICS
+from shardscope.contracts.names import FABRICS
 from shardscope.contracts.names import OUTCOMES, STRATEGIES, TRAINING_DTYPES
 
 #: Result documents that describe one job or one imported log (each has a world size).

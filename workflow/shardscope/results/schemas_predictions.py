@@ -15,7 +15,7 @@ from pandera.typing import Series
 
 from shardscope.collectives.factors import OPS
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
-from shardscope.topology.model import FABRICS
+from shardscope.contracts.names import FABRICS
 from shardscope.contracts.names import STRATEGIES
 from shardscope.training.memory_check import MEMORY_MODELS
 

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardscope.contracts.names import FABRICS
-
 _NV_CODE = re.compile(r"^NV(\d+)$")
 #: PCIe path codes of nvidia-smi, from nearest to farthest.
 PCIE_PATH_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS")
