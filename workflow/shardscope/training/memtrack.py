@@ -16,7 +16,8 @@ After the step every storage it saw is put in one category:
     created during forward, alive when forward returned, and not backing a module parameter
     then: what autograd saved for backward (and the loss); under activation checkpointing also
     what backward creates while it recomputes a block (:func:`shardscope.training.checkpointing.in_recompute`):
-    the block's activations, made late.
+    the block's activations, made late, unless it backs a parameter when the recompute ends
+    (gathered again for it; :meth:`TensorMemoryTracker.mark_recompute_params`).
 ``buffers``
     everything else: gathered parameters (FSDP, ZeRO-3; a storage resized to or from 0 in place
     is one, even where autograd saved a view of it), communication buckets, gradients of
