@@ -229,3 +229,26 @@ def test_whole_peak_is_predict_peak_for_the_named_shape_and_says_what_fits() -> 
         args = {"seq_len": 4096, "micro_batch": 1, "checkpointing": "none", **bad}
         with pytest.raises(ValueError, match=match):
             whole_peak("zero3", "mistral-7b", 8, **args)
+
+
+def test_zero3_backward_end_is_the_reduce_scatter_copies_and_the_embedding_not_every_parameter() -> None:
+    """ZeRO-3's end of backward (one bucket): the bucket, the reduce-scatter's model-sized copies (two on gloo, one on NCCL)
+    and the embedding still gathered; inside the blocks the head and final norm are released (traced on the tiny model)."""
+    from shardscope.contracts.models import resolve_model
+    from shardscope.training.memory_peak import StepShape, predict_peak
+
+    cfg = resolve_model("tiny")[1]
+    shape = StepShape(micro_batch=2, seq_len=64, checkpointing="full")
+    n, emb = cfg.param_count(), cfg.vocab_size * cfg.d_model
+    cpu, gpu = (predict_peak("zero3", cfg, 2, shape, device=d) for d in ("cpu", "gpu"))
+    end_cpu, end_gpu = cpu.phases["backward_end"], gpu.phases["backward_end"]
+    assert end_cpu["reduce_scatter_copies"] == 2 * n * 4 and end_gpu["reduce_scatter_copies"] == n * 4
+    assert end_cpu["embedding_gathered"] == emb * 4 and end_cpu["activations"] == 0
+    assert cpu.phases["backward_blocks"]["gathered_params"] == (n - emb - cfg.d_model) * 4  # head and final norm released
+    assert cpu.phases["backward"]["gathered_params"] == n * 4  # during the head's backward all still gathered
+    # the recomputed block holds its MLP output (T*h) beside what the other strategies' recompute holds
+    zero2 = predict_peak("zero2", cfg, 2, shape, device="cpu")
+    assert cpu.assumptions["activation_peak"] - zero2.assumptions["activation_peak"] == shape.tokens * cfg.d_model * 4
+    # measured on 2 CPU ranks (tensor tracker): 6,820,872 B of buffers beside the 2e9 B bucket, 1,986,580 B activations at peak
+    assert sum(v for k, v in end_cpu.items() if k not in ("reduce_bucket", "activations")) == 6_820_864
+    assert cpu.assumptions["activation_peak"] == 1_985_536

@@ -24,6 +24,23 @@ from typing import Any
 MODES = ("none", "full")
 
 _state = threading.local()
+#: Called with no arguments each time a block's recompute ends (the tensor tracker listens, see :func:`on_recompute_end`).
+_recompute_listeners: list[Callable[[], None]] = []
+
+
+def on_recompute_end(listener: Callable[[], None]) -> Callable[[], None]:
+    """Call ``listener`` whenever a recompute ends, until the returned function is called.
+
+    Why: what a recompute creates is a block's activations, except parameters that a
+    framework gathers again for it (ZeRO-3 when it released them after forward); the tracker
+    asks which storages back parameters at that moment, while they are still alive.
+    """
+    _recompute_listeners.append(listener)
+
+    def remove() -> None:
+        if listener in _recompute_listeners:
+            _recompute_listeners.remove(listener)
+    return remove
 
 
 def in_recompute() -> bool:
@@ -46,6 +63,8 @@ def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
             return forward(*args)
         finally:
             if recomputing:
+                for listener in list(_recompute_listeners):
+                    listener()
                 _state.depth -= 1
 
     def checkpointed_forward(*args: Any) -> Any:

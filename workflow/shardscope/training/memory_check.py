@@ -123,7 +123,13 @@ def _job_model_config(job: dict[str, Any]) -> ModelConfig | None:
 
 
 def on_gpu(doc: dict[str, Any]) -> bool:
-    """Whether the run's devices were GPUs (the step temporaries differ between CPU and GPU AdamW)."""
+    """Whether the run's devices were GPUs (the step temporaries differ between CPU and GPU AdamW).
+
+    The recorded ``device_type`` (``cuda`` also on ROCm) where the run has one; else the device names.
+    """
+    env = doc.get("env") or {}
+    if env.get("device_type"):
+        return env["device_type"] == "cuda"
     return any("cuda" in str(d).lower() or "nvidia" in str(d).lower() for d in doc.get("env", {}).get("devices", []))
 
 

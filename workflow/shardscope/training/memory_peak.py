@@ -33,7 +33,8 @@ buffers (temporary, by phase)
     backward, the head's (the log-softmax output consumed): the logits' gradient; DDP the
     head weight's gradient before it is copied into its bucket view; ZeRO-1/2 the reduce
     bucket; ZeRO-3 every parameter reused within ``stage3_max_reuse_distance`` (1e9 elements)
-    still gathered, plus the bucket. The bucket is ``reduce_bucket_size`` elements as the run
+    still gathered, plus the bucket; inside the blocks ZeRO-3 has released the head's and the
+    final norm's (:func:`zero3_released_before_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
     configures DeepSpeed (:func:`shardscope.training.fairness.deepspeed_bucket_elements`: 5e8 by
     default, 25 MiB under ``--buckets equal``), allocated whole however small the model
     (DeepSpeed's ``torch.empty(reduce_bucket_size)``: 2 GB in fp32 for the tiny model too);
@@ -44,7 +45,8 @@ buffers (temporary, by phase)
     gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
     (:func:`zero1_backward`). backward, at its end (ZeRO-2/3 when one bucket holds every
     gradient, as DeepSpeed's default 5e8 elements do for models below 5e8 parameters, reduced
-    only then): every gradient whole beside the bucket (and ZeRO-3's gathered parameters), no
+    only then): ZeRO-2 every gradient whole beside the bucket, ZeRO-3 the reduce-scatter's
+    model-sized copies and the still-gathered embedding (:func:`zero3_backward_end`), no
     activations left.
     step: the optimizer's temporaries (see :func:`step_temporaries`).
 HSDP (``hsdp``, a shard group of ``g`` GPUs)
@@ -318,9 +320,54 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     elif strategy == "zero3":
         gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE) * e_param
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
-        forward["gathered_params"] = head["gathered_params"] = blocks["gathered_params"] = gathered
+        forward["gathered_params"] = head["gathered_params"] = gathered
+        blocks["gathered_params"] = max(gathered - zero3_released_before_blocks(cfg) * e_param, 0)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     return {"forward": forward, "backward": head, "backward_blocks": blocks}
+
+
+def zero3_released_before_blocks(cfg: ModelConfig) -> int:
+    """Parameters ZeRO-3 has released when the blocks' backward starts: the output head (unless tied) and the final norm.
+
+    DeepSpeed releases a module's gathered parameters after the module's backward unless the
+    recorded trace uses them again within ``stage3_max_reuse_distance``; in backward nothing
+    that follows in the step uses them again, so each module lets go of its parameters as
+    soon as its backward is done (traced with the tensor tracker on the tiny model: 19
+    releases in reverse module order, the embedding's last). A tied head is the embedding's
+    weight, used again at the very end, so it stays.
+    """
+    return cfg.d_model + (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+
+
+def zero3_recompute_activations(acts: dict[str, int], cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
+    """ZeRO-3 under full checkpointing: the recomputed block also holds its MLP's output (``T·h``) at its peak.
+
+    torch's non-reentrant checkpoint stops a recompute as soon as the last tensor backward
+    needs is saved (the input of the down projection); without ZeRO-3 the projection's output
+    dies at once, but DeepSpeed's forward hooks on that Linear run on the output first, so it
+    is alive with all the recomputed activations (measured: +65,536 B = T·h·4 on the tiny model
+    at 2 x 64 tokens, +262,144 B on small-gqa at 2 x 128, each exactly one ``T·h``).
+    """
+    extra = shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
+    blocks = acts["blocks"] + extra
+    return {**acts, "blocks": blocks, "recomputed": acts["recomputed"] + extra, "peak": max(acts["total"], blocks)}
+
+
+def zero3_backward_end(cfg: ModelConfig, e_param: int, e_reduce: int, bucket: int, device: str) -> dict[str, int]:
+    """ZeRO-3 at the end of backward when one reduce bucket holds every gradient: the reduce-scatter's copies beside the bucket.
+
+    DeepSpeed reduces the bucket with ``reduce_scatter_coalesced``, which first interleaves
+    every gradient into one new buffer the size of the model (in the reduction dtype; padding
+    each tensor to a multiple of the world size, a few elements, is left out). gloo's
+    reduce-scatter (CPU) works on a whole copy of that buffer too (seen by the tracker as a
+    model-sized storage that appears at the collective's ``split``); NCCL's reduces in place,
+    so on GPU there is one copy. Every module's parameters are released by then except the
+    embedding's (its backward is the last; they go after this reduce).
+    """
+    n = cfg.param_count()
+    copies = 2 if device == "cpu" else 1
+    return {"reduce_bucket": bucket, "reduce_scatter_copies": copies * n * e_reduce,
+            "embedding_gathered": cfg.vocab_size * cfg.d_model * e_param, "activations": 0}
 
 
 def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], bucket: int, e_grad: int,
@@ -457,6 +504,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     else:
         held = {key: int(held[key]) for key in ("param_bytes", "grad_bytes", "optim_bytes")}
     acts = activation_bytes(cfg, shape, policy)
+    if strategy == "zero3" and shape.checkpointing == "full":
+        acts = zero3_recompute_activations(acts, cfg, shape, policy)
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
     step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
     log_softmax = shape.tokens * cfg.vocab_size * 4
@@ -468,7 +517,10 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                      "activations": acts["head_backward"] - log_softmax - head_input},
         "backward_blocks": {**buffers["backward_blocks"], **_nonzero(block_grads=block_backward_temporaries(cfg, shape, policy)),
                             "activations": acts["blocks"]},
-        "step": {"optimizer_temporaries": step_temp, "activations": 0},
+        # DeepSpeed's reduce bucket is allocated once and stays through the step (measured: ZeRO-3 bf16 at world size 1 peaks
+        # in the step with the whole 1 GB bucket alive beside the step's temporaries)
+        "step": {"optimizer_temporaries": step_temp, **_nonzero(reduce_bucket=buffers["backward"].get("reduce_bucket", 0)),
+                 "activations": 0},
     }
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     bucket_elements = reduce_bucket_elements(shape.dtype, fair)
@@ -476,8 +528,11 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         phases["backward_blocks"] = zero1_backward(cfg, shape, policy, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
                                                    bucket_elements)
     whole_bucket = bucket_elements >= cfg.param_count()
-    if strategy in ("zero2", "zero3") and whole_bucket:  # one bucket holds every gradient: reduced only at the end
+    if strategy == "zero2" and whole_bucket:  # one bucket holds every gradient: reduced only at the end
         phases["backward_end"] = {**buffers["backward_blocks"], "full_grads": cfg.param_count() * e_grad, "activations": 0}
+    if strategy == "zero3" and whole_bucket:
+        e_reduce = dtype_bytes(fair.resolved_reduce_dtype(shape.dtype))
+        phases["backward_end"] = zero3_backward_end(cfg, e_grad, e_reduce, buffers["backward_blocks"]["reduce_bucket"], device)
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     phase = max(totals, key=lambda name: totals[name])
     transient = totals[phase]

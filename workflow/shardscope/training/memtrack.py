@@ -16,7 +16,8 @@ After the step every storage it saw is put in one category:
     created during forward, alive when forward returned, and not backing a module parameter
     then: what autograd saved for backward (and the loss); under activation checkpointing also
     what backward creates while it recomputes a block (:func:`shardscope.training.checkpointing.in_recompute`):
-    the block's activations, made late.
+    the block's activations, made late, unless it backs a parameter when the recompute ends
+    (gathered again for it; :meth:`TensorMemoryTracker.mark_recompute_params`).
 ``buffers``
     everything else: gathered parameters (FSDP, ZeRO-3; a storage resized to or from 0 in place
     is one, even where autograd saved a view of it), communication buckets, gradients of
@@ -72,13 +73,14 @@ def _data_ptr(storage: torch.UntypedStorage) -> int:
 
 
 class _Storage:
-    __slots__ = ("ref", "phase", "born", "died", "sizes", "ptr", "state", "recomputed")
+    __slots__ = ("ref", "phase", "born", "died", "sizes", "ptr", "state", "recomputed", "param")
 
     def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, ptr: int, recomputed: bool = False) -> None:
         self.ref, self.phase, self.born, self.died, self.ptr = ref, phase, born, None, ptr
         self.sizes: list[tuple[int, int]] = [(born, nbytes)]
         self.state = False
         self.recomputed = recomputed
+        self.param = False  # backed a parameter when a recompute ended (gathered again for it)
 
 
 class TensorMemoryTracker(TorchDispatchMode):
@@ -112,6 +114,17 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._poll()
         self._forward_end_records = {id(record) for record in self._live.values()}
         self._param_ptrs_at_forward_end = set(param_ptrs)
+
+    def mark_recompute_params(self, param_ptrs: set[int]) -> None:
+        """A recompute has ended: the live storages it created that back parameters now are gathered parameters, not activations.
+
+        Decided by the storages alive now, not by addresses remembered from forward: the
+        allocator hands a freed parameter's address to the next tensor of that size, and a
+        recomputed activation there is still an activation.
+        """
+        for record in self._live.values():
+            if record.recomputed and record.ptr and record.ptr in param_ptrs:
+                record.param = True
 
     def set_state(self, state_ptrs: set[int]) -> None:
         """The data pointers of parameters, gradients and optimizer state after backward."""
@@ -211,8 +224,8 @@ class TensorMemoryTracker(TorchDispatchMode):
             return "state"
         if any(nbytes == 0 for _, nbytes in record.sizes):
             return "buffers"  # resized in place: an unsharded parameter that FSDP frees and re-gathers
-        if record.recomputed and record.ptr not in self._param_ptrs_at_forward_end:
-            return "activations"  # a checkpointed block's activations, recomputed in backward
+        if record.recomputed:  # a checkpointed block's activations, recomputed in backward, unless a parameter gathered for it
+            return "buffers" if record.param else "activations"
         alive_at_forward_end = record.phase == "forward" and id(record) in self._forward_end_records
         if alive_at_forward_end and record.ptr not in self._param_ptrs_at_forward_end:
             return "activations"
@@ -258,7 +271,10 @@ def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]
         tracker.mark_forward_end(param_ptrs(decoder))
         tracker.phase("backward")
 
+    from shardscope.training.checkpointing import on_recompute_end
+
     handle = decoder.register_forward_hook(forward_done)
+    stop_listening = on_recompute_end(lambda: tracker.mark_recompute_params(param_ptrs(decoder)))
     try:
         with tracker:
             prepared.forward_backward(tokens)
@@ -268,6 +284,7 @@ def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]
             prepared.step()
     finally:
         handle.remove()
+        stop_listening()
     return tracker.result(), held
 
 
@@ -281,9 +298,13 @@ def cuda_memory_counters(device: torch.device) -> dict[str, int]:
 
 
 def record_memory_history() -> None:
-    """Keep the CUDA allocator's recent history, so an OOM can be explained from a snapshot."""
+    """Keep the CUDA allocator's recent history, so an OOM can be explained from a snapshot.
+
+    Python stacks only (``stacks="python"``): the default also unwinds the C++ stack of every
+    allocation, which costs far more per allocation, and this runs during the timed steps.
+    """
     if torch.cuda.is_available():
-        torch.cuda.memory._record_memory_history(max_entries=100_000)
+        torch.cuda.memory._record_memory_history(max_entries=100_000, stacks="python")
 
 
 def dump_oom_snapshot(path: str) -> str | None:
