@@ -29,3 +29,11 @@ def test_a_required_column_stays_positive_or_the_fit_says_it_cannot() -> None:
     assert x == pytest.approx([0.0, 10 / 14])  # the slope alone, through the origin, is the best with it positive
     with pytest.raises(ValueError, match="required"):
         nnls([[1.0], [1.0]], [-1.0, -2.0], required=[0])
+
+
+def test_columns_of_very_different_magnitudes_are_not_taken_for_singular() -> None:
+    # FLOPs (1e9) beside call counts (1..10): the step calibration's columns
+    rows = [[f * 1e9, calls] for f, calls in ((0.5, 1), (0.6, 9), (0.55, 6), (0.52, 2))]
+    b = [r[0] * 5e-10 + r[1] * 2e-3 for r in rows]
+    x, _ = nnls(rows, b, required=[0])
+    assert x == pytest.approx([5e-10, 2e-3])

@@ -39,10 +39,15 @@ def solve(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
 
 
 def _least_squares(rows: Sequence[Sequence[float]], b: Sequence[float], cols: Sequence[int]) -> list[float] | None:
-    """Unconstrained least squares on columns ``cols`` (normal equations); None when they are degenerate."""
-    gram = [[sum(r[i] * r[j] for r in rows) for j in cols] for i in cols]
-    moment = [sum(r[i] * bi for r, bi in zip(rows, b)) for i in cols]
-    return solve(gram, moment)
+    """Unconstrained least squares on columns ``cols`` (normal equations on unit-norm columns, so columns of very
+    different magnitudes, FLOPs beside call counts, do not look singular); None when they are degenerate."""
+    norms = [sum(r[i] * r[i] for r in rows) ** 0.5 for i in cols]
+    if any(n == 0 for n in norms):
+        return None
+    gram = [[sum(r[i] * r[j] for r in rows) / (ni * nj) for j, nj in zip(cols, norms)] for i, ni in zip(cols, norms)]
+    moment = [sum(r[i] * bi for r, bi in zip(rows, b)) / ni for i, ni in zip(cols, norms)]
+    x = solve(gram, moment)
+    return None if x is None else [v / n for v, n in zip(x, norms)]
 
 
 def nnls(rows: Sequence[Sequence[float]], b: Sequence[float], required: Sequence[int] = ()) -> tuple[list[float], float]:
