@@ -316,7 +316,7 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
                          "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)",
                          "measured_ci95_s": list(s.ci95_s) if s.ci95_s else None})
         ranking = ranking_agreement([{"model": model, "world_size": n, "strategy": r["strategy"], "measured": r["measured_s"],
-                                      "modeled": r["modeled_s"]} for r in rows])
+                                      "modeled": r["modeled_s"], "ci95": r["measured_ci95_s"]} for r in rows])
         out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call,
                                    rate / peak_flops if peak_flops else None,
                                    tuple(r["run_id"] for r in rows), rows, ranking))
@@ -412,7 +412,7 @@ def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence
         r = c.ranking
         lines.append(f"  median |error| {c.median_error:.1%}, worst {c.worst_error:.1%} (held out: worst {c.held_out_worst_error:.1%}); "
                      f"ranking: {r['agree']} of {r['pairs_ranked']} pairs ordered as measured "
-                     f"({r['within_noise']} within {r['noise']:.0%} not ranked)")
+                     f"({r['within_noise']} within {r['noise']:.0%} or within both runs' 95% CIs: not ranked)")
         lines += [f"  disagrees: {d}" for d in r["disagree"]]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines) if lines else "no measured training runs to calibrate the step model on"
