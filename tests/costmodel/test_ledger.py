@@ -114,3 +114,16 @@ def test_calibration_on_one_sweep_predicts_the_others_on_the_same_link() -> None
     groups, _ = calibrated_check(slower)
     assert {g.group: g for g in groups}["all_gather"].worst_ratio == pytest.approx(2.0, rel=0.05)
     assert calibrated_check(_rows("all_reduce", 1e-9, "a")) == ([], None)  # one sweep: nothing held out
+
+
+def test_a_pair_whose_confidence_intervals_overlap_is_within_the_noise() -> None:
+    from shardscope.results.ledger import ranking_agreement
+
+    rows = [{"model": "tiny", "world_size": 2, "strategy": "ddp", "measured": 0.10, "modeled": 0.30, "ci95": (0.08, 0.20)},
+            {"model": "tiny", "world_size": 2, "strategy": "zero2", "measured": 0.15, "modeled": 0.20, "ci95": (0.12, 0.18)},
+            {"model": "tiny", "world_size": 2, "strategy": "zero3", "measured": 0.40, "modeled": 0.50, "ci95": (0.35, 0.45)}]
+    r = ranking_agreement(rows)
+    # ddp-zero2: 50% apart but their intervals overlap (not ranked); both are ranked against zero3; the model agrees there
+    assert (r["within_noise"], r["pairs_ranked"], r["agree"], r["disagree"]) == (1, 2, 2, [])
+    assert ranking_agreement([{**row, "ci95": None} for row in rows])["disagree"] == [
+        "tiny on 2: measured ddp faster than zero2, modeled the reverse"]

@@ -166,6 +166,9 @@ def test_step_model_calibrated_on_this_machine_covers_every_strategy(pipeline):
     assert max(abs(math.log(r)) for r in ratios.values()) <= math.log(3), ratios
     ranking = calibration.ranking
     assert ranking["pairs_ranked"] + ranking["within_noise"] == len(STRATEGIES) * (len(STRATEGIES) - 1) // 2
+    # rule step_calibration stored the calibration after collect, so the report shows the step ledger
+    assert query_db(results / "shardscope.duckdb", "SELECT count(DISTINCT strategy) FROM step_calibrations")[0][0] == len(STRATEGIES)
+    assert "The step model calibrated on this machine" in (results / "paper" / "report.html").read_text()
 
 
 def test_report_has_the_computed_memory_numbers_and_the_reference_low_verdict(pipeline):

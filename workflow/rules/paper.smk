@@ -20,6 +20,7 @@ rule paper:
         index=rules.figures.output.index,
         template=PAPER_TEMPLATE,
         reference=REFERENCE_DB,
+        calibration=rules.step_calibration.output.json,  # the step ledger it shows (calibration.smk)
     output:
         html=report(PAPER_HTML, **PAPER_REPORT_ARGS),
     log:

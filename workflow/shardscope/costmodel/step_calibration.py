@@ -13,7 +13,8 @@ world size, :func:`calibrate_steps` fits, per such job,
   copies around each call, FSDP2's and DeepSpeed's hooks, which hide behind nothing; what the
   sweep's alpha, timed on bare collectives, does not see),
 
-by least squares on log(modeled / measured) step time over the strategies, with each
+by least squares over the strategies (non-negative least squares on the relative errors per overlap of a grid,
+the overlap with the smallest squared log error kept: :func:`_fit`), with each
 strategy's collectives those its run recorded (``training_comm``; the modeled volumes in the
 run's reduce dtype where none were recorded) and each call timed by an alpha-beta fit of the
 measured sweep of that op and world size (:func:`shardscope.costmodel.calibrate.calibrate`
@@ -229,53 +230,58 @@ def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[s
                         recorded=sample.recorded or None).step_time_s
 
 
-def _golden(f: Callable[[float], float], lo: float, hi: float, rounds: int = 40) -> float:
-    """The minimiser of a unimodal ``f`` on [lo, hi] by golden-section search."""
-    golden = (math.sqrt(5) - 1) / 2
-    c, d = hi - golden * (hi - lo), lo + golden * (hi - lo)
-    fc, fd = f(c), f(d)
-    for _ in range(rounds):
-        if fc < fd:
-            hi, d, fd = d, c, fc
-            c = hi - golden * (hi - lo)
-            fc = f(c)
-        else:
-            lo, c, fc = c, d, fd
-            d = lo + golden * (hi - lo)
-            fd = f(d)
-    return (lo + hi) / 2
+#: Share of the compute a phase's collectives can hide behind (forward 1/3, backward 2/3, nothing after the step),
+#: as :func:`shardscope.costmodel.step.exposed_comm_s` models it.
+_WINDOWS = {"forward": 1.0 / 3.0, "backward": 2.0 / 3.0, "after_step": 0.0}
 
 
 def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float, float]:
-    """(FLOP/s, overlap, per-call seconds) minimising the squared log errors: a grid over overlap, golden-section
-    searches over the per-call overhead and, inside, the log rate."""
+    """(FLOP/s, overlap, per-call seconds) minimising the squared log errors over a grid of overlaps.
+
+    For one overlap the step model is piecewise linear in (1/rate, per-call seconds): a phase's
+    collectives hide ``overlap`` of their time unless its compute window is shorter, then the
+    window. So each overlap is fitted by non-negative least squares on the relative errors
+    (:func:`shardscope.costmodel.least_squares.nnls`), the clipped phases re-decided from the fitted
+    rate until they settle; the overlap whose fit has the smallest squared log error wins. Pure
+    Python and a few milliseconds (the pipeline's step_calibration rule runs it after every collect).
+    """
+    from shardscope.costmodel.least_squares import nnls
     from shardscope.costmodel.step import exposed_comm_s
 
     work = [(_workload(s, timer), s.measured_s) for s in samples]
-    flops = work[0][0][0]
-    shortest = min(s.measured_s for s in samples)
-    most_calls = max(1, max(calls for (_, _, calls), _ in work))
-
-    def loss(log_rate: float, overlap: float, per_call: float) -> float:
-        rate = math.exp(log_rate)
-        total = 0.0
-        for (f, phases, calls), measured in work:
-            compute = f / rate
-            total += math.log((compute + exposed_comm_s(compute, phases, overlap) + calls * per_call) / measured) ** 2
-        return total
-
-    centre = math.log(flops / shortest)
     best = (math.inf, 0.0, 0.0, 0.0)
     for overlap in OVERLAP_GRID:
-        def best_rate(per_call: float, overlap: float = overlap) -> float:
-            return _golden(lambda x: loss(x, overlap, per_call), centre - 2.0, centre + 12.0, 24)
-
-        per_call = _golden(lambda p: loss(best_rate(p), overlap, p), 0.0, 0.9 * shortest / most_calls, 16)
-        for p in (0.0, per_call):  # the search's end point at 0 is not evaluated exactly
-            x = best_rate(p)
-            value = loss(x, overlap, p)
-            if value < best[0]:
-                best = (value, math.exp(x), overlap, p)
+        clipped = [dict.fromkeys(phases, False) for (_, phases, _), _ in work]
+        inv_rate, per_call = 0.0, 0.0
+        for _ in range(8):
+            rows, targets = [], []
+            for ((flops, phases, calls), measured), clip in zip(work, clipped):
+                slope, fixed = flops, 0.0
+                for phase, t in phases.items():
+                    if clip[phase] or _WINDOWS[phase] == 0.0:
+                        slope -= _WINDOWS[phase] * flops
+                        fixed += t
+                    else:
+                        fixed += (1.0 - overlap) * t
+                rows.append([slope / measured, calls / measured])
+                targets.append((measured - fixed) / measured)
+            try:
+                (inv_rate, per_call), _ = nnls(rows, targets, required=[0])
+            except ValueError:
+                break
+            settled = [{p: overlap * t > _WINDOWS[p] * flops * inv_rate for p, t in phases.items()}
+                       for (flops, phases, _), _ in work]
+            if settled == clipped:
+                break
+            clipped = settled
+        if inv_rate <= 0:
+            continue
+        loss = 0.0
+        for (flops, phases, calls), measured in work:
+            compute = flops * inv_rate
+            loss += math.log((compute + exposed_comm_s(compute, phases, overlap) + calls * per_call) / measured) ** 2
+        if loss < best[0]:
+            best = (loss, 1.0 / inv_rate, overlap, per_call)
     return best[1], best[2], best[3]
 
 
@@ -310,7 +316,7 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
                          "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)",
                          "measured_ci95_s": list(s.ci95_s) if s.ci95_s else None})
         ranking = ranking_agreement([{"model": model, "world_size": n, "strategy": r["strategy"], "measured": r["measured_s"],
-                                      "modeled": r["modeled_s"]} for r in rows])
+                                      "modeled": r["modeled_s"], "ci95": r["measured_ci95_s"]} for r in rows])
         out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call,
                                    rate / peak_flops if peak_flops else None,
                                    tuple(r["run_id"] for r in rows), rows, ranking))
@@ -406,7 +412,7 @@ def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence
         r = c.ranking
         lines.append(f"  median |error| {c.median_error:.1%}, worst {c.worst_error:.1%} (held out: worst {c.held_out_worst_error:.1%}); "
                      f"ranking: {r['agree']} of {r['pairs_ranked']} pairs ordered as measured "
-                     f"({r['within_noise']} within {r['noise']:.0%} not ranked)")
+                     f"({r['within_noise']} within {r['noise']:.0%} or within both runs' 95% CIs: not ranked)")
         lines += [f"  disagrees: {d}" for d in r["disagree"]]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines) if lines else "no measured training runs to calibrate the step model on"

@@ -29,8 +29,8 @@ def ranking_sentence(ranking: dict[str, Any]) -> str | None:
     if not ranking:
         return None
     text = (f"The model orders {ranking['agree']} of {ranking['pairs_ranked']} strategy pairs as measured "
-            f"(pairs whose measured step times differ by more than {ranking['noise']:.0%}; "
-            f"{ranking['within_noise']} closer pairs are within the noise and not ranked)")
+            f"(pairs whose measured step times differ by more than {ranking['noise']:.0%} and, where the runs recorded "
+            f"them, whose 95% intervals do not overlap; {ranking['within_noise']} closer pairs are within the noise and not ranked)")
     if ranking["disagree"]:
         text += "; it disagrees on: " + "; ".join(ranking["disagree"])
     return text + "."

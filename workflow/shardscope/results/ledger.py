@@ -108,7 +108,12 @@ def grouped(rows: Sequence[Mapping[str, Any]], key: str) -> list[ErrorSummary]:
 
 
 def ranking_agreement(rows: Sequence[Mapping[str, Any]], noise: float = RANKING_NOISE) -> dict[str, Any]:
-    """Pairs of strategies (same model and GPU count) whose measured gap exceeds ``noise``: how many the model orders alike."""
+    """Pairs of strategies (same model and GPU count) whose measured gap exceeds the noise: how many the model orders alike.
+
+    The noise is ``noise`` (relative) and, where both rows carry their run's 95% interval of the
+    median step time (``ci95``: (low, high)), those intervals too: a pair whose intervals overlap is
+    within the noise of its own measurements, however far apart the medians are.
+    """
     by_job: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for row in rows:
         by_job.setdefault((str(row["model"]), int(row["world_size"])), []).append(row)
@@ -117,7 +122,9 @@ def ranking_agreement(rows: Sequence[Mapping[str, Any]], noise: float = RANKING_
         for i, a in enumerate(group):
             for b in group[i + 1:]:
                 fast, slow = (a, b) if a["measured"] <= b["measured"] else (b, a)
-                if slow["measured"] / fast["measured"] - 1 <= noise:
+                intervals = fast.get("ci95"), slow.get("ci95")
+                overlapping = all(intervals) and intervals[0][1] >= intervals[1][0]
+                if slow["measured"] / fast["measured"] - 1 <= noise or overlapping:
                     within_noise += 1
                 elif fast["modeled"] < slow["modeled"]:
                     agree += 1
