@@ -11,7 +11,7 @@ from matplotlib.patches import Patch
 from shardscope.figures.captions import CPU_NOTE, counted
 from shardscope.figures.groups import band_label, kind_bands, spread
 from shardscope.results.queries import cpu_series_without_model
-from shardscope.figures.style import empty, format_gbps, log2_bytes_axis
+from shardscope.figures.style import empty, format_gbps, log2_bytes_axis, log_axis
 
 
 _MARKERS = ("o", "^", "v", "D", "P")
@@ -142,7 +142,7 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
             line = spread(line, "size_bytes", "busbw_gbps")["median"]  # a band's machines' models: their median
             ax.plot(line.index, line.to_numpy(), color=colors.get(name, "grey"), lw=1.4, ls=_STYLE["modeled"][0])
         log2_bytes_axis(ax, float(df["size_bytes"].min()), float(df["size_bytes"].max()))
-        ax.set_yscale("log")
+        log_axis(ax)
         ax.set(title=op, xlabel="message size (log scale)")
         ax.grid(True, which="major", alpha=0.4)
     axes[0][0].set_ylabel("bus bandwidth (GB/s, log scale)")
@@ -221,7 +221,7 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.minorticks_off()
     ax.set_xlim(min(sizes) / 1.5, max(sizes) * 1.8)
-    ax.set_yscale("log")
+    log_axis(ax)
     low, high = df["peak_busbw_gbps"].min(), df["peak_busbw_gbps"].max()
     ax.set_ylim(low / 2, high * 3)
     ax.set(xlabel="number of GPUs / ranks (log scale)", ylabel="peak all-reduce bus bandwidth (GB/s, log scale)",
