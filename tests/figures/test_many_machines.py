@@ -94,8 +94,42 @@ def test_captions_summarise_instead_of_listing_every_host(fleet):
     memory = (figs / "memory_by_strategy.answer.rst").read_text()
     assert "12 machines" in speed and "across machines" in speed
     assert "On 12 machines (cpu, cpu; median per strategy" in memory
+    busbw = (figs / "busbw_vs_size.answer.rst").read_text()
+    peak = (figs / "allreduce_peak_vs_gpus.answer.rst").read_text()
+    assert "12 machines: median peak" in busbw and f"lowest 0.65 GB/s, {SLOW}" in busbw
+    assert "12 series: at 2 ranks median" in peak and f"lowest 0.65 GB/s, {SLOW}" in peak
+    for text in (busbw, peak):
+        assert sum(host in text for host in HOSTS) <= 4, text  # the band's lowest and highest, the small kind's two
     for text in (speed, memory):
         assert sum(host in text for host in HOSTS) <= 2, text  # the two machines of the small kind may be named
+
+
+def test_figures_1_and_2_draw_one_band_per_kind_instead_of_a_line_per_machine(fleet):
+    """12 machines of one kind and 2 of another: two median lines, each with a band from the lowest to the highest machine."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    from shardscope.figures.plots_collectives import draw_allreduce_peak, draw_busbw_vs_size
+
+    db, _ = fleet
+    with open_results(db, None) as con:
+        busbw, peaks = queries.busbw_vs_size(con), queries.allreduce_peak_vs_gpus(con)
+    big = busbw[busbw["host"].isin(HOSTS[:12])].groupby("size_bytes")["busbw_gbps"]
+    for fig, rows, x, y in ((draw_busbw_vs_size(busbw), busbw, "size_bytes", "busbw_gbps"),
+                            (draw_allreduce_peak(peaks), peaks, "world_size", "peak_busbw_gbps")):
+        try:
+            (ax,) = fig.axes
+            lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+            assert len(lines) == 2, list(lines)  # one per kind, not one per machine
+            (label,) = [name for name in lines if "12 machines, median line, min-max band" in name]
+            kind = rows[rows["host"].isin(HOSTS[:12])].groupby(x)[y]
+            assert lines[label].get_ydata().tolist() == pytest.approx(kind.median().tolist())
+            band = [c for c in ax.collections if isinstance(c, PolyCollection) and len(c.get_paths()[0].vertices) > 2]
+            spans = [(c.get_paths()[0].vertices[:, 1].min(), c.get_paths()[0].vertices[:, 1].max()) for c in band]
+            if x == "size_bytes":  # the band spans the lowest to the highest machine (node-07 is the lowest)
+                assert (big.min().min(), big.max().max()) in [pytest.approx(s) for s in spans], spans
+        finally:
+            plt.close(fig)
 
 
 def test_the_reports_ranking_table_is_exactly_the_query(fleet, tmp_path):

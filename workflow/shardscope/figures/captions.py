@@ -12,6 +12,7 @@ import pandas as pd
 
 from shardscope.contracts.repeats import within_noise
 from shardscope.results.queries import MEMORY_MODELS, PEER_TOLERANCE, cpu_series_without_model
+from shardscope.figures.groups import kind_bands
 from shardscope.figures.style import format_bytes_binary, format_gbps, format_params, memory_unit, strategy_name
 
 
@@ -32,10 +33,18 @@ def answer_busbw(df: pd.DataFrame) -> str:
     if df.empty:
         return "No collective results in the database yet."
     measured, modeled = df[df["method"] == "measured"], df[df["method"] == "modeled"]
+    bands = kind_bands(measured[measured["source"] != "reference"], ["world_size", "placement", "transport"])
     parts = []
     for op, sub in measured.groupby("op", sort=True):
         ours = sub[sub["source"] != "reference"]
         text = f"{op}:"
+        banded = ours[ours["series"].isin(bands)]
+        if not banded.empty:  # machines of a kind: the spread of their peaks, not each machine
+            text += " " + "; ".join(_busbw_spread(name, rows) for name, rows in
+                                    banded.groupby(banded["series"].map(bands), sort=True)) + ";"
+            ours = ours[~ours["series"].isin(bands)]
+            if not ours.empty:
+                text += " of the other machines,"
         if not ours.empty:
             best = ours.loc[ours["busbw_gbps"].idxmax()]
             series = ours[ours["series"] == best["series"]]
@@ -57,6 +66,16 @@ def answer_busbw(df: pd.DataFrame) -> str:
     if cpu_series_without_model(df):
         parts.append(CPU_NOTE)
     return " ".join(parts)
+
+
+def _busbw_spread(name: str, rows: pd.DataFrame) -> str:
+    """One clause for the machines of one kind and setting in figure 1: the median, lowest and highest peak."""
+    peaks = rows.groupby("series").agg(peak=("busbw_gbps", "max"), host=("host", "first"),
+                                       verdict=("verdict_text", "first")).sort_values("peak")
+    low, high = peaks.iloc[0], peaks.iloc[-1]
+    return (f"{name}, {len(peaks)} machines: median peak {format_gbps(peaks['peak'].median())}"
+            f" (lowest {format_gbps(low['peak'])}, {low['host']}; highest {format_gbps(high['peak'])}, {high['host']};"
+            f" verdicts: {counted(peaks['verdict'])})")
 
 
 def _modeled_trends(modeled: pd.DataFrame) -> str:
@@ -81,11 +100,11 @@ def _peak_spread(fabric: str, sub: pd.DataFrame) -> str:
     low, high = at.iloc[0], at.iloc[-1]
     return (f"{fabric}, {sub['series'].nunique()} series: at {ws} ranks median {format_gbps(at['peak_busbw_gbps'].median())}"
             f" (lowest {format_gbps(low['peak_busbw_gbps'])}, {low['series']}; highest {format_gbps(high['peak_busbw_gbps'])},"
-            f" {high['series']}; verdicts: {_counted(at['verdict_text'])})")
+            f" {high['series']}; verdicts: {counted(at['verdict_text'])})")
 
 
-def _counted(values: pd.Series) -> str:
-    """``ok x 60, low x 4``: each distinct value and how often."""
+def counted(values: pd.Series) -> str:
+    """``ok x 60, low x 4``: each distinct value and how often (most frequent first)."""
     counts = values.fillna("not judged").value_counts()
     return ", ".join(f"{value} x {n}" for value, n in counts.items())
 
@@ -100,9 +119,13 @@ def answer_peak(df: pd.DataFrame) -> str:
     if df.empty:
         return "No measured all-reduce results in the database yet." + _modeled_trends(modeled)
     parts, trends = [], 0
-    many = {f for f, sub in df[df["source"] != "reference"].groupby("fabric") if sub["series"].nunique() > MAX_LISTED}
-    parts += [_peak_spread(fabric, df[(df["fabric"] == fabric) & (df["source"] != "reference")]) for fabric in sorted(many)]
-    listed = df[~(df["fabric"].isin(many) & (df["source"] != "reference"))]
+    bands = kind_bands(df[df["source"] != "reference"], ["placement", "transport"])  # as figure 2 draws them
+    ours = df[df["series"].isin(bands) & (df["source"] != "reference")]
+    for name, sub in ours.groupby(ours["series"].map(bands), sort=True):
+        if sub["series"].nunique() > MAX_LISTED:
+            parts.append(_peak_spread(name, sub))
+            df = df[~df["series"].isin(set(sub["series"]))]
+    listed = df
     for (fabric, series), sub in listed.groupby(["fabric", "series"], sort=True):
         sub = sub.sort_values("world_size")
         first, last = sub.iloc[0], sub.iloc[-1]

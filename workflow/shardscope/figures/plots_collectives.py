@@ -6,10 +6,12 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from shardscope.figures.captions import CPU_NOTE
+from shardscope.figures.captions import CPU_NOTE, counted
+from shardscope.figures.groups import band_label, kind_bands, spread
 from shardscope.results.queries import cpu_series_without_model
-from shardscope.figures.style import empty, format_gbps, log2_bytes_axis
+from shardscope.figures.style import empty, format_gbps, log2_bytes_axis, log_axis
 
 
 _MARKERS = ("o", "^", "v", "D", "P")
@@ -25,11 +27,36 @@ def _series_colors(series: list[str]) -> dict[str, tuple[float, float, float]]:
     return {name: palette[_PALETTE_ORDER[i % len(_PALETTE_ORDER)]] for i, name in enumerate(series)}
 
 
-def _ordered_series(df: pd.DataFrame) -> list[str]:
-    """Our series first, then reference runs, each alphabetically: a stable colour per series."""
-    keys = df[["source", "series"]].drop_duplicates()
-    keys = keys.assign(ref=keys["source"] == "reference").sort_values(["ref", "series"])
-    return list(dict.fromkeys(keys["series"]))
+def _ordered_series(df: pd.DataFrame, column: str = "series") -> list[str]:
+    """Our series (or bands) first, then reference runs, each alphabetically: a stable colour per series."""
+    keys = df[["source", column]].drop_duplicates()
+    keys = keys.assign(ref=keys["source"] == "reference").sort_values(["ref", column])
+    return list(dict.fromkeys(keys[column]))
+
+
+#: Figure 1's setting of a series besides its machine's kind: machines measured alike are one band.
+_BUSBW_SETTING = ["world_size", "placement", "transport"]
+#: Figure 2's (its x axis is the number of ranks).
+_PEAK_SETTING = ["placement", "transport"]
+_BAND_ALPHA = 0.22
+#: How far (a factor on figure 2's log axis) each further band of a fabric is set to the right.
+_DODGE = 1.06
+
+
+def _drawn(df: pd.DataFrame, bands: dict[str, str]) -> pd.DataFrame:
+    """``df`` with ``drawn``: the band each row is drawn in, or its own series outside any band."""
+    return df.assign(drawn=df["series"].map(bands).fillna(df["series"]) if bands else df["series"])
+
+
+def _band(ax: plt.Axes, rows: pd.DataFrame, x: str, y: str, color: tuple[float, float, float], label: str,
+          **line: object) -> tuple[Line2D, Patch]:
+    """The band of several machines' series: their median as a line, min..max as a shaded band (and, for
+    points without neighbours, a bar); the legend handle shows both."""
+    stats = spread(rows, x, y)
+    ax.fill_between(stats.index, stats["min"], stats["max"], color=color, alpha=_BAND_ALPHA, lw=0)
+    ax.vlines(stats.index, stats["min"], stats["max"], color=color, alpha=0.6, lw=2)
+    (handle,) = ax.plot(stats.index, stats["median"], color=color, label=label, **line)
+    return handle, Patch(facecolor=color, alpha=_BAND_ALPHA * 2, lw=0)
 
 
 #: Line style of each kind of curve in figure 1.
@@ -87,30 +114,35 @@ def draw_busbw_vs_size(df: pd.DataFrame) -> plt.Figure:
     if df.empty:
         return empty("No collective results in the database yet.")
     measured = df[df["method"] == "measured"]
-    modeled = df[df["method"] == "modeled"]
+    bands = kind_bands(measured[measured["source"] != "reference"], _BUSBW_SETTING)
+    measured, modeled = _drawn(measured, bands), _drawn(df[df["method"] == "modeled"], bands)
     ops = sorted(df["op"].unique())
-    colors = _series_colors(_ordered_series(measured))
+    colors = _series_colors(_ordered_series(measured, "drawn"))
     fig, axes = plt.subplots(1, len(ops), figsize=(4.8 * len(ops) + 0.6, 5.2), sharex=True, sharey=True, squeeze=False)
-    handles: dict[str, tuple[str, Line2D]] = {}  # series -> (legend label, line)
+    handles: dict[str, tuple[str, object]] = {}  # series or band -> (legend label, line or (line, band))
     nominals: dict[str, tuple[str, Line2D]] = {}  # link -> (legend label, its first line)
     ours: set[str] = set()  # legend labels of our own series
     for ax, op in zip(axes[0], ops):
         in_panel: set[str] = set()
-        for name, line in measured[measured["op"] == op].groupby("series", sort=False):
+        for name, line in measured[measured["op"] == op].groupby("drawn", sort=False):
             line = line.sort_values("size_bytes")
             ls, marker = _STYLE["reference" if (line["source"] == "reference").all() else "measured"]
-            label = _legend_label(line, name)
-            (handle,) = ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors[name], lw=1.6, ls=ls,
-                                marker=marker, ms=3.5, label=label)
+            if line["series"].nunique() > 1:  # machines of one kind: median line, min-max band
+                label = band_label(name, line, counted(line.drop_duplicates("series")["verdict_text"]))
+                handle = _band(ax, line, "size_bytes", "busbw_gbps", colors[name], label, lw=1.6, ls=ls, marker=marker, ms=3.5)
+            else:
+                label = _legend_label(line, name)
+                (handle,) = ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors[name], lw=1.6, ls=ls,
+                                    marker=marker, ms=3.5, label=label)
             handles.setdefault(name, (label, handle))
             if ls == _STYLE["measured"][0]:
                 ours.add(label)
             _draw_nominal(ax, line, colors[name], nominals, in_panel)
-        for name, line in modeled[modeled["op"] == op].groupby("series", sort=False):
-            line = line.sort_values("size_bytes")
-            ax.plot(line["size_bytes"], line["busbw_gbps"], color=colors.get(name, "grey"), lw=1.4, ls=_STYLE["modeled"][0])
+        for name, line in modeled[modeled["op"] == op].groupby("drawn", sort=False):
+            line = spread(line, "size_bytes", "busbw_gbps")["median"]  # a band's machines' models: their median
+            ax.plot(line.index, line.to_numpy(), color=colors.get(name, "grey"), lw=1.4, ls=_STYLE["modeled"][0])
         log2_bytes_axis(ax, float(df["size_bytes"].min()), float(df["size_bytes"].max()))
-        ax.set_yscale("log")
+        log_axis(ax)
         ax.set(title=op, xlabel="message size (log scale)")
         ax.grid(True, which="major", alpha=0.4)
     axes[0][0].set_ylabel("bus bandwidth (GB/s, log scale)")
@@ -148,9 +180,25 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(8, 5.2))
     seen: dict[str, int] = {}
     ours: set[str] = set()  # legend labels of our own series
-    ordered = df.assign(_modeled=df["source"] == "modeled").sort_values(["_modeled", "fabric", "series"])
-    for (_, fabric, series), sub in ordered.groupby(["_modeled", "fabric", "series"], sort=False):
+    bands: dict[str, Patch] = {}  # legend label of a band -> its patch in the legend
+    names = kind_bands(df[~df["source"].isin(["reference", "modeled"])], _PEAK_SETTING, ["gpu_model", *_PEAK_SETTING])
+    ordered = _drawn(df.assign(_modeled=df["source"] == "modeled"), names).sort_values(["_modeled", "fabric", "drawn", "series"])
+    for (_, fabric, series), sub in ordered.groupby(["_modeled", "fabric", "drawn"], sort=False):
         sub = sub.sort_values("world_size")
+        if sub["series"].nunique() > 1:  # machines of one kind: median line, min-max band, the medians written
+            nth = seen[fabric] = seen.get(fabric, -1) + 1
+            label = f"{fabric}: " + band_label(series, sub, counted(sub["verdict_text"]))
+            # Bands of one fabric share its colour: each is set a little to the right of the last (a dodge, as
+            # on a bar chart) so that their bars and medians at the same GPU count stay apart.
+            dodged = sub.assign(world_size=sub["world_size"] * _DODGE ** (nth % 4))
+            line, bands[label] = _band(ax, dodged, "world_size", "peak_busbw_gbps", colors[fabric], label,
+                                       ls=_MEASURED_STYLES[nth % len(_MEASURED_STYLES)], marker=_MARKERS[nth % len(_MARKERS)], ms=7)
+            ours.add(label)
+            if len(ours) <= MAX_OUR_ENTRIES:
+                for x, y in zip(line.get_xdata(), line.get_ydata()):
+                    ax.annotate(f"median {format_gbps(y)}", (x, y), xytext=(8, 10 * (nth % 4)), textcoords="offset points",
+                                va="center", fontsize="x-small")
+            continue
         label = _peak_label(fabric, series, sub)
         if (sub["source"] == "modeled").all():
             ax.plot(sub["world_size"], sub["peak_busbw_gbps"], color=colors[fabric], ls=_STYLE["modeled"][0], lw=1.3,
@@ -173,13 +221,14 @@ def draw_allreduce_peak(df: pd.DataFrame) -> plt.Figure:
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.minorticks_off()
     ax.set_xlim(min(sizes) / 1.5, max(sizes) * 1.8)
-    ax.set_yscale("log")
+    log_axis(ax)
     low, high = df["peak_busbw_gbps"].min(), df["peak_busbw_gbps"].max()
     ax.set_ylim(low / 2, high * 3)
     ax.set(xlabel="number of GPUs / ranks (log scale)", ylabel="peak all-reduce bus bandwidth (GB/s, log scale)",
            title="Peak all-reduce bus bandwidth vs GPU count, per fabric")
     ax.grid(True, which="major", alpha=0.4)
     handles, labels = ax.get_legend_handles_labels()
+    handles = [(h, bands[label]) if label in bands else h for h, label in zip(handles, labels)]
     entries = _trimmed(list(zip(labels, handles)), ours, "allreduce_peak_vs_gpus.csv")
     ax.legend([h for _, h in entries], [label for label, _ in entries],
               title="fabric: series, verdict (squares = reference runs, dashed x = modeled)", fontsize="small",

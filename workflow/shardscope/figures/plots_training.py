@@ -13,6 +13,7 @@ from shardscope.figures.style import (
     STRATEGY_COLORS,
     STRATEGY_ORDER,
     empty,
+    log_axis,
     memory_unit,
     strategy_name,
 )
@@ -95,7 +96,7 @@ def _log_scale_if_spread(ax: plt.Axes, peaks: pd.Series) -> bool:
     positive = peaks[peaks > 0].dropna()
     if len(positive) < 2 or float(positive.max()) / float(positive.min()) <= LOG_SPREAD:
         return False
-    ax.set_yscale("log")
+    log_axis(ax)
     ax.set_ylim(bottom=float(positive.min()) / 4)  # stacked bars start at 0: the floor keeps the lowest part visible
     return True
 

@@ -77,14 +77,15 @@ def busbw_vs_size(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     rows (``method`` modeled, ``source`` modeled) are the cost model's busbw for the same
     topology, op, world size and transport as a measured series, where one was predicted and is
     not a gloo placeholder. ``nominal_link_gbps`` is the link's nominal per-direction bandwidth
-    where a reference run names its link.
+    where a reference run names its link. ``host``, ``gpu_model`` and ``placement`` name each measured
+    series' machine and its kind (a fleet's figure draws the machines of a kind as one band).
     """
     df = con.execute(f"""
         WITH rows AS (
             SELECT c.op, c.size_bytes, c.busbw_gbps, c.algbw_gbps, c.time_s, c.world_size, c.in_place,
                    r.source, {FABRIC_SQL} AS fabric, r.label, r.run_id, r.measured_at, r.topology_hash,
                    coalesce(r.transport, 'default') AS transport,
-                   {SERIES_SQL} AS series
+                   {SERIES_SQL} AS series, r.host, {GPU_MODEL_SQL} AS gpu_model, r.placement
             FROM all_collectives c JOIN all_runs r USING (run_id)
             QUALIFY c.in_place = bool_and(c.in_place) OVER (PARTITION BY c.run_id)),
         latest AS (
@@ -133,12 +134,14 @@ MODELED_TEXT = "modeled by the cost model, not measured"
 def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Peak all-reduce bus bandwidth per number of ranks, per fabric and series (the latest run of each, as figure 1),
     with the run's verdict (``verdicts``, by ``judged_run_id``); and, source ``modeled``, the cost model's peak on
-    each labelled modeled fabric (the reference database's ``modeled`` predictions, one node, default transport)."""
+    each labelled modeled fabric (the reference database's ``modeled`` predictions, one node, default transport).
+    ``host``, ``gpu_model``, ``placement`` and ``transport`` as in :func:`busbw_vs_size`."""
     df = con.execute(f"""
         WITH per_run AS (
             SELECT r.run_id, r.measured_at, r.source, {FABRIC_SQL} AS fabric,
                    {_WHO_SQL} || CASE WHEN r.source = 'reference' THEN '' ELSE ' · ' || {_WHERE_SQL} END AS series,
-                   c.world_size, max(c.busbw_gbps) AS peak_busbw_gbps, arg_max(c.size_bytes, c.busbw_gbps) AS peak_at_size_bytes
+                   c.world_size, max(c.busbw_gbps) AS peak_busbw_gbps, arg_max(c.size_bytes, c.busbw_gbps) AS peak_at_size_bytes,
+                   r.host, {GPU_MODEL_SQL} AS gpu_model, r.placement, coalesce(r.transport, 'default') AS transport
             FROM (SELECT * FROM all_collectives
                   QUALIFY in_place = bool_and(in_place) OVER (PARTITION BY run_id)) c JOIN all_runs r USING (run_id)
             WHERE c.op = 'all_reduce'
@@ -155,7 +158,8 @@ def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                   AND p.transport = 'default' AND p.nodes = 1
             GROUP BY ALL)
         SELECT l.source, l.fabric, l.series, l.world_size, l.peak_busbw_gbps, l.peak_at_size_bytes,
-               v.verdict, v.verdict_plateau_busbw_gbps, v.verdict_percent_of_expected, v.verdict_reason
+               v.verdict, v.verdict_plateau_busbw_gbps, v.verdict_percent_of_expected, v.verdict_reason,
+               l.host, l.gpu_model, l.placement, l.transport
         FROM latest l LEFT JOIN verdict_of v USING (run_id)
         UNION ALL BY NAME
         SELECT * FROM modeled
