@@ -4,7 +4,9 @@ Runs ``snakemake --cores N`` with ``config/config.yaml`` (results in a temporary
 of the repository's ``results/`` touched), reads each job's start and finish from Snakemake's
 output, and prints:
 
-- the pipeline's wall time;
+- the pipeline's wall time, the CPU seconds of all its processes (user + system, from the
+  kernel's accounting of the waited-for children: a measure that a loaded machine inflates far
+  less than the wall time) and the load average before and after;
 - per job kind (``train:ddp``, ``train:zero2``, ``collective:all_reduce``, ``plan``, ...): count,
   mean and total seconds;
 - the ratio mean ZeRO training job / DDP training job (issue 21's target: at most 1.5 on CPU).
@@ -21,7 +23,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -91,10 +95,13 @@ def zero_over_ddp(times: dict[str, list[float]]) -> float | None:
     return statistics.mean(zero) / statistics.mean(ddp) if zero and ddp and statistics.mean(ddp) > 0 else None
 
 
-def report(wall_s: float | None, times: dict[str, list[float]]) -> str:
-    """The printed table."""
+def report(wall_s: float | None, times: dict[str, list[float]], usage: dict[str, object] | None = None) -> str:
+    """The printed table (``usage``: CPU seconds and load averages of the run, see :func:`run_pipeline`)."""
     lines = [f"default pipeline wall time: {wall_s:.0f} s ({wall_s / 60:.1f} min)" if wall_s is not None
              else "default pipeline wall time: (not run here)"]
+    if usage:
+        lines.append(f"CPU seconds of every process: {usage['cpu_s']:.0f} (user {usage['user_s']:.0f}, system "
+                     f"{usage['system_s']:.0f}); load average before {usage['load_before']}, after {usage['load_after']}")
     lines.append(f"{'job kind':<28}{'jobs':>5}{'mean s':>9}{'total s':>9}")
     for kind in sorted(times, key=lambda k: -sum(times[k])):
         values = times[kind]
@@ -104,17 +111,30 @@ def report(wall_s: float | None, times: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-def run_pipeline(cores: int, workdir: Path) -> tuple[float, str, Path]:
-    """Run the default pipeline with results in ``workdir``; (wall seconds, Snakemake's output, plan.json path)."""
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages, as ``uptime`` prints them."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def run_pipeline(cores: int, workdir: Path) -> tuple[float, str, Path, dict[str, object]]:
+    """Run the default pipeline with results in ``workdir``; (wall seconds, Snakemake's output, plan.json path,
+    CPU seconds and load averages).
+
+    The CPU seconds are those of Snakemake and every process below it that was waited for (the
+    kernel adds a child's time to its parent's when the parent waits for it), so every job counts."""
     results = workdir / "results"
     command = [sys.executable, "-m", "snakemake", "--cores", str(cores), "--config", f"results={results}",
                f"db={results / 'shardscope.duckdb'}"]
+    before, load_before = resource.getrusage(resource.RUSAGE_CHILDREN), _load()
     start = time.monotonic()
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         sys.exit(f"pipeline_time: snakemake failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return wall, proc.stderr, results / "plan" / "plan.json"
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    usage = {"cpu_s": user + system, "user_s": user, "system_s": system, "load_before": load_before, "load_after": _load()}
+    return wall, proc.stderr, results / "plan" / "plan.json", usage
 
 
 def main() -> int:
@@ -126,19 +146,23 @@ def main() -> int:
     parser.add_argument("--plan", type=Path, help="with --parse: the run's plan.json (job kinds)")
     parser.add_argument("--json", type=Path, help="also write the seconds per kind and the ratio to this file")
     args = parser.parse_args()
+    usage: dict[str, object] | None = None
     if args.parse:
         wall, log, plan_path = None, args.parse.read_text(), args.plan
     else:
         with tempfile.TemporaryDirectory(prefix="pipeline_time.") as tmp:
             workdir = args.keep or Path(tmp)
-            wall, log, plan_path = run_pipeline(args.cores, workdir)
+            wall, log, plan_path, usage = run_pipeline(args.cores, workdir)
             plan = json.loads(plan_path.read_text())
+            if args.keep:
+                (workdir / "snakemake.log").write_text(log)  # for --parse later
     if args.parse:
         plan = json.loads(plan_path.read_text()) if plan_path else {}
     times = per_kind(job_spans(log), job_kinds(plan))
-    print(report(wall, times))
+    print(report(wall, times, usage))
     if args.json:
-        args.json.write_text(json.dumps({"wall_s": wall, "seconds": times, "zero_over_ddp": zero_over_ddp(times)}, indent=1))
+        args.json.write_text(json.dumps({"wall_s": wall, "usage": usage, "seconds": times,
+                                         "zero_over_ddp": zero_over_ddp(times)}, indent=1))
     return 0
 
 

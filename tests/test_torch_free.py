@@ -70,6 +70,8 @@ COMMANDS = {
     "advise": lambda f: ["advise", "--model", "gpt2-small", "--gpus", "8", "--topology", f["topology"]],
     "memory": lambda f: ["memory", "--model", "mistral-7b", "--gpus", "8", "--no-deepspeed-estimate"],
     "db schema": lambda f: ["db", "schema"],
+    # the pipeline's doctor rule (its NCCL-variable check read them through the torch-importing device layer)
+    "doctor": lambda f: ["doctor", "--no-peer-check", "--topology", f["topology"], "--out", f["folder"] / "doctor.json"],
 }
 
 

@@ -14,13 +14,14 @@ import re
 import resource
 import socket
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from shardscope.nccl_env import nccl_conf_files, nccl_effective_env  # noqa: F401 - re-exported: part of this layer
 
 #: Environment variables that change what NCCL or gloo do; stored with every result.
 _COMM_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MASTER_")
@@ -160,42 +161,6 @@ def comm_library_version(ctx: DistContext) -> str:
     if ctx.backend == "nccl":
         return "nccl " + ".".join(str(v) for v in torch.cuda.nccl.version())
     return f"gloo (torch {torch.__version__})"
-
-
-#: Where NCCL reads variables that are not in the environment (NCCL docs, "Environment Variables"):
-#: ``$NCCL_CONF_FILE`` (since 2.23; ``~/.nccl.conf`` before), then ``/etc/nccl.conf``.
-_NCCL_SYSTEM_CONF = "/etc/nccl.conf"
-_CONF_LINE = re.compile(r"^\s*(NCCL_[A-Z0-9_]+)\s*=\s*(.*?)\s*$")
-
-
-def nccl_conf_files(environ: Mapping[str, str] | None = None) -> list[Path]:
-    """The configuration files NCCL consults, in precedence order (user file, then system file)."""
-    env = os.environ if environ is None else environ
-    user = env.get("NCCL_CONF_FILE") or str(Path(env.get("HOME", "~")).expanduser() / ".nccl.conf")
-    return [Path(user), Path(_NCCL_SYSTEM_CONF)]
-
-
-def nccl_effective_env(
-    environ: Mapping[str, str] | None = None, conf_files: Sequence[str | os.PathLike[str]] | None = None
-) -> dict[str, dict[str, str]]:
-    """The NCCL_* variables NCCL will use and where each comes from (``env`` or a conf file).
-
-    A variable set in the environment wins; otherwise the first conf file that sets it does,
-    which is how NCCL itself loads them. Unreadable or absent files are skipped.
-    """
-    env = os.environ if environ is None else environ
-    files = nccl_conf_files(env) if conf_files is None else [Path(f) for f in conf_files]
-    effective = {k: {"value": v, "source": "env"} for k, v in sorted(env.items()) if k.startswith("NCCL_")}
-    for path in files:
-        try:
-            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            match = _CONF_LINE.match(line)
-            if match and match[1] not in effective:
-                effective[match[1]] = {"value": match[2], "source": str(path)}
-    return dict(sorted(effective.items()))
 
 
 def gpu_driver_version() -> str | None:

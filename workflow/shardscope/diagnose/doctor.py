@@ -156,7 +156,7 @@ def live_iommu() -> Finding:
 
 def live_env() -> Finding:
     """NCCL variables NCCL would use here (environment and nccl.conf files)."""
-    from shardscope.device import nccl_effective_env
+    from shardscope.nccl_env import nccl_effective_env
 
     return check_nccl_env(nccl_effective_env(), "environment and nccl.conf")
 

@@ -103,7 +103,7 @@ SLOW_SETTINGS: dict[str, tuple[Any, str]] = {
 
 def check_nccl_env(effective: Mapping[str, Any], source: str = "environment") -> Finding:
     """The NCCL-variables finding: ``effective`` maps names to values (or to ``{value, source}`` as
-    :func:`shardscope.device.nccl_effective_env` returns them)."""
+    :func:`shardscope.nccl_env.nccl_effective_env` returns them)."""
     values = {k: (v.get("value") if isinstance(v, Mapping) else v) for k, v in effective.items() if k.startswith("NCCL_")}
     origin = {k: (v.get("source") if isinstance(v, Mapping) else source) for k, v in effective.items() if k.startswith("NCCL_")}
     read = f"{source}: " + (", ".join(f"{k}={v}" for k, v in sorted(values.items())) or "no NCCL_* variable set")

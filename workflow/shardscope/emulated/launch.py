@@ -191,7 +191,7 @@ def run_collective(job: EmulatedJob, worker_args: list[str], out: str, log_path:
 def run_training(job: EmulatedJob, worker_args: list[str], job_doc: dict[str, Any], out: str, log_path: str) -> dict[str, Any]:
     """Run ``shardscope.training`` over the fabric; a failed run becomes an ``oom``/``failed`` result, as locally."""
     from shardscope.training.launch import failure_document, prebuild_deepspeed_cpu_ops
-    from shardscope.training.worker import error_path
+    from shardscope.training.outcome_files import error_path
 
     _prepare(job, out, log_path)
     with open(log_path, "a", encoding="utf-8") as log:

@@ -16,12 +16,19 @@ from shardscope.reference import steps
 
 
 def _run(argv: list[str]) -> None:
-    """Run one ``shardscope`` command quietly; its error sentence becomes a UserError."""
+    """Run one ``shardscope`` command; its error sentence becomes a UserError.
+
+    What it printed (its summary line and the reader's notes) goes to stderr after the command
+    line, so the stage's one log (the reference rule's) keeps what each step's own log used to."""
+    import shlex
+    import sys
+
     from shardscope.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(argv)
+    print(f"$ shardscope {shlex.join(argv)}\n{out.getvalue()}{err.getvalue()}", end="", file=sys.stderr, flush=True)
     if status != 0:
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         raise UserError(lines[-1].removeprefix("shardscope: error: ") if lines else f"shardscope {argv[0]} exited {status}")

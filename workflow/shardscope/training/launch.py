@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardscope.buildenv import environment_first_on_path, extensions_dir
 from shardscope.fileio import atomic_write_json, read_json
-from shardscope.training.worker import SCHEMA, error_path
+from shardscope.training.outcome_files import SCHEMA, error_path
 
 if TYPE_CHECKING:
     from shardscope.cluster.slurm import Allocation
@@ -140,8 +140,34 @@ def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = F
     return args
 
 
+def torch_built_for_gpus() -> bool:
+    """Whether the installed torch was built for CUDA or ROCm, read from its ``version.py`` without importing torch.
+
+    A CPU-only build can never see a GPU, so the launcher need not pay a torch import (about two
+    seconds per job on a small CPU node) to learn that. True when the file cannot be read (then
+    torch itself is asked).
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders:
+        return True
+    version_spec = importlib.util.spec_from_file_location("_shardscope_torch_version", Path(folders[0]) / "version.py")
+    if version_spec is None or version_spec.loader is None:
+        return True
+    module = importlib.util.module_from_spec(version_spec)
+    try:
+        version_spec.loader.exec_module(module)
+    except (OSError, SyntaxError, ImportError):
+        return True
+    return getattr(module, "cuda", None) is not None or getattr(module, "hip", None) is not None
+
+
 def cuda_available() -> bool:
-    """Whether this process sees a CUDA device (the job then trains on GPUs)."""
+    """Whether this process sees a CUDA device (the job then trains on GPUs); torch is imported only for a GPU build."""
+    if not torch_built_for_gpus():
+        return False
     import torch
 
     return torch.cuda.is_available()

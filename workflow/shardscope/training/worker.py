@@ -49,8 +49,8 @@ from shardscope.contracts.repeats import summarize_repeats
 from shardscope.training.strategies import STRATEGIES, OptimConfig, Prepared, prepare
 from shardscope.training.checkpointing import MODES, apply_checkpointing
 from shardscope.training.optimizer_states import WORKER_OPTIMIZERS
+from shardscope.training.outcome_files import SCHEMA, error_path
 
-SCHEMA = "shardscope.training/1"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -262,11 +262,6 @@ def _mean_or_none(values: Any) -> float | None:
 def _deepspeed_version() -> str | None:
     module = sys.modules.get("deepspeed")
     return getattr(module, "__version__", None) if module else None
-
-
-def error_path(out: str, rank: int) -> str:
-    """Where rank ``rank`` leaves its error report for the launcher."""
-    return f"{out}.rank{rank}.error.json"
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
