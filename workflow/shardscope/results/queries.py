@@ -258,8 +258,8 @@ def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "method", "memory_model", "rest_bytes", "capacity_bytes"])
 
 
-#: training_runs columns added with repeats (issue 17); NULL where a database predates them.
-_CI_COLUMNS = ("repeats", "ci95_low_tokens_per_s", "ci95_high_tokens_per_s")
+#: training_runs columns added with repeats and accumulation (issue 17); NULL where a database predates them.
+_CI_COLUMNS = ("repeats", "ci95_low_tokens_per_s", "ci95_high_tokens_per_s", "grad_accum")
 
 
 def _ci_select(con: duckdb.DuckDBPyConnection) -> str:
@@ -274,9 +274,10 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     :func:`shardscope.results.views.strategy_vs_ddp_sql` defines it (the latest DDP run on the same host,
     model, world size, placement and transport, if it finished; else NULL ratios), and the 95% interval of its
     tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat)."""
-    rows = strategy_vs_ddp_sql("all_runs", f"{FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, {_ci_select(con)}")
+    rows = strategy_vs_ddp_sql("all_runs", f"{FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, tr.micro_batch, "
+                                           f"{_ci_select(con)}")
     return con.execute(f"""
-        SELECT host, fabric, gpu_model, model, world_size, placement, transport, strategy, outcome,
+        SELECT host, fabric, gpu_model, model, world_size, placement, transport, strategy, outcome, micro_batch, grad_accum,
                median_step_time_s, tokens_per_s, step_time_vs_ddp, tokens_per_s_vs_ddp,
                held_bytes, held_bytes_vs_ddp, peak_memory_bytes,
                repeats, ci95_low_tokens_per_s, ci95_high_tokens_per_s,
