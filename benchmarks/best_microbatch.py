@@ -12,9 +12,9 @@
    the best runs (equal global batch, same data: the losses agree when accumulation is right).
 
 It prints what one run measured; nothing is asserted. Default (tiny model, seq 64, 2 ranks, ddp and fsdp,
-limit 8, a 13 MiB budget) about 8 minutes on 2 idle cores::
+limit 8, a 21 MiB budget) about 8 minutes on 2 idle cores::
 
-    nice .venv/bin/python benchmarks/best_microbatch.py --run /tmp/ss-search [--budget-mib 13] [--limit 8]
+    nice .venv/bin/python benchmarks/best_microbatch.py --run /tmp/ss-search [--budget-mib 21] [--limit 8]
     .venv/bin/python benchmarks/best_microbatch.py --db /tmp/ss-search/shardscope.duckdb
 """
 
@@ -103,7 +103,7 @@ def main() -> int:
     parser.add_argument("--db", type=Path, help="report from this database (default: the run's)")
     parser.add_argument("--strategies", nargs="+", default=["ddp", "fsdp"])
     parser.add_argument("--limit", type=int, default=8)
-    parser.add_argument("--budget-mib", type=float, default=13.0)
+    parser.add_argument("--budget-mib", type=float, default=21.0)
     args = parser.parse_args()
     if not args.run and not args.db:
         parser.error("give --run DIR (run the pipeline, then report) or --db FILE (report only)")

@@ -16,6 +16,7 @@ import re
 import duckdb
 import pandas as pd
 
+from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.results.links import nominal_link
 from shardscope.results.verdict_text import verdict_text
 from shardscope.results.schemas_predictions import MEMORY_MODELS  # noqa: F401  (figure 3's two models, for the captions)
@@ -166,7 +167,8 @@ def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def measured_memory(con: duckdb.DuckDBPyConnection, keep_run_id: bool = False) -> pd.DataFrame:
-    """Per-rank bytes held by each strategy (the largest rank) in its latest finished run (``run_id`` on request)."""
+    """Per-rank bytes held by each strategy (the largest rank) in its latest finished run (``run_id`` on request),
+    at the configured micro-batch (the runs at each strategy's own best micro-batch are figure 4's)."""
     return con.execute(f"""
         WITH per_run AS (
             SELECT t.run_id, r.measured_at, r.host, {FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model,
@@ -181,6 +183,7 @@ def measured_memory(con: duckdb.DuckDBPyConnection, keep_run_id: bool = False) -
                    max(r.gpu_memory_bytes) AS gpu_memory_bytes
             FROM training_runs t JOIN training_memory m USING (run_id) JOIN all_runs r USING (run_id)
             WHERE t.outcome IN ('ok', 'over_budget')
+              AND t.placement NOT LIKE '%{BEST_MICROBATCH_SUFFIX}'  -- figure 3 compares strategies at one micro-batch
             GROUP BY ALL)
         SELECT * FROM per_run
         QUALIFY row_number() OVER (PARTITION BY host, model, world_size, dtype, strategy
