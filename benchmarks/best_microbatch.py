@@ -1,31 +1,29 @@
-"""Each strategy at its own best micro-batch: a real micro-batch search under a CPU memory budget, then a
-comparison at one global batch with gradient accumulation (issue 17, "fastest within memory").
+"""Each strategy at its own best micro-batch, from a real pipeline run (issue 17, "fastest within memory").
 
-1. Plans the default CPU config with ``training.search`` for the chosen strategies and a memory
-   budget (``training.memory_budget_gib``; on CPU a trial fits when the tracked tensor peak is
-   within it), and runs the search of each (``shardscope.training.search``: doubling from 1, then
-   bisection; every trial a real 2-rank run, kept under ``--keep``/trials).
-2. Picks one global batch per rank: the largest power of two at most the largest best
-   micro-batch; each strategy trains it at the largest micro-batch that divides it and fits,
-   accumulating gradients over the rest (``grad_accum``).
-3. Prints each search's trials (micro-batch, outcome, tracked peak) and each strategy's tokens/s
-   at its own micro-batch and at the smallest one (every strategy at DDP's), and the per-step
-   losses, which agree across strategies at equal global batch.
+1. With ``--run DIR`` runs the pipeline (``snakemake --cores 2``) into ``DIR`` with the default config and an
+   override that turns the micro-batch search on: ``training.search`` for ``--strategies`` up to ``--limit``
+   (the global batch: ``limit`` x ranks), under ``training.memory_budget_gib`` = ``--budget-mib`` / 1024 (on
+   CPU a trial fits when the tracked tensor peak is within it). Every trial runs with the gradient
+   accumulation to the global batch; each searched job then trains at its best micro-batch (rule
+   ``train_best``, placement ``…@best_microbatch``).
+2. Reads the database (``--db FILE``, or the run's) and prints the trials (table ``search_trials``: micro-batch,
+   accumulation, outcome, tracked peak against the budget, tokens/s), each strategy's best run (tokens/s with
+   its 95% interval over repeats, relative to DDP's best run) and the largest per-step loss difference between
+   the best runs (equal global batch, same data: the losses agree when accumulation is right).
 
-The defaults (tiny model at seq 16, a 16 MiB budget, strategies ddp and fsdp) keep it to a few
-minutes on 2 cores::
+It prints what one run measured; nothing is asserted. Default (tiny model, seq 64, 2 ranks, ddp and fsdp,
+limit 8, a 21 MiB budget) about 8 minutes on 2 idle cores::
 
-    nice .venv/bin/python benchmarks/best_microbatch.py [--budget-mib 16] [--limit 32] [--strategies ddp fsdp] [--keep DIR]
+    nice .venv/bin/python benchmarks/best_microbatch.py --run /tmp/ss-search [--budget-mib 21] [--limit 8]
+    .venv/bin/python benchmarks/best_microbatch.py --db /tmp/ss-search/shardscope.duckdb
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
-import dataclasses
-import json
+import os
+import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,96 +32,84 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def plan_for(strategies: list[str], budget_mib: float, limit: int, seq_len: int) -> dict[str, Any]:
-    """The CPU plan of the default config with the search of ``strategies`` under ``budget_mib``."""
-    from shardscope.plan.machine import MachineProbe
-    from shardscope.plan.planner import make_plan
-    from shardscope.topology.detect import detect_cpu_only
-
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config = copy.deepcopy(config)
-    config["training"].update(strategies=strategies, search={"limit": limit, "strategies": strategies},
-                              memory_budget_gib=budget_mib / 1024)
-    config["cpu"]["seq_len"] = seq_len
-    return make_plan(detect_cpu_only().topology.to_dict(), config, MachineProbe(which=lambda name: None))
+def override(folder: Path, strategies: list[str], limit: int, budget_mib: float) -> Path:
+    """The override config of the search run (results and database inside ``folder``)."""
+    path = folder / "search-override.yaml"
+    doc = {"results": str(folder / "results"), "db": str(folder / "shardscope.duckdb"),
+           "training": {"search": {"limit": limit, "strategies": strategies}, "memory_budget_gib": budget_mib / 1024}}
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
-def largest_divisor_at_most(n: int, most: int) -> int:
-    """The largest divisor of ``n`` that is at most ``most`` (1 at least)."""
-    return max(d for d in range(1, n + 1) if n % d == 0 and d <= max(most, 1))
+def run_pipeline(folder: Path, extra: Path) -> None:
+    """``snakemake --cores 2`` with the default config and ``extra`` (stops on failure, naming the log)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".venv" / "torch_extensions"))
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/config.yaml", str(extra)]
+    print("running:", " ".join(cmd), flush=True)
+    with open(folder / "snakemake.log", "w", encoding="utf-8") as log:
+        status = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    if status:
+        raise SystemExit(f"the pipeline failed (status {status}); see {folder / 'snakemake.log'}")
 
 
-def run_at(plan_path: Path, job: Any, micro_batch: int, grad_accum: int, folder: Path) -> dict[str, Any]:
-    """``job`` at ``micro_batch`` x ``grad_accum`` (a real run through the job's launcher); its result document."""
-    from shardscope.jobs.run import run_training
+def report(db: Path) -> dict[str, Any]:
+    """Print the trials, the best runs and the loss agreement stored in ``db``; return them."""
+    import duckdb
 
-    job_id = f"{job.job_id}-mb{micro_batch}x{grad_accum}"
-    spec = dataclasses.replace(job, job_id=job_id, micro_batch=micro_batch, grad_accum=grad_accum)
-    out = folder / f"{job_id}.json"
-    run_training(spec, str(out), str(folder / f"{job_id}.log"), str(plan_path))
-    return json.loads(out.read_text())
+    with duckdb.connect(str(db), read_only=True) as con:
+        trials = con.execute("""
+            SELECT t.strategy, t.micro_batch, t.grad_accum, t.global_batch, t.outcome, t.tracked_peak_bytes,
+                   t.memory_budget_bytes, t.tokens_per_s, t.is_best, t.trial_order
+            FROM search_trials t JOIN runs r USING (run_id)
+            QUALIFY dense_rank() OVER (PARTITION BY t.search_job_id ORDER BY r.measured_at DESC, r.run_id DESC) = 1
+            ORDER BY t.strategy, t.trial_order""").df()
+        best = con.execute("""
+            SELECT tr.strategy, tr.micro_batch, tr.grad_accum, tr.outcome, tr.tokens_per_s, tr.ci95_low_tokens_per_s,
+                   tr.ci95_high_tokens_per_s, tr.repeats, tr.run_id
+            FROM training_runs tr JOIN runs r USING (run_id) WHERE tr.placement LIKE '%@best_microbatch'
+            QUALIFY row_number() OVER (PARTITION BY tr.strategy ORDER BY r.measured_at DESC, r.run_id DESC) = 1
+            ORDER BY tr.strategy""").df()
+        steps = con.execute("SELECT run_id, step, loss FROM training_steps WHERE run_id IN (SELECT unnest(?))",
+                            [list(best["run_id"])]).df()
+    print("micro-batch search trials (each at the accumulation to the global batch):")
+    for rec in trials.to_dict("records"):
+        peak, budget = rec["tracked_peak_bytes"], rec["memory_budget_bytes"]
+        print(f"  {rec['strategy']:<6} mb {rec['micro_batch']:>2} x accum {rec['grad_accum']:>2} (global {rec['global_batch']}):"
+              f" {rec['outcome']:<11} tracked peak {peak / 2**20:6.2f} MiB of {budget / 2**20:.2f} MiB"
+              + (f", {rec['tokens_per_s']:.0f} tokens/s" if rec["tokens_per_s"] == rec["tokens_per_s"] and rec["tokens_per_s"] else "")
+              + ("  <- best" if rec["is_best"] else ""))
+    ddp = best.loc[best["strategy"] == "ddp", "tokens_per_s"]
+    base = float(ddp.iloc[0]) if len(ddp) else None
+    print("each strategy at its own best micro-batch (rule train_best):")
+    for rec in best.to_dict("records"):
+        ratio = f", {rec['tokens_per_s'] / base:.2f}x DDP's best" if base and rec["tokens_per_s"] else ""
+        print(f"  {rec['strategy']:<6} mb {rec['micro_batch']:>2} x accum {int(rec['grad_accum'] or 1):>2}: {rec['outcome']:<11}"
+              f" {rec['tokens_per_s'] or 0:8.0f} tokens/s (95% CI {rec['ci95_low_tokens_per_s'] or 0:.0f}.."
+              f"{rec['ci95_high_tokens_per_s'] or 0:.0f}, {rec['repeats']} repeats){ratio}")
+    losses = steps.pivot(index="step", columns="run_id", values="loss")
+    spread = float((losses.max(axis=1) - losses.min(axis=1)).max()) if losses.shape[1] > 1 else float("nan")
+    print(f"largest per-step loss difference between the best runs (equal global batch): {spread:.2e}")
+    bests = dict(zip(trials.loc[trials["is_best"], "strategy"], trials.loc[trials["is_best"], "micro_batch"]))
+    print(f"best micro-batch per strategy: {bests}")
+    return {"trials": trials, "best": best, "loss_spread": spread, "bests": bests}
 
 
 def main() -> int:
-    """Search, compare, print."""
-    from shardscope.contracts.jobs import job_from_dict
-    from shardscope.training.search import run_search
-
+    """Run (optionally) and report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, help="run the pipeline with the search into this folder first")
+    parser.add_argument("--db", type=Path, help="report from this database (default: the run's)")
     parser.add_argument("--strategies", nargs="+", default=["ddp", "fsdp"])
-    parser.add_argument("--budget-mib", type=float, default=16.0)
-    parser.add_argument("--limit", type=int, default=32)
-    parser.add_argument("--seq-len", type=int, default=16)
-    parser.add_argument("--keep", type=Path)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--limit", type=int, default=8)
+    parser.add_argument("--budget-mib", type=float, default=21.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = args.keep or Path(tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        plan = plan_for(args.strategies, args.budget_mib, args.limit, args.seq_len)
-        plan_path = folder / "plan.json"
-        plan_path.write_text(json.dumps(plan))
-        jobs = {j["job_id"]: job_from_dict(j) for j in plan["training"]}
-        searches = {}
-        for entry in plan["search"]:
-            found = run_search(str(plan_path), entry["job_id"], str(folder / f"{entry['job_id']}-search.json"),
-                               str(folder / "trials"), str(folder / f"{entry['job_id']}-search.log"), entry["limit"])
-            searches[entry["strategy"]] = found
-            print(f"search {entry['strategy']}: best micro-batch {found['best_micro_batch']} ({found['reason']})")
-            for t in found["trials"]:
-                print(f"  mb {t['micro_batch']:>3}: {t['outcome']:<12} tracked peak {(t['tracked_peak_bytes'] or 0) / 2**20:7.2f} MiB"
-                      f" (RSS {(t['peak_memory_bytes'] or 0) / 2**20:.0f} MiB)"
-                      + (f"  {t['error']}" if t.get("error") else ""))
-        bests = {s: f["best_micro_batch"] for s, f in searches.items()}
-        if not all(bests.values()):
-            print(f"a strategy fits no micro-batch under {args.budget_mib} MiB: {bests}")
-            return 1
-        per_rank = 1 << (max(bests.values()).bit_length() - 1)
-        smallest = largest_divisor_at_most(per_rank, min(bests.values()))
-        print(f"global batch: {per_rank} sequences per rank x 2 ranks (the largest power of two within the best micro-batches)")
-        rows = {}
-        for strategy in args.strategies:
-            job = jobs[next(e["job_id"] for e in plan["search"] if e["strategy"] == strategy)]
-            own = largest_divisor_at_most(per_rank, bests[strategy])
-            for label, mb in (("own best", own), ("common", smallest)):
-                if label == "common" and mb == own and ("own best", strategy) in rows:
-                    rows[label, strategy] = rows["own best", strategy]
-                    continue
-                doc = run_at(plan_path, job, mb, per_rank // mb, folder)
-                rows[label, strategy] = {"micro_batch": mb, "grad_accum": per_rank // mb, "outcome": doc["outcome"],
-                                         "tokens_per_s": (doc.get("summary") or {}).get("tokens_per_s"),
-                                         "ci95": [(doc.get("summary") or {}).get(k) for k in ("ci95_low_tokens_per_s", "ci95_high_tokens_per_s")],
-                                         "losses": [round(s["loss"], 5) for s in doc.get("steps", [])]}
-        for (label, strategy), row in rows.items():
-            ci = row["ci95"]
-            print(f"{label:<9}{strategy:<8} mb {row['micro_batch']:>2} x accum {row['grad_accum']:>2}: {row['outcome']:<11}"
-                  f" {row['tokens_per_s'] or 0:8.0f} tokens/s (95% CI {ci[0] or 0:.0f}..{ci[1] or 0:.0f}) losses {row['losses']}")
-        base = rows["own best", args.strategies[0]]["losses"]
-        spread = max(abs(a - b) for r in rows.values() for a, b in zip(r["losses"], base))
-        print(f"largest loss difference across strategies and micro-batches at one global batch: {spread:.2e}")
-        if args.json:
-            args.json.write_text(json.dumps({"searches": searches, "runs": {f"{k[0]}/{k[1]}": v for k, v in rows.items()},
-                                             "loss_spread": spread}, indent=1))
+    if not args.run and not args.db:
+        parser.error("give --run DIR (run the pipeline, then report) or --db FILE (report only)")
+    if args.run:
+        run_pipeline(args.run, override(args.run.resolve(), args.strategies, args.limit, args.budget_mib))
+    report(args.db or args.run.resolve() / "shardscope.duckdb")
     return 0
 
 

@@ -123,12 +123,13 @@ def test_default_jobs_keep_their_ids_and_spec_files(config: dict[str, Any], tmp_
     without = copy.deepcopy(config)
     without["training"]["conditions"] = {}
     without["training"]["memory_bound"] = None
+    without["training"]["hsdp"] = "off"  # the HSDP job NVL pairs add is a new default job (test_hsdp_is_planned_...)
     before = make_plan(topology, without, NO_PEER)
     assert [j["job_id"] for j in before["training"]] == [f"{s}-gpt2-small-ws8-all" for s in config["training"]["strategies"]]
-    names = {f.name for f in dataclasses.fields(TrainingJob)} - {"transport", "shard_size", "emulated", "grad_accum"}
+    names = {f.name for f in dataclasses.fields(TrainingJob) if not f.metadata.get("omit_default")}  # left out at defaults
     assert all(set(j) == names | {"kind"} for j in before["training"])  # the spec form the pipeline had before conditions
     write_job_files(before, tmp_path)
-    after = make_plan(topology, config, NO_PEER)
+    after = make_plan(topology, {**config, "training": {**config["training"], "hsdp": "off"}}, NO_PEER)
     written = {p.stem for p in write_job_files(after, tmp_path)}
     assert written == {j["job_id"] for j in after["training"]} - {j["job_id"] for j in before["training"]}
     assert written and all("gpt2-small-ws8-all" not in name or name.endswith("-pcie") for name in written)
@@ -187,3 +188,18 @@ def test_hsdp_shards_inside_an_island_and_replicates_across(config: dict[str, An
         job_from_dict(bad)
     with pytest.raises(SpecError, match="shard_size"):
         job_from_dict(dict(pairs["hsdp-gpt2-small-ws8-all"], shard_size=3))
+
+
+def test_hsdp_is_planned_where_islands_make_a_two_dimensional_mesh(plans: dict[str, dict[str, Any]]) -> None:
+    """Default GPU plans train HSDP beside training.strategies only where the ranks span islands of 2+ GPUs."""
+    pairs = plans["nvl_pairs"]
+    hsdp = [j for j in pairs["training"] if j["strategy"] == "hsdp"]
+    assert [(j["job_id"], j["shard_size"]) for j in hsdp] == [("hsdp-gpt2-small-ws8-all", 2)]  # 4 NVL pairs: 4 x 2
+    default = next(c for c in pairs["training_conditions"] if c["condition"] == "default")  # the first: gpt2-small
+    assert "hsdp" in default["strategies"] and pairs["hsdp"][0]["added"] is True
+    for key, why in (("nvswitch", "HSDP would be FSDP"), ("dgx1", "HSDP would be FSDP"),
+                     ("pcie_numa", "HSDP would be DDP"), ("single", "one GPU")):
+        assert not any(j["strategy"] == "hsdp" for j in plans[key]["training"]), key
+        assert plans[key]["hsdp"][0]["added"] is False and why in plans[key]["hsdp"][0]["reason"], key
+    cpu = make_plan(detect_cpu_only().topology.to_dict(), yaml.safe_load((REPO / "config" / "config.yaml").read_text()), NO_PEER)
+    assert not any(j["strategy"] == "hsdp" for j in cpu["training"])  # the CPU default pipeline keeps its jobs

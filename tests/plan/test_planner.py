@@ -140,7 +140,8 @@ def test_nvl_pairs_plan(config: dict[str, Any], topologies: dict[str, dict[str, 
             assert sorted((j["op"], j["transport"]) for j in jobs) == sorted((o, t) for o in ops for t in ("default", "pcie"))
 
     assert {j["world_size"] for j in default_training(plan)} == {8}  # training.world_sizes: max
-    assert [j["strategy"] for j in default_training(plan)] == config["training"]["strategies"]
+    # NVL pairs: HSDP (4 islands x 2) beside the configured strategies (training.hsdp: auto)
+    assert [j["strategy"] for j in default_training(plan)] == [*config["training"]["strategies"], "hsdp"]
     assert {j["model"] for j in plan["training"]} == {config["gpu"]["model"], config["training"]["memory_bound"]["model"]}
 
 

@@ -14,7 +14,8 @@ from shardscope.errors import UserError
 from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan
 from shardscope.topology.detect import detect_cpu_only
-from shardscope.training.search import run_search, search_largest, trial_path
+from shardscope.contracts.jobs import job_from_dict
+from shardscope.training.search import run_search, search_largest, trial_path, trial_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,32 +62,45 @@ def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pyt
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["training"]["search"] = {"limit": 8, "strategies": ["zero3"]}
     plan = make_plan(detect_cpu_only().topology.to_dict(), config, MachineProbe(which=lambda n: None))
-    assert plan["search"] == [{"job_id": "zero3-tiny-ws2-local", "strategy": "zero3", "limit": 8}]
+    assert plan["search"] == [{"job_id": "zero3-tiny-ws2-local", "strategy": "zero3", "limit": 8, "global_batch": 16,
+                               "per_rank_batch": 8, "micro_batches": [1, 2, 4, 8], "activation_checkpointing": "none",
+                               "best_job_id": "zero3-tiny-ws2-local-best", "best_placement": "local@best_microbatch"}]
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     trials = tmp_path / "trials"
-    ran: list[int] = []
+    ran: list[tuple[int, int]] = []
 
-    def fake_run(spec: Any, out: str, log: str, where: str) -> int:  # the launcher's stand-in: fits up to 4
-        ran.append(spec.micro_batch)
+    def fake_run(spec: Any, out: str, log: str, where: str) -> int:  # the launcher's stand-in: fits up to 4 (x 2)
+        ran.append((spec.micro_batch, spec.grad_accum))
+        assert spec.repeats == 1 and not spec.comm_profile  # a trial only says whether it fits
         Path(out).write_text(json.dumps({"outcome": "ok" if spec.micro_batch <= 4 else "over_budget",
                                          "summary": {"peak_memory_bytes": 1000 * spec.micro_batch}, "error": None,
                                          "ranks": [{"tracked_peak_bytes": 10 * spec.micro_batch + r} for r in (0, 1)]}))
         return 0
 
     monkeypatch.setattr("shardscope.jobs.run.run_training", fake_run)
-    trial_path(trials, "zero3-tiny-ws2-local", 1).parent.mkdir(parents=True)
-    trial_path(trials, "zero3-tiny-ws2-local", 1).write_text(json.dumps({"outcome": "ok", "summary": {}}))  # a stopped search
-    summary = run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log", 8)
-    assert ran == [2, 4, 8, 6, 5] and summary["best_micro_batch"] == 4
-    assert json.loads((tmp_path / "s.json").read_text())["trials"][-1] == {
-        "micro_batch": 5, "outcome": "over_budget", "peak_memory_bytes": 5000, "tokens_per_s": None, "error": None,
-        "tracked_peak_bytes": 51,
-        "result": str(trial_path(trials, "zero3-tiny-ws2-local", 5))}
+    job = job_from_dict(plan["training"][[j["job_id"] for j in plan["training"]].index("zero3-tiny-ws2-local")])
+    first = trial_path(trials, trial_spec(job, plan["search"][0], 1))
+    first.parent.mkdir(parents=True)
+    first.write_text(json.dumps({"outcome": "ok", "summary": {}}))  # a stopped search: micro-batch 1 x 8 is done
+    summary = run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log")
+    assert ran == [(2, 4), (4, 2), (8, 1)] and summary["best_micro_batch"] == 4 and summary["best_grad_accum"] == 2
+    last = json.loads((tmp_path / "s.json").read_text())["trials"][-1]
+    assert last == {"micro_batch": 8, "outcome": "over_budget", "peak_memory_bytes": 8000, "tokens_per_s": None,
+                    "error": None, "tracked_peak_bytes": 81, "job_id": "zero3-tiny-ws2-local-mb8x1", "grad_accum": 1,
+                    "result": last["result"]}
+    assert Path(last["result"]).name.startswith("zero3-tiny-ws2-local-mb8x1-")  # named by the trial's spec digest
     ran.clear()
-    run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log", 8)
+    run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log")
     assert ran == []  # every trial cached
+    config["training"]["memory_budget_gib"] = 1.0  # another spec: the cached trials are not read back
+    replanned = make_plan(detect_cpu_only().topology.to_dict(), config, MachineProbe(which=lambda n: None))
+    (tmp_path / "plan.json").write_text(json.dumps(replanned))
+    run_search(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log")
+    assert ran == [(1, 8), (2, 4), (4, 2), (8, 1)]
     with pytest.raises(UserError, match="no job 'nope'"):
-        run_search(str(tmp_path / "plan.json"), "nope", str(tmp_path / "s.json"), str(trials), "log", 8)
+        run_search(str(tmp_path / "plan.json"), "nope", str(tmp_path / "s.json"), str(trials), "log")
+    with pytest.raises(UserError, match="no micro-batch search planned"):
+        run_search(str(tmp_path / "plan.json"), "ddp-tiny-ws2-local", str(tmp_path / "s.json"), str(trials), "log")
 
 
 def test_no_search_unless_configured() -> None:

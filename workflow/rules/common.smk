@@ -239,6 +239,15 @@ def search_results(wildcards=None):
     return [f"{RESULTS}/search/{entry['job_id']}.json" for entry in plan_doc().get("search", [])]
 
 
-def search_limit(job_id):
-    """The largest micro-batch the search of planned job `job_id` tries."""
-    return next(entry["limit"] for entry in plan_doc().get("search", []) if entry["job_id"] == job_id)
+def best_results(wildcards=None):
+    """The training result of every searched job at its best micro-batch (rule train_best; none without a search)."""
+    return [f"{RESULTS}/best/{entry['job_id']}.json" for entry in plan_doc().get("search", [])]
+
+
+def search_entry_text(job_id):
+    """The plan's search entry of planned job `job_id` as sorted JSON: the searches' params, so a new limit,
+    global batch or checkpointing mode reruns them (the job's own spec file may be unchanged)."""
+    entry = next((e for e in plan_doc().get("search", []) if e["job_id"] == job_id), None)
+    if entry is None:
+        raise ValueError(f"job {job_id!r} has no micro-batch search in the plan; set config training.search to plan one")
+    return json.dumps(entry, sort_keys=True)

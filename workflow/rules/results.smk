@@ -4,6 +4,9 @@ rule collect:
         topology=lambda wildcards: checkpoints.topology.get().output.json,
         collectives=collective_results,
         training=training_results,
+        # micro-batch searches (table search_trials) and each searched job at its best micro-batch (training runs)
+        search=search_results,
+        best=best_results,
         emulated=emulated_results,
         peers=nccl_tests_peer_results,
         # modeled numbers for the same jobs, and the verdicts and doctor findings (workflow/rules/predictions.smk, diagnose.smk)
@@ -20,5 +23,5 @@ rule collect:
         db=DB,
     shell:
         "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
-        " {input.topology} {input.collectives} {input.training} {input.emulated} {input.peers}"
+        " {input.topology} {input.collectives} {input.training} {input.search} {input.best} {input.emulated} {input.peers}"
         " {input.predictions} {input.diagnose} > {log} 2>&1"

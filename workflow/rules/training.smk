@@ -29,8 +29,10 @@ rule train:
 
 
 rule microbatch_search:
-    """Largest micro-batch of one planned training job: doubling, then bisection (shardscope.training.search);
-    each trial's result is kept under results/search/trials/, so a stopped search resumes."""
+    """Largest micro-batch of one planned training job at the plan's global batch: doubling, then bisection over
+    the divisors of the per-rank batch, each trial with its gradient accumulation (shardscope.training.search);
+    each trial's result is kept under results/search/trials/ (named by its spec's digest), so a stopped search
+    resumes. The plan's search entry is a param: a new limit or global batch reruns the search."""
     input:
         spec=JOB_SPEC,
     output:
@@ -49,7 +51,35 @@ rule microbatch_search:
         py=PY,
         plan=PLAN,
         trials=f"{RESULTS}/search/trials",
-        limit=lambda wildcards: search_limit(wildcards.job),
+        entry=lambda wildcards: search_entry_text(wildcards.job),
     shell:
-        "{params.py} -m shardscope.training.search --plan {params.plan} --id {wildcards.job} --out {output}"
-        " --trials {params.trials} --log {log} --limit {params.limit} >> {log} 2>&1"
+        "{params.py} -m shardscope.training.search search --plan {params.plan} --id {wildcards.job} --out {output}"
+        " --trials {params.trials} --log {log} >> {log} 2>&1"
+
+
+rule train_best:
+    """One planned training job at the best micro-batch its search found, accumulating gradients to the plan's
+    global batch, with the job's repeats: an ordinary training result (placement marked @best_microbatch), the run
+    figure 4 and the report compare the strategies by. Reruns when the search's summary changes."""
+    input:
+        spec=JOB_SPEC,
+        search=f"{RESULTS}/search/{{job}}.json",
+    output:
+        f"{RESULTS}/best/{{job}}.json",
+    log:
+        f"{RESULTS}/logs/best/{{job}}.log",
+    wildcard_constraints:
+        job=SINGLE_NODE_JOB,
+    conda:
+        ENVS
+    threads: lambda wildcards: plan_job("training", wildcards.job)["world_size"]
+    resources:
+        measure=1,
+        gpu=lambda wildcards: job_gpus("training", wildcards.job),
+    params:
+        py=PY,
+        plan=PLAN,
+        entry=lambda wildcards: search_entry_text(wildcards.job),
+    shell:
+        "{params.py} -m shardscope.training.search best --plan {params.plan} --id {wildcards.job} --search {input.search}"
+        " --out {output} --log {log} >> {log} 2>&1"

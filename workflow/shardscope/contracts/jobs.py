@@ -18,12 +18,14 @@ from typing import Any, ClassVar, Union
 
 from shardscope.contracts.names import (
     BUCKET_POLICIES,
+    CHECKPOINTING_MODES,
     COLLECTIVE_DTYPES,
     OPS,
     REDUCE_DTYPES,
     STRATEGIES,
     TRAINING_DTYPES,
     TRANSPORTS,
+    WORKER_OPTIMIZERS,
 )
 
 
@@ -172,6 +174,10 @@ class TrainingJob(Ranks):
     """``hsdp`` only: ranks of one shard group (consecutive ranks inside one island or node); None: every rank."""
     grad_accum: int = field(default=1, metadata=OMIT_DEFAULT)
     """Micro-batches per optimizer step (gradient accumulation to one global batch); 1 without accumulation."""
+    activation_checkpointing: str = field(default="none", metadata=OMIT_DEFAULT)
+    """``none``, or ``full`` (every transformer block recomputed in backward)."""
+    optimizer: str = field(default="adamw", metadata=OMIT_DEFAULT)
+    """Optimizer-state variant: ``adamw`` (fp32 master and moments) or ``adamw_bf16_states`` (DeepSpeed, bf16)."""
     emulated: dict[str, Any] | None = field(default=None, metadata=OMIT_DEFAULT)
     """On an emulated fabric: ``preset``, ``placement``, ``definition`` (the preset's links), ``prefix``,
     ``subnet``, ``timeout_s``; None on this machine's own fabric."""
@@ -182,6 +188,8 @@ class TrainingJob(Ranks):
         _one_of("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _one_of("buckets", self.buckets, BUCKET_POLICIES)
         _one_of("transport", self.transport, TRANSPORTS)
+        _one_of("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING_MODES)
+        _one_of("optimizer", self.optimizer, WORKER_OPTIMIZERS)
         if self.shard_size is not None and (self.strategy != "hsdp" or self.shard_size < 1
                                             or self.world_size % self.shard_size):
             raise SpecError("shard_size", f"is {self.shard_size}; expected a divisor of world_size {self.world_size} "

@@ -22,3 +22,10 @@ COLLECTIVE_DTYPES = ("float32", "bfloat16", "float16")
 REDUCE_DTYPES = ("auto", "float32", "bfloat16")
 #: Bucket policies: each framework's own sizes, or DDP's bucket bytes for every framework.
 BUCKET_POLICIES = ("default", "equal")
+#: Activation checkpointing a training job may run with: none, or every block recomputed in backward.
+CHECKPOINTING_MODES = ("none", "full")
+#: Optimizer-state variants the training worker runs (``adamw_bf16_states``: DeepSpeed's bf16 master and moments).
+WORKER_OPTIMIZERS = ("adamw", "adamw_bf16_states")
+#: Added to a training job's placement for the run of a strategy at its own best micro-batch (after the
+#: micro-batch search, gradient accumulation to one global batch), so figures and report tell those runs apart.
+BEST_MICROBATCH_SUFFIX = "@best_microbatch"

@@ -8,6 +8,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.patches import Patch
 
+from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
+
 from shardscope.figures.style import (
     MEMORY_PARTS,
     STRATEGY_COLORS,
@@ -236,6 +238,14 @@ def _spread_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> Non
     ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")
 
 
+def _batch_label(row: pd.Series) -> str:
+    """``mb 4x2`` under a bar of a run at its strategy's own best micro-batch (the search's runs); else nothing."""
+    if not str(row.get("placement", "")).endswith(BEST_MICROBATCH_SUFFIX) or pd.isna(row.get("micro_batch")):
+        return ""
+    accum = int(row["grad_accum"]) if pd.notna(row.get("grad_accum")) else 1
+    return f"\nmb {int(row['micro_batch'])}x{accum}"
+
+
 def _single_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> None:
     """One machine: a bar per strategy with its ratio, or its outcome where it did not finish."""
     rows = rows.set_index("strategy").reindex(strategies)
@@ -248,6 +258,7 @@ def _single_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> Non
             text = f"{value:.2f}x"
         else:
             text = _OUTCOME_TEXT.get(outcome, "no DDP\nbaseline" if outcome == "ok" else str(outcome))
+        text += _batch_label(rows.iloc[i])
         ax.annotate(text, (i, value if np.isfinite(value) else 0), ha="center", va="bottom",
                     xytext=(0, 2), textcoords="offset points", fontsize="small")
     ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")

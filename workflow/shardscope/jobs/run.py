@@ -71,7 +71,8 @@ def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:
         train = TrainJob(strategy=job.strategy, model=job.model_spec, nproc=job.nproc_per_node,
                          micro_batch=job.micro_batch, seq_len=job.seq_len, warmup=job.warmup, steps=job.steps,
                          dtype=job.dtype, memory_budget_bytes=job.memory_budget_bytes, seed=job.seed,
-                         repeats=job.repeats, grad_accum=job.grad_accum)
+                         repeats=job.repeats, grad_accum=job.grad_accum,
+                         activation_checkpointing=job.activation_checkpointing, optimizer=job.optimizer)
     except ValueError as exc:
         raise UserError(f"{where}: job {job.job_id!r}: {exc}") from None
     os.environ.update(job.launch_env())  # before torch looks for GPUs, and inherited by every rank

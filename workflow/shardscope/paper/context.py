@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.errors import UserError
 from shardscope.results import queries
 from shardscope.figures.captions import answer_ranking, ties_with
@@ -99,10 +100,30 @@ def _reference_sources(references: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _at_best(sub: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """The runs at each strategy's own best micro-batch (placement marked by the micro-batch search) when some
+    finished, with True; else ``sub`` itself and False."""
+    marked = sub["placement"].astype(str).str.endswith(BEST_MICROBATCH_SUFFIX) if "placement" in sub else None
+    if marked is not None and marked.any() and (sub.loc[marked, "outcome"] == "ok").any():
+        return sub[marked], True
+    return sub, False
+
+
+def _batch_text(row: pd.Series) -> str:
+    """``at micro-batch 4 x 2 accumulated (global batch 16)`` for a run at its strategy's best micro-batch."""
+    accum = int(row["grad_accum"]) if pd.notna(row.get("grad_accum")) else 1
+    return (f" at micro-batch {int(row['micro_batch'])} x {accum} accumulated "
+            f"(global batch {int(row['micro_batch']) * accum * int(row['world_size'])}, each strategy at its own best)")
+
+
 def _recommendations(speed: pd.DataFrame) -> list[str]:
-    """One sentence per machine, model and GPU count measured: the fastest strategy and the leanest one."""
+    """One sentence per machine, model and GPU count measured: the fastest strategy and the leanest one.
+
+    Where the micro-batch search ran, the sentence compares the strategies at their own best micro-batches
+    (the runs whose placement ends ``@best_microbatch``) and names the winner's micro-batch."""
     sentences = []
     for (fabric, host, model, ws), sub in speed.groupby(["fabric", "host", "model", "world_size"], sort=True):
+        sub, best = _at_best(sub)
         ok = sub[sub["outcome"] == "ok"]
         if ok.empty:
             continue
@@ -110,13 +131,14 @@ def _recommendations(speed: pd.DataFrame) -> list[str]:
         lean = ok.sort_values("held_bytes").iloc[0]
         tied = ties_with(fast, ok)
         if tied:
-            names = " and ".join(strategy_name(s) for s in [fast["strategy"], *tied])
+            batch = {s: f" (micro-batch {int(m)})" for s, m in zip(ok["strategy"], ok["micro_batch"])} if best else {}
+            names = " and ".join(strategy_name(s) + batch.get(s, "") for s in [fast["strategy"], *tied])
             text = (f"On {host} ({fabric}), {model} on {ws} ranks: {names} are within noise of each other"
                     f" (their 95% intervals over repeats overlap; best median {fast['median_step_time_s']:.4f} s per step),"
                     " so none is named the winner")
         else:
             text = (f"On {host} ({fabric}), {model} on {ws} ranks: {strategy_name(fast['strategy'])} was fastest"
-                    f" ({fast['median_step_time_s']:.4f} s per step)")
+                    + (_batch_text(fast) if best else "") + f" ({fast['median_step_time_s']:.4f} s per step)")
         if lean["strategy"] != fast["strategy"] and pd.notna(lean["held_bytes_vs_ddp"]) and pd.notna(lean["tokens_per_s_vs_ddp"]):
             text += (f"; {strategy_name(lean['strategy'])} holds the least ({lean['held_bytes_vs_ddp']:.0%} of DDP's"
                      f" bytes) at {lean['tokens_per_s_vs_ddp']:.2f}x DDP's throughput")

@@ -179,18 +179,81 @@ def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: i
     return scale
 
 
+def _positive_int(key: str, value: Any) -> int:
+    """``value`` when it is a positive integer; else a :class:`UserError` naming config key ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"config key {key}: {value!r} is not valid; expected a positive integer")
+    return value
+
+
 def search_section(config: dict[str, Any], training: list[dict[str, Any]],
                    conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The micro-batch searches of config ``training.search``: one per default-condition job of the chosen
-    strategies (the first planned model scale and world size), each with its limit; none when the key is null."""
+    strategies (the first planned model scale and world size); none when the key is null.
+
+    Every strategy is compared at one global batch (``global_batch`` sequences per optimizer step over all
+    ranks; default ``limit`` x world size, i.e. the largest micro-batch tried without accumulation), so each
+    trial runs micro-batch m with the gradient accumulation it would need to reach it: per-rank batch / m.
+    The micro-batches tried are therefore the divisors of the per-rank batch up to ``limit``. A bound that is
+    not a positive integer, or a global batch that does not split evenly over the ranks, is a
+    :class:`UserError` naming the key (before any job runs)."""
     section = config["training"].get("search")
     if not section:
         return []
+    from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX, CHECKPOINTING_MODES
+
+    limit = _positive_int("training.search.limit", section.get("limit"))
     wanted = set(section.get("strategies") or config["training"]["strategies"])
+    mode = section.get("activation_checkpointing")
+    if mode is not None and mode not in CHECKPOINTING_MODES:
+        raise UserError(f"config key training.search.activation_checkpointing: {mode!r} is not a known value; "
+                        f"expected one of {', '.join(CHECKPOINTING_MODES)}")
     default = next(c for c in conditions if c["condition"] == "default")
     by_id = {j["job_id"]: j for j in training}
-    return [{"job_id": i, "strategy": by_id[i]["strategy"], "limit": int(section["limit"])}
-            for i in default["jobs"] if by_id[i]["strategy"] in wanted]
+    entries = []
+    for job_id in default["jobs"]:
+        job = by_id[job_id]
+        if job["strategy"] not in wanted:
+            continue
+        n = job["world_size"]
+        given = section.get("global_batch")
+        global_batch = limit * n if given is None else _positive_int("training.search.global_batch", given)
+        if global_batch % n:
+            raise UserError(f"config key training.search.global_batch: {global_batch} sequences do not split evenly over "
+                            f"the {n} ranks of job {job_id!r}; expected a multiple of {n}")
+        per_rank = global_batch // n
+        entries.append({"job_id": job_id, "strategy": job["strategy"], "limit": limit, "global_batch": global_batch,
+                        "per_rank_batch": per_rank,
+                        "micro_batches": [m for m in range(1, min(limit, per_rank) + 1) if per_rank % m == 0],
+                        "activation_checkpointing": mode or job.get("activation_checkpointing", "none"),
+                        "best_job_id": f"{job_id}-best", "best_placement": f"{job['placement']}{BEST_MICROBATCH_SUFFIX}"})
+    return entries
+
+
+def default_strategies(topology: dict[str, Any], config: dict[str, Any], place: Placement,
+                       world_size: int) -> tuple[list[str], dict[str, Any]]:
+    """``training.strategies`` under the default condition, with ``hsdp`` added on a GPU node whose ranks span two
+    or more NVLink islands of two or more GPUs each (config ``training.hsdp: auto``): there a 2-D mesh (shard
+    inside an island, replicate across) differs from both FSDP and DDP. Also whether HSDP was added, and why
+    (or why not), for plan.json's ``hsdp`` list."""
+    strategies = list(config["training"]["strategies"])
+    if "hsdp" in strategies:
+        return strategies, {"added": False, "reason": "training.strategies lists hsdp already"}
+    if config["training"].get("hsdp", "auto") != "auto":
+        return strategies, {"added": False, "reason": "config training.hsdp is off"}
+    if _gpu_count(topology) == 0:
+        return strategies, {"added": False, "reason": "CPU processes of one host have no islands to shard inside"}
+    if world_size < 2:
+        return strategies, {"added": False, "reason": "training runs on one GPU: nothing to shard or replicate"}
+    shard = hsdp_shard_size(rank_groups(topology, place.devices, world_size))
+    if shard == world_size:
+        return strategies, {"added": False, "reason": f"all {world_size} ranks are in one NVLink island: HSDP would be FSDP"}
+    if shard == 1:
+        return strategies, {"added": False, "reason": f"the NVLink islands do not split the {world_size} ranks into equal groups of two "
+                                                     "or more: HSDP would be DDP"}
+    return strategies + ["hsdp"], {"added": True, "shard_size": shard,
+                                   "reason": f"{world_size // shard} NVLink islands of {shard} ranks: shard inside each, "
+                                             "replicate across (a 2-D mesh)"}
 
 
 def extra_label(extra: dict[str, Any]) -> dict[str, Any]:
@@ -258,8 +321,11 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
                            **_placement_fields(place), "transport": condition.transport,
                            "strategies": list(strategies), "jobs": ids, **extra_label(extra)})
 
+    hsdp: list[dict[str, Any]] = []
     for n in train_sizes:
-        train(Condition("default", n, by_size[n][0]), list(config["training"]["strategies"]))
+        strategies, why = default_strategies(topology, config, by_size[n][0], n)
+        hsdp.append({"world_size": n, **why})
+        train(Condition("default", n, by_size[n][0]), strategies)
     scales = [{"scale": "communication", "planned": True, "model": model_name}]
     scale = memory_bound(topology, config, max(train_sizes), model_name) if on_gpu else (
         "the memory-bound scale is planned on GPU nodes (on CPU, training.memory_budget_gib stands for GPU memory)"
@@ -307,6 +373,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         "training": training,
         "training_conditions": conditions,
         "scales": scales,
+        "hsdp": hsdp,
         "search": search_section(config, training, conditions),
     }
     if shape is not None:

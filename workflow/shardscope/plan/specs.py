@@ -22,11 +22,40 @@ def collective_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict
 def training_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
     """What every training job of this config shares: the model, its sizing, repeats, reduction dtype, buckets and the memory budget."""
     gib = config["training"].get("memory_budget_gib")
+    repeats = profile.get("repeats", 1)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        where = "cpu" if profile is config.get("cpu") else "gpu"
+        raise UserError(f"config key {where}.repeats: {repeats!r} is not valid; expected a positive integer")
     return {"model_spec": profile["model"], "dtype": profile["dtype"], "micro_batch": int(profile["micro_batch"]),
             "seq_len": int(profile["seq_len"]), "warmup": int(profile["warmup"]), "steps": int(profile["steps"]),
             "memory_budget_bytes": int(gib * 2**30) if gib else None, "seed": 0, "comm_profile": True,
-            "repeats": int(profile.get("repeats", 1)), "reduce_dtype": config["training"].get("reduce_dtype", "auto"),
-            "buckets": config["training"].get("buckets", "default")}
+            "repeats": repeats, "reduce_dtype": config["training"].get("reduce_dtype", "auto"),
+            "buckets": config["training"].get("buckets", "default"), **memory_knobs(config)}
+
+
+def memory_knobs(config: dict[str, Any]) -> dict[str, str]:
+    """Config ``training.activation_checkpointing`` and ``training.optimizer`` as job fields (left out at their
+    defaults, so earlier job specs are unchanged); an unknown value is a :class:`UserError` naming the key."""
+    from shardscope.contracts.names import CHECKPOINTING_MODES, WORKER_OPTIMIZERS
+
+    section = config["training"]
+    knobs = {"activation_checkpointing": (section.get("activation_checkpointing") or "none", CHECKPOINTING_MODES),
+             "optimizer": (section.get("optimizer") or "adamw", WORKER_OPTIMIZERS)}
+    for key, (value, allowed) in knobs.items():
+        if value not in allowed:
+            raise UserError(f"config key training.{key}: {value!r} is not a known value; expected one of {', '.join(allowed)}")
+    return {key: value for key, (value, allowed) in knobs.items() if value != allowed[0]}
+
+
+def check_optimizer_fits(job: dict[str, Any]) -> None:
+    """Stop the plan when config ``training.optimizer`` cannot run under this job's strategy and dtype (one sentence)."""
+    from shardscope.training.optimizer_states import check_optimizer
+
+    try:
+        check_optimizer(job.get("optimizer", "adamw"), job["strategy"], job["dtype"])
+    except ValueError as exc:
+        raise UserError(f"config key training.optimizer: planned job {job['job_id']!r}: "
+                        f"{str(exc).replace('--optimizer ', '').replace('--dtype ', 'dtype ')}") from None
 
 
 def job_entry(cls: type[CollectiveJob] | type[TrainingJob] | type[PeerJob], fields: dict[str, Any]) -> dict[str, Any]:
@@ -38,4 +67,6 @@ def job_entry(cls: type[CollectiveJob] | type[TrainingJob] | type[PeerJob], fiel
         spec = cls(**{**fields, "sweep": Sweep(**fields["sweep"])} if "sweep" in fields else fields)
     except SpecError as exc:
         raise UserError(f"config: planned job {fields.get('job_id')!r}: {exc}") from None
+    if cls is TrainingJob:
+        check_optimizer_fits(fields)
     return job_to_dict(spec)

@@ -36,12 +36,18 @@ class Estimate:
     jobs: int
     seconds: float | None
     basis: str
+    search_jobs: int = 0
+    """At most this many micro-batch search trials and best-micro-batch runs besides ``jobs`` (an upper bound:
+    how many trials a search takes depends on where its micro-batch stops fitting)."""
 
     def sentence(self) -> str:
         """``12 jobs; estimated wall-clock on this node about 9 min (basis)``."""
+        jobs = f"{self.jobs} jobs" + (f" and at most {self.search_jobs} micro-batch search trials and best-micro-batch runs"
+                                      if self.search_jobs else "")
         if self.seconds is None:
-            return f"{self.jobs} jobs; no estimated wall-clock: {self.basis}"
-        return f"{self.jobs} jobs; estimated wall-clock on this node about {self.seconds / 60:.0f} min ({self.basis})"
+            return f"{jobs}; no estimated wall-clock: {self.basis}"
+        return f"{jobs}; estimated wall-clock on this node about {self.seconds / 60:.0f} min" + (
+            " at most" if self.search_jobs else "") + f" ({self.basis})"
 
 
 def job_kind(job: Mapping[str, Any]) -> str:
@@ -59,11 +65,22 @@ def estimate(plan: Mapping[str, Any]) -> Estimate:
     per-job time has been measured here, so no time is claimed.
     """
     jobs = [job for job in planned_jobs(dict(plan)) if isinstance(job, dict)]
+    searched = [(entry, max_trials(entry["micro_batches"]) + 1) for entry in plan.get("search") or []]
+    extra = sum(n for _, n in searched)
     if plan.get("device") != "cpu":
         return Estimate(len(jobs), None, f"no job time measured on a {plan.get('device')} node yet "
-                                         "(benchmarks/pipeline_time.py measures one)")
+                                         "(benchmarks/pipeline_time.py measures one)", extra)
     seconds = CPU_FIXED_SECONDS + sum(CPU_JOB_SECONDS[job_kind(job)] for job in jobs)
-    return Estimate(len(jobs), seconds, CPU_BASIS)
+    seconds += sum(n * CPU_JOB_SECONDS[job_kind(entry)] for entry, n in searched)
+    return Estimate(len(jobs), seconds, CPU_BASIS, extra)
+
+
+def max_trials(candidates: list[int]) -> int:
+    """The most trials a micro-batch search over ``candidates`` can take, wherever its micro-batch stops fitting."""
+    from shardscope.training.search import search_largest
+
+    return max(len(search_largest(lambda m, k=k: "ok" if m <= k else "oom", candidates)["trials"])
+               for k in [0, *candidates])
 
 
 def _counted(values: Iterable[Any]) -> str:

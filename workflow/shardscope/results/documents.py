@@ -132,6 +132,10 @@ def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]
         run_id = run_id_for(doc)
         if kind in TABLE_BUILDERS:
             return TABLE_BUILDERS[kind](doc, path, run_id)
+        if kind == "search":
+            from shardscope.results.documents_search import search_tables
+
+            return search_tables(doc, _run_row(doc, path, run_id, doc["job"]["world_size"], "measured"))
         if kind == "collectives":
             return {"runs": [_run_row(doc, path, run_id, doc["job"]["world_size"], "measured")],
                     "collectives": _collective_rows(doc["rows"], run_id)}
@@ -258,6 +262,10 @@ def consistency_errors(doc: dict[str, Any], kind: str, path: str) -> list[str]:
     """Relations between fields of one document that no single table row can check."""
     if kind in DERIVED_KINDS:
         return derived_consistency_errors(doc, kind, path)
+    if kind == "search":
+        from shardscope.results.documents_search import search_consistency_errors
+
+        return search_consistency_errors(doc, path)
     errors: list[str] = []
     if kind in ("collectives", "collectives_import"):
         owner = doc["job"] if kind == "collectives" else doc

@@ -16,6 +16,7 @@ import re
 import duckdb
 import pandas as pd
 
+from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.results.links import nominal_link
 from shardscope.results.verdict_text import verdict_text
 from shardscope.results.schemas_predictions import MEMORY_MODELS  # noqa: F401  (figure 3's two models, for the captions)
@@ -170,7 +171,8 @@ def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def measured_memory(con: duckdb.DuckDBPyConnection, keep_run_id: bool = False) -> pd.DataFrame:
-    """Per-rank bytes held by each strategy (the largest rank) in its latest finished run (``run_id`` on request)."""
+    """Per-rank bytes held by each strategy (the largest rank) in its latest finished run (``run_id`` on request),
+    at the configured micro-batch (the runs at each strategy's own best micro-batch are figure 4's)."""
     return con.execute(f"""
         WITH per_run AS (
             SELECT t.run_id, r.measured_at, r.host, {FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model,
@@ -185,6 +187,7 @@ def measured_memory(con: duckdb.DuckDBPyConnection, keep_run_id: bool = False) -
                    max(r.gpu_memory_bytes) AS gpu_memory_bytes
             FROM training_runs t JOIN training_memory m USING (run_id) JOIN all_runs r USING (run_id)
             WHERE t.outcome IN ('ok', 'over_budget')
+              AND t.placement NOT LIKE '%{BEST_MICROBATCH_SUFFIX}'  -- figure 3 compares strategies at one micro-batch
             GROUP BY ALL)
         SELECT * FROM per_run
         QUALIFY row_number() OVER (PARTITION BY host, model, world_size, dtype, strategy
@@ -262,8 +265,8 @@ def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "method", "memory_model", "rest_bytes", "capacity_bytes"])
 
 
-#: training_runs columns added with repeats (issue 17); NULL where a database predates them.
-_CI_COLUMNS = ("repeats", "ci95_low_tokens_per_s", "ci95_high_tokens_per_s")
+#: training_runs columns added with repeats and accumulation (issue 17); NULL where a database predates them.
+_CI_COLUMNS = ("repeats", "ci95_low_tokens_per_s", "ci95_high_tokens_per_s", "grad_accum")
 
 
 def _ci_select(con: duckdb.DuckDBPyConnection) -> str:
@@ -278,9 +281,10 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     :func:`shardscope.results.views.strategy_vs_ddp_sql` defines it (the latest DDP run on the same host,
     model, world size, placement and transport, if it finished; else NULL ratios), and the 95% interval of its
     tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat)."""
-    rows = strategy_vs_ddp_sql("all_runs", f"{FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, {_ci_select(con)}")
+    rows = strategy_vs_ddp_sql("all_runs", f"{FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, tr.micro_batch, "
+                                           f"{_ci_select(con)}")
     return con.execute(f"""
-        SELECT host, fabric, gpu_model, model, world_size, placement, transport, strategy, outcome,
+        SELECT host, fabric, gpu_model, model, world_size, placement, transport, strategy, outcome, micro_batch, grad_accum,
                median_step_time_s, tokens_per_s, step_time_vs_ddp, tokens_per_s_vs_ddp,
                held_bytes, held_bytes_vs_ddp, peak_memory_bytes,
                repeats, ci95_low_tokens_per_s, ci95_high_tokens_per_s,

@@ -23,6 +23,7 @@ from shardscope.results.schemas_comm import TrainingCommSchema
 from shardscope.results.schemas_decision import DecisionMapCellsSchema
 from shardscope.results.schemas_memory_model import MemoryModelCasesSchema
 from shardscope.results.schemas_diagnosis import DoctorFindingsSchema, VerdictRowsSchema, VerdictsSchema
+from shardscope.results.schemas_search import SearchTrialsSchema
 from shardscope.results.schemas_predictions import (CollectivePredictionsSchema, MemoryCasePredictionsSchema, MemoryPeakPredictionsSchema,
                                                  StrategyPredictionsSchema)
 from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of this module's API)
@@ -32,7 +33,7 @@ from shardscope.contracts.names import FABRICS
 from shardscope.contracts.names import OUTCOMES, STRATEGIES, TRAINING_DTYPES
 
 #: Result documents that describe one job or one imported log (each has a world size).
-JOB_KINDS = ("collectives", "training", "collectives_import")
+JOB_KINDS = ("collectives", "training", "collectives_import", "search")
 #: Documents derived on or for a machine: modeled predictions, verdicts of measured sweeps, doctor findings.
 DERIVED_KINDS = ("predictions", "verdicts", "doctor")
 KINDS = JOB_KINDS + DERIVED_KINDS
@@ -371,6 +372,7 @@ TABLES: dict[str, type[pa.DataFrameModel]] = {
     "collective_calibration_checks": CollectiveCalibrationChecksSchema,
     "decision_map_cells": DecisionMapCellsSchema,
     "memory_model_cases": MemoryModelCasesSchema,
+    "search_trials": SearchTrialsSchema,
 }
 
 #: The key column that ties a table's rows to one loaded unit, and the parent table that owns it.

@@ -1,59 +1,94 @@
-"""The largest micro-batch each strategy fits: doubling, then bisection, every trial a stored result.
+"""The largest micro-batch each strategy fits at one global batch, then each strategy's run at its own best.
 
 Sharding frees memory; a strategy compared at the micro-batch of another never uses it. So per
-planned training job the search runs the same job at micro-batch 1, 2, 4, … until a trial does
-not fit (a real out-of-memory on a GPU: outcome ``oom``; on CPU the job's memory budget against
-the measured peak: outcome ``over_budget``), then bisects between the largest that fitted and
-the smallest that did not. The largest that fits is the strategy's best micro-batch.
+planned training job the search (plan.json's ``search`` entry, :func:`shardscope.plan.planner.search_section`)
+runs the job at micro-batch 1, 2, 4, … until a trial does not fit (a real out-of-memory on a GPU:
+outcome ``oom``; on CPU the job's memory budget against the tracked tensor peak: outcome
+``over_budget``), then bisects between the largest that fitted and the smallest that did not.
 
-Every trial is an ordinary training run through the job's launcher, its result kept as
-``{trials}/{job_id}-mb{m}.json`` (non-fitting ones included): a trial whose file exists is read
-back, not rerun, so a search that was stopped resumes where it was. A trial that fails for any
-other reason stops the search, which says so. ``search_largest`` is the search itself, with the
-trial injected (tests give it a rule; the command gives it a real run).
+Every strategy is compared at one global batch, so each trial runs micro-batch ``m`` *with* the
+gradient accumulation it would train with (per-rank batch / ``m`` micro-batches per optimizer step):
+accumulated gradients stay alive while the next micro-batch's activations are built, so a micro-batch
+that fits without accumulation may not fit with it. The micro-batches tried are the divisors of the
+per-rank batch (up to the search limit); doubling steps to the smallest divisor of at least twice the
+last, bisection halves the list between the largest that fitted and the smallest that did not.
+
+Every trial is an ordinary training run through the job's launcher (one repeat, no communication
+profile: a trial only has to say whether it fits), its result kept as
+``{trials}/{trial job id}-{spec digest}.json`` (non-fitting ones included): a trial whose file exists
+is read back, not rerun, so a search that was stopped resumes where it was, and a trial whose spec
+changed (another budget, global batch, model) is never read back. A trial that fails for any other
+reason stops the search, which says so. The summary (kind ``search``) is collected into the
+``search_trials`` table, every trial a row, OOMs included.
+
+:func:`run_best` then trains the job at its best micro-batch (micro-batch 1 when none fits, so the row
+shows the outcome and its reason), accumulating to the global batch, with the job's repeats: an ordinary
+training result, its placement marked with
+:data:`shardscope.contracts.names.BEST_MICROBATCH_SUFFIX` so figure 4 and the report compare the
+strategies at their own best micro-batches. ``search_largest`` is the search itself, with the trial
+injected (tests give it a rule; the command gives it a real run).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
+import hashlib
 import json
-from collections.abc import Callable
+import os
+import socket
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shardscope.contracts.jobs import TrainingJob
 
 #: Trial outcomes that mean "does not fit" (the search goes lower); ``ok`` fits; anything else stops it.
 NOT_FITTING = ("oom", "over_budget")
+SCHEMA = "shardscope.microbatch-search/1"
+METHOD = ("doubling from the smallest micro-batch, then bisection, over the divisors of the per-rank batch up to the "
+          "limit; each trial with the gradient accumulation to the global batch; a trial fits when its outcome is ok")
 
 
-def search_largest(trial: Callable[[int], str], limit: int) -> dict[str, Any]:
-    """Doubling from 1 (up to ``limit``), then bisection: the largest micro-batch whose trial is ``ok``.
+def search_largest(trial: Callable[[int], str], candidates: int | Sequence[int]) -> dict[str, Any]:
+    """Doubling, then bisection, over ``candidates``: the largest micro-batch whose trial is ``ok``.
 
-    ``trial(m)`` runs (or reads back) micro-batch ``m`` and returns its outcome. Returns the
-    outcomes in the order tried, ``best`` (None when even 1 does not fit, or a trial failed
-    first) and ``reason`` (one sentence on how the search ended).
+    ``candidates`` are the micro-batches that may be tried, ascending (an int ``n`` means 1..n).
+    Doubling goes from the smallest to the smallest candidate of at least twice the last one (the
+    largest candidate at the end); once a trial does not fit, bisection halves the candidates between
+    the largest that fitted and the smallest that did not. ``trial(m)`` runs (or reads back)
+    micro-batch ``m`` and returns its outcome. Returns the outcomes in the order tried, ``best``
+    (None when even the smallest does not fit, or a trial failed first) and ``reason`` (one sentence).
     """
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"search limit must be a positive integer, got {limit!r}")
+    if isinstance(candidates, int) and not isinstance(candidates, bool):
+        if candidates < 1:
+            raise ValueError(f"search limit must be a positive integer, got {candidates!r}")
+        candidates = range(1, candidates + 1)
+    values = list(candidates)
+    if not values or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in values) or values != sorted(set(values)):
+        raise ValueError(f"search candidates must be ascending positive integers, got {values!r}")
     tried: dict[int, str] = {}
 
-    def run(m: int) -> str:
-        if m not in tried:
-            tried[m] = trial(m)
-        return tried[m]
+    def run(i: int) -> str:
+        if values[i] not in tried:
+            tried[values[i]] = trial(values[i])
+        return tried[values[i]]
 
-    fits, too_big, m = 0, None, 1
+    fits, too_big, i = -1, None, 0
     while True:
-        outcome = run(m)
+        outcome = run(i)
         if outcome == "ok":
-            fits = m
-            if m >= limit:
+            fits = i
+            if i == len(values) - 1:
                 break
-            m = min(2 * m, limit)
+            i = next((j for j in range(i + 1, len(values)) if values[j] >= 2 * values[i]), len(values) - 1)
         elif outcome in NOT_FITTING:
-            too_big = m
+            too_big = i
             break
         else:
-            return _result(tried, fits or None, f"micro-batch {m} ended with outcome {outcome!r}; the search stopped there")
+            return _result(tried, values[fits] if fits >= 0 else None,
+                           f"micro-batch {values[i]} ended with outcome {outcome!r}; the search stopped there")
     while too_big is not None and too_big - fits > 1:
         mid = (fits + too_big) // 2
         outcome = run(mid)
@@ -62,12 +97,14 @@ def search_largest(trial: Callable[[int], str], limit: int) -> dict[str, Any]:
         elif outcome in NOT_FITTING:
             too_big = mid
         else:
-            return _result(tried, fits or None, f"micro-batch {mid} ended with outcome {outcome!r}; the search stopped there")
-    if not fits:
-        return _result(tried, None, f"even micro-batch 1 does not fit (outcome {tried[1]!r})")
+            return _result(tried, values[fits] if fits >= 0 else None,
+                           f"micro-batch {values[mid]} ended with outcome {outcome!r}; the search stopped there")
+    if fits < 0:
+        return _result(tried, None, f"even micro-batch {values[0]} does not fit (outcome {tried[values[0]]!r})")
     if too_big is None:
-        return _result(tried, fits, f"micro-batch {fits} fits, the search limit")
-    return _result(tried, fits, f"micro-batch {fits} fits and {too_big} does not ({tried[too_big]})")
+        return _result(tried, values[fits], f"micro-batch {values[fits]} fits, the largest the search may try")
+    return _result(tried, values[fits], f"micro-batch {values[fits]} fits and {values[too_big]} does not "
+                                        f"({tried[values[too_big]]})")
 
 
 def _result(tried: dict[int, str], best: int | None, reason: str) -> dict[str, Any]:
@@ -75,73 +112,160 @@ def _result(tried: dict[int, str], best: int | None, reason: str) -> dict[str, A
             "reason": reason}
 
 
-def trial_path(trials: str | Path, job_id: str, micro_batch: int) -> Path:
-    """Where the result of one trial is kept (the search's cache)."""
-    return Path(trials) / f"{job_id}-mb{micro_batch}.json"
+def search_entry(plan: dict[str, Any], job_id: str, where: str) -> dict[str, Any]:
+    """The plan's ``search`` entry of job ``job_id``; a :class:`UserError` naming the plan when there is none."""
+    from shardscope.errors import UserError
+
+    for entry in plan.get("search") or []:
+        if entry.get("job_id") == job_id:
+            return entry
+    raise UserError(f"{where}: job {job_id!r} has no micro-batch search planned; expected one of the ids under "
+                    "`search` (config training.search)")
 
 
-def run_search(plan_path: str, job_id: str, out: str, trials: str, log: str, limit: int) -> dict[str, Any]:
-    """Search the planned training job ``job_id``'s largest micro-batch; write the summary to ``out`` (atomically).
+def trial_spec(job: TrainingJob, entry: dict[str, Any], micro_batch: int) -> TrainingJob:
+    """The trial of ``job`` at ``micro_batch``: the accumulation to the entry's per-rank batch, one repeat, no profile."""
+    accum = int(entry["per_rank_batch"]) // micro_batch
+    return dataclasses.replace(job, job_id=f"{job.job_id}-mb{micro_batch}x{accum}", micro_batch=micro_batch,
+                               grad_accum=accum, repeats=1, comm_profile=False,
+                               activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
 
-    Each trial is the job with another ``micro_batch`` (and its own id), run by the job's launcher
-    (:func:`shardscope.jobs.run.run_training`); existing trial files are read back.
-    """
+
+def spec_digest(job: TrainingJob) -> str:
+    """A short digest of a job's whole spec: what names a trial's cached result."""
+    from shardscope.contracts.jobs import job_to_dict
+
+    return hashlib.sha256(json.dumps(job_to_dict(job), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def trial_path(trials: str | Path, spec: TrainingJob) -> Path:
+    """Where the result of one trial is kept (the search's cache), named by its id and its spec's digest."""
+    return Path(trials) / f"{spec.job_id}-{spec_digest(spec)}.json"
+
+
+def _planned_job(plan_path: str, job_id: str) -> tuple[TrainingJob, dict[str, Any]]:
     from shardscope.contracts.jobs import TrainingJob
     from shardscope.errors import UserError
-    from shardscope.fileio import atomic_write_json, read_json
-    from shardscope.jobs.run import run_training
     from shardscope.plan.jobs import find_job, load_plan
 
-    job = find_job(load_plan(plan_path), job_id, plan_path)
+    plan = load_plan(plan_path)
+    job = find_job(plan, job_id, plan_path)
     if not isinstance(job, TrainingJob):
         raise UserError(f"{plan_path}: job {job_id!r} is not a training job; the micro-batch search needs one")
+    return job, search_entry(plan, job_id, plan_path)
+
+
+def _environment(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Where and when the summary was made, with the devices and versions the trials saw."""
+    seen = next((d.get("env") for d in reversed(docs) if isinstance(d.get("env"), dict)), None) or {}
+    return {"host": seen.get("host") or socket.gethostname(),
+            "measured_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds"),
+            **{k: seen[k] for k in ("torch", "backend", "device_type", "devices", "deepspeed", "comm_library") if k in seen},
+            "git_rev": os.environ.get("SHARDSCOPE_GIT_REV"), "config_hash": os.environ.get("SHARDSCOPE_CONFIG_HASH")}
+
+
+def _trial_row(doc: dict[str, Any], spec: TrainingJob, path: Path) -> dict[str, Any]:
+    summary = doc.get("summary") or {}
+    tracked = [r.get("tracked_peak_bytes") for r in doc.get("ranks") or []]
+    return {"job_id": spec.job_id, "grad_accum": spec.grad_accum, "peak_memory_bytes": summary.get("peak_memory_bytes"),
+            "tokens_per_s": summary.get("tokens_per_s"),
+            "tracked_peak_bytes": max((t for t in tracked if t is not None), default=None),
+            "error": doc.get("error"), "result": str(path)}
+
+
+def run_search(plan_path: str, job_id: str, out: str, trials: str, log: str) -> dict[str, Any]:
+    """Search the planned training job ``job_id``'s largest micro-batch; write the summary to ``out`` (atomically).
+
+    Each trial is the job at another micro-batch with the accumulation to the planned global batch
+    (:func:`trial_spec`), run by the job's launcher (:func:`shardscope.jobs.run.run_training`);
+    existing trial files of the same spec are read back.
+    """
+    from shardscope.fileio import atomic_write_json, read_json
+    from shardscope.jobs import run as jobs_run
+
+    job, entry = _planned_job(plan_path, job_id)
     docs: dict[int, dict[str, Any]] = {}
+    specs: dict[int, TrainingJob] = {}
 
     def trial(m: int) -> str:
-        path = trial_path(trials, job_id, m)
+        spec = specs[m] = trial_spec(job, entry, m)
+        path = trial_path(trials, spec)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            spec = dataclasses.replace(job, job_id=f"{job_id}-mb{m}", micro_batch=m)
-            run_training(spec, str(path), log, plan_path)
+            jobs_run.run_training(spec, str(path), log, plan_path)
         docs[m] = read_json(path)
         return str(docs[m].get("outcome"))
 
-    found = search_largest(trial, limit)
+    found = search_largest(trial, entry["micro_batches"])
     for row in found["trials"]:
-        summary = docs[row["micro_batch"]].get("summary") or {}
-        tracked = [r.get("tracked_peak_bytes") for r in docs[row["micro_batch"]].get("ranks") or []]
-        row.update(peak_memory_bytes=summary.get("peak_memory_bytes"), tokens_per_s=summary.get("tokens_per_s"),
-                   tracked_peak_bytes=max((t for t in tracked if t is not None), default=None),
-                   error=docs[row["micro_batch"]].get("error"), result=str(trial_path(trials, job_id, row["micro_batch"])))
-    summary = {"schema": "shardscope.microbatch-search/1", "job_id": job_id, "strategy": job.strategy, "model": job.model,
-               "world_size": job.world_size, "placement": job.placement, "memory_budget_bytes": job.memory_budget_bytes,
-               "limit": limit, "method": "doubling from 1, then bisection; a trial fits when its outcome is ok",
-               **found}
+        m = row["micro_batch"]
+        row.update(_trial_row(docs[m], specs[m], trial_path(trials, specs[m])))
+    best = found["best_micro_batch"]
+    summary = {"schema": SCHEMA, "kind": "search",
+               "job": {"job_id": job_id, "strategy": job.strategy, "model": job.model, "world_size": job.world_size,
+                       "placement": job.placement, "transport": job.transport, "dtype": job.dtype, "seq_len": job.seq_len,
+                       "memory_budget_bytes": job.memory_budget_bytes},
+               "env": _environment(list(docs.values())),
+               "limit": entry["limit"], "global_batch": entry["global_batch"], "per_rank_batch": entry["per_rank_batch"],
+               "micro_batches": entry["micro_batches"], "activation_checkpointing": entry["activation_checkpointing"],
+               "method": METHOD, **found,
+               "best_grad_accum": entry["per_rank_batch"] // best if best else None, "best_job_id": entry["best_job_id"]}
     atomic_write_json(out, summary)
     return summary
 
 
+def best_spec(job: TrainingJob, entry: dict[str, Any], summary: dict[str, Any]) -> TrainingJob:
+    """``job`` at the search's best micro-batch (the smallest tried when none fits: its row shows why), accumulating to
+    the global batch, with the job's own repeats; its id and placement are the entry's best ones."""
+    micro = summary.get("best_micro_batch") or entry["micro_batches"][0]
+    return dataclasses.replace(job, job_id=entry["best_job_id"], placement=entry["best_placement"], micro_batch=micro,
+                               grad_accum=int(entry["per_rank_batch"]) // micro,
+                               activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
+
+
+def run_best(plan_path: str, job_id: str, search: str, out: str, log: str) -> int:
+    """Train job ``job_id`` at the best micro-batch its search (summary file ``search``) found; the result goes to ``out``."""
+    from shardscope.errors import UserError
+    from shardscope.fileio import read_json
+    from shardscope.jobs import run as jobs_run
+
+    job, entry = _planned_job(plan_path, job_id)
+    summary = read_json(search)
+    if not isinstance(summary, dict) or summary.get("schema") != SCHEMA or (summary.get("job") or {}).get("job_id") != job_id:
+        raise UserError(f"{search}: not the micro-batch search of job {job_id!r} (schema {SCHEMA}); rerun its search")
+    return jobs_run.run_training(best_spec(job, entry, summary), out, log, plan_path)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m shardscope.training.search --plan P --id JOB --out S --trials DIR --log L --limit N``."""
+    """``python -m shardscope.training.search {search,best} --plan P --id JOB --out F --log L ...``."""
     import argparse
     import sys
 
     from shardscope.errors import UserError
 
-    p = argparse.ArgumentParser(prog="python -m shardscope.training.search", description=__doc__)
-    p.add_argument("--plan", required=True)
-    p.add_argument("--id", required=True, help="the planned training job whose micro-batch is searched")
-    p.add_argument("--out", required=True, help="the search's summary (JSON)")
-    p.add_argument("--trials", required=True, help="folder of the trials' results (the cache a stopped search resumes from)")
-    p.add_argument("--log", required=True)
-    p.add_argument("--limit", type=int, required=True, help="largest micro-batch tried")
+    p = argparse.ArgumentParser(prog="python -m shardscope.training.search", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, what in (("search", "search the job's largest micro-batch; write the summary"),
+                       ("best", "train the job at the best micro-batch its search found")):
+        cmd = sub.add_parser(name, help=what)
+        cmd.add_argument("--plan", required=True)
+        cmd.add_argument("--id", required=True, help="the planned training job (one with a `search` entry in the plan)")
+        cmd.add_argument("--out", required=True, help="the search's summary (search) or the training result (best), JSON")
+        cmd.add_argument("--log", required=True)
+        if name == "search":
+            cmd.add_argument("--trials", required=True, help="folder of the trials' results (the cache a stopped search resumes from)")
+        else:
+            cmd.add_argument("--search", required=True, help="the search's summary")
     args = p.parse_args(argv)
     try:
-        found = run_search(args.plan, args.id, args.out, args.trials, args.log, args.limit)
+        if args.command == "best":
+            return run_best(args.plan, args.id, args.search, args.out, args.log)
+        found = run_search(args.plan, args.id, args.out, args.trials, args.log)
     except (UserError, ValueError) as exc:
         print(f"shardscope: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({k: found[k] for k in ("job_id", "best_micro_batch", "reason")}))
+    print(json.dumps({"job_id": args.id, "best_micro_batch": found["best_micro_batch"],
+                      "best_grad_accum": found["best_grad_accum"], "reason": found["reason"]}))
     return 0
 
 
