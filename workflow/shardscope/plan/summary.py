@@ -14,17 +14,18 @@ from typing import Any
 from shardscope.plan.jobs import planned_jobs
 
 #: Seconds one job of each kind took on this machine kind (2 CPU cores, gloo, config/config.yaml's
-#: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` on 2026-12-01 on a machine with
-#: nothing else running (load average below 1 at the start): the mean per kind of two runs (284 s and
-#: 243 s wall), leaving out the one ZeRO job that built DeepSpeed's C++ op (85 s; built once per
-#: environment, then reused). A peer (nccl-tests) job is taken to cost a collective job. Constants
-#: measured, not modeled; used only for plans on CPU (device ``cpu``).
+#: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` on 2026-12-02 on a machine with
+#: nothing else running (load average 0.97 at the start, 1.39 at the end): the mean per kind of one
+#: 155 s run, with DeepSpeed's C++ op already built for the environment (building it once costs about
+#: a minute more). A peer (nccl-tests) job is taken to cost a collective job. Constants measured, not
+#: modeled; used only for plans on CPU (device ``cpu``).
 CPU_JOB_SECONDS: dict[str, float] = {
-    "collective": 12.0, "train:ddp": 17.0, "train:zero": 20.0, "train:fsdp": 20.0, "peer": 12.0,
+    "collective": 8.3, "train:ddp": 11.0, "train:zero": 13.3, "train:fsdp": 13.5, "peer": 8.3,
 }
 #: The stages every run has besides the planned jobs (topology, plan, reference runs, predictions,
-#: doctor, verdicts, collect, figures, paper): the wall time the planned jobs leave, same two runs.
-CPU_FIXED_SECONDS = 55.0
+#: doctor, verdicts, collect, step calibration, figures, paper): the wall time the planned jobs leave,
+#: same run.
+CPU_FIXED_SECONDS = 39.0
 CPU_BASIS = ("per-job-kind seconds measured on an idle 2-core CPU node by benchmarks/pipeline_time.py, "
              "not modeled")
 
