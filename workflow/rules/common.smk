@@ -249,5 +249,7 @@ def search_entry_text(job_id):
     global batch or checkpointing mode reruns them (the job's own spec file may be unchanged)."""
     entry = next((e for e in plan_doc().get("search", []) if e["job_id"] == job_id), None)
     if entry is None:
-        raise ValueError(f"job {job_id!r} has no micro-batch search in the plan; set config training.search to plan one")
+        raise ValueError(
+            f"job {job_id!r} has no micro-batch search in the plan; set config training.search to plan one"
+        )
     return json.dumps(entry, sort_keys=True)

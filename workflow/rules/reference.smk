@@ -12,6 +12,7 @@ attach it and never build it.
 """
 
 import importlib.resources
+import os
 
 from shardscope.results.reference_manifest import load_manifest, load_modeled
 from shardscope.reference import steps
@@ -32,17 +33,22 @@ localrules:
     reference,
 
 
-def _reference_topologies():
-    """The saved topology files the verdicts and the modeled fabrics read (presets read none)."""
-    specs = [run.topology for run in REFERENCE_RUNS.values()] + [fabric.topology for fabric in REFERENCE_MODELED.values()]
-    return sorted({path for spec in specs for path in steps.topology_inputs(spec, REFERENCE_SOURCE)})
+#: The saved topology files the verdicts and the modeled fabrics read (presets read none).
+REFERENCE_TOPOLOGIES = sorted(
+    {
+        path
+        for spec in [run.topology for run in REFERENCE_RUNS.values()]
+        + [fabric.topology for fabric in REFERENCE_MODELED.values()]
+        for path in steps.topology_inputs(spec, REFERENCE_SOURCE)
+    }
+)
 
 
 rule reference:
     input:
         manifest=REFERENCE_MANIFEST,
         logs=[f"{REFERENCE_SOURCE}/{run.file}" for run in REFERENCE_RUNS.values()],
-        topologies=_reference_topologies(),
+        topologies=REFERENCE_TOPOLOGIES,
     output:
         documents=expand(f"{REFERENCE_DIR_OUT}/{{run}}.json", run=REFERENCE_RUNS),
         verdicts=expand(f"{REFERENCE_DIR_OUT}/{{run}}.verdicts.json", run=REFERENCE_RUNS),
@@ -55,8 +61,8 @@ rule reference:
         ENVS
     params:
         shardscope=SHARDSCOPE,
-        source=REFERENCE_SOURCE,
-        docs=REFERENCE_DIR_OUT,
+        source=lambda wildcards, input: os.path.dirname(input.manifest),
+        docs=lambda wildcards, output: os.path.dirname(output.db),
     shell:
         "{params.shardscope} reference --db {output.db} --docs {params.docs} --source {params.source:q}"
         " --manifest {output.manifest} > {log} 2>&1"
