@@ -15,7 +15,7 @@ from typing import Any
 
 from shardscope.contracts.jobs import PeerJob
 from shardscope.errors import UserError
-from shardscope.plan.specs import job_entry
+from shardscope.plan.specs import job_entry, positive_int
 
 #: The nccl-tests binary of the peer jobs.
 PEER_BINARY = "all_reduce_perf"
@@ -132,11 +132,7 @@ def emulated_sizing(config: dict[str, Any]) -> dict[str, Any]:
     section = (config.get("emulated") or {}).get("training") or {}
     if not isinstance(section, dict):
         raise UserError("config key emulated.training: expected a mapping such as {micro_batch: 8, seq_len: 128}")
-    sizing = {}
-    for key, value in section.items():
-        if key not in EMULATED_SIZING_KEYS:
-            raise UserError(f"config key emulated.training.{key}: unknown; expected one of {', '.join(EMULATED_SIZING_KEYS)}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"config key emulated.training.{key}: expected a positive integer, got {value!r}")
-        sizing[key] = value
-    return sizing
+    unknown = [key for key in section if key not in EMULATED_SIZING_KEYS]
+    if unknown:
+        raise UserError(f"config key emulated.training.{unknown[0]}: unknown; expected one of {', '.join(EMULATED_SIZING_KEYS)}")
+    return {key: positive_int(f"emulated.training.{key}", value) for key, value in section.items()}

@@ -67,7 +67,7 @@ from shardscope.plan.machine import MachineProbe, emulated_section, emulated_siz
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
 from shardscope.plan.scales import Scale, memory_scale
-from shardscope.plan.specs import collective_settings, job_entry, training_settings
+from shardscope.plan.specs import collective_settings, job_entry, positive_int, training_settings
 
 __all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
 
@@ -179,13 +179,6 @@ def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: i
     return scale
 
 
-def _positive_int(key: str, value: Any) -> int:
-    """``value`` when it is a positive integer; else a :class:`UserError` naming config key ``key``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"config key {key}: {value!r} is not valid; expected a positive integer")
-    return value
-
-
 def search_section(config: dict[str, Any], training: list[dict[str, Any]],
                    conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The micro-batch searches of config ``training.search``: one per default-condition job of the chosen
@@ -202,7 +195,10 @@ def search_section(config: dict[str, Any], training: list[dict[str, Any]],
         return []
     from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX, CHECKPOINTING_MODES
 
-    limit = _positive_int("training.search.limit", section.get("limit"))
+    limit = positive_int("training.search.limit", section.get("limit"))
+    given = section.get("global_batch")
+    if given is not None:
+        positive_int("training.search.global_batch", given)
     wanted = set(section.get("strategies") or config["training"]["strategies"])
     mode = section.get("activation_checkpointing")
     if mode is not None and mode not in CHECKPOINTING_MODES:
@@ -216,8 +212,7 @@ def search_section(config: dict[str, Any], training: list[dict[str, Any]],
         if job["strategy"] not in wanted:
             continue
         n = job["world_size"]
-        given = section.get("global_batch")
-        global_batch = limit * n if given is None else _positive_int("training.search.global_batch", given)
+        global_batch = limit * n if given is None else given
         if global_batch % n:
             raise UserError(f"config key training.search.global_batch: {global_batch} sequences do not split evenly over "
                             f"the {n} ranks of job {job_id!r}; expected a multiple of {n}")
@@ -344,6 +339,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         found = gpu_conditions(topology, sizes, train_sizes, set(wanted))
     else:
         covered = set()
+        sizing = emulated_sizing(config) if emulated_training else {}
         for preset, place_name, hosts, spec in emulated_training:
             name = emulated_condition(preset, place_name)
             strategies = emulated_strategies(config, name, wanted) if name else []
@@ -351,7 +347,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
                 covered.add(name)
                 train(Condition(name, len(hosts), Placement(f"{place_name}@{preset}", ())), strategies,
                       suffix=f"-{preset}", id_place=place_name, groups=emulated_groups(spec["definition"], place_name),
-                      sizing=emulated_sizing(config), emulated=spec)
+                      sizing=sizing, emulated=spec)
         emulated_off = next((s["reason"] for s in skipped if s["stage"] == "emulated"), None)
         found = list(cpu_skips(set(wanted) - covered, emulated_off))
     for item in found:

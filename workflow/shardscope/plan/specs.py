@@ -19,13 +19,19 @@ def collective_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict
             "timeout_s": float(section.get("timeout_s", 300)), "wall_s": float(section.get("job_timeout_s", 1800))}
 
 
+def positive_int(key: str, value: Any) -> int:
+    """``value`` when it is a positive integer (not a bool); else a :class:`UserError` naming config key ``key``,
+    so the plan stops before any job runs."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"config key {key}: {value!r} is not valid; expected a positive integer")
+    return value
+
+
 def training_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
     """What every training job of this config shares: the model, its sizing, repeats, reduction dtype, buckets and the memory budget."""
     gib = config["training"].get("memory_budget_gib")
-    repeats = profile.get("repeats", 1)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        where = "cpu" if profile is config.get("cpu") else "gpu"
-        raise UserError(f"config key {where}.repeats: {repeats!r} is not valid; expected a positive integer")
+    where = "cpu" if profile is config.get("cpu") else "gpu"
+    repeats = positive_int(f"{where}.repeats", profile.get("repeats", 1))
     return {"model_spec": profile["model"], "dtype": profile["dtype"], "micro_batch": int(profile["micro_batch"]),
             "seq_len": int(profile["seq_len"]), "warmup": int(profile["warmup"]), "steps": int(profile["steps"]),
             "memory_budget_bytes": int(gib * 2**30) if gib else None, "seed": 0, "comm_profile": True,
