@@ -186,10 +186,11 @@ def run_search(plan_path: str, job_id: str, out: str, trials: str, log: str) -> 
     job, entry = _planned_job(plan_path, job_id)
     docs: dict[int, dict[str, Any]] = {}
     specs: dict[int, TrainingJob] = {}
+    paths: dict[int, Path] = {}
 
     def trial(m: int) -> str:
         spec = specs[m] = trial_spec(job, entry, m)
-        path = trial_path(trials, spec)
+        path = paths[m] = trial_path(trials, spec)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             jobs_run.run_training(spec, str(path), log, plan_path)
@@ -199,7 +200,7 @@ def run_search(plan_path: str, job_id: str, out: str, trials: str, log: str) -> 
     found = search_largest(trial, entry["micro_batches"])
     for row in found["trials"]:
         m = row["micro_batch"]
-        row.update(_trial_row(docs[m], specs[m], trial_path(trials, specs[m])))
+        row.update(_trial_row(docs[m], specs[m], paths[m]))
     best = found["best_micro_batch"]
     summary = {"schema": SCHEMA, "kind": "search",
                "job": {"job_id": job_id, "strategy": job.strategy, "model": job.model, "world_size": job.world_size,
