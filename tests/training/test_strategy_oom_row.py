@@ -28,8 +28,11 @@ def test_out_of_memory_errors_are_recognised_also_when_wrapped() -> None:
 def test_an_oom_report_of_one_rank_makes_the_job_an_oom_row(tmp_path: Path) -> None:
     out = str(tmp_path / "ddp-mistral-7b-ws8-all.json")
     Path(error_path(out, 0)).write_text(json.dumps({"rank": 0, "oom": False, "error": "NCCL watchdog: peer gone"}))
-    Path(error_path(out, 3)).write_text(json.dumps({"rank": 3, "oom": True, "error": "OutOfMemoryError: CUDA out of memory"}))
+    snapshot = out + ".rank3.oom_snapshot.pickle"
+    Path(error_path(out, 3)).write_text(json.dumps({"rank": 3, "oom": True, "error": "OutOfMemoryError: CUDA out of memory",
+                                                    "memory_snapshot": snapshot}))
     doc = failure_document({"job_id": "ddp-mistral-7b-ws8-all", "strategy": "ddp"}, out, 8, 1, "log")
     assert doc["outcome"] == "oom" and doc["job"]["world_size"] == 8 and doc["summary"] == {}
+    assert doc["error"] == f"rank 3: OutOfMemoryError: CUDA out of memory (memory snapshot: {snapshot})"
     Path(error_path(out, 3)).unlink()
     assert failure_document({"job_id": "x", "strategy": "ddp"}, out, 8, 1, "log")["outcome"] == "failed"

@@ -96,10 +96,21 @@ def prebuild_deepspeed_cpu_ops(log: Any, env: dict[str, str] | None = None) -> b
 
 
 def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int, log_path: str) -> dict[str, Any]:
-    """The result of a job whose ranks failed: outcome ``oom`` if any rank ran out of memory."""
+    """The result of a job whose ranks failed: outcome ``oom`` if any rank ran out of memory.
+
+    The error is that of the first rank that ran out of memory (the other ranks' errors are
+    mostly their peers vanishing), named by rank, with the memory snapshot it saved, if any.
+    """
     reports = [read_json(p) for p in sorted(glob.glob(f"{glob.escape(out)}.rank*.error.json"))]
-    oom = any(r.get("oom") for r in reports)
-    first = reports[0]["error"] if reports else f"torchrun exited with status {returncode}; see {log_path}"
+    oom_reports = [r for r in reports if r.get("oom")]
+    oom = bool(oom_reports)
+    if oom_reports:
+        report = oom_reports[0]
+        snapshot = report.get("memory_snapshot")
+        first = (f"rank {report.get('rank')}: {report['error']}"
+                 + (f" (memory snapshot: {snapshot})" if snapshot else " (no memory snapshot: not a CUDA run)"))
+    else:
+        first = reports[0]["error"] if reports else f"torchrun exited with status {returncode}; see {log_path}"
     return {
         "schema": SCHEMA,
         "kind": "training",
