@@ -193,6 +193,13 @@ def _validate_tables(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], 
     return frames
 
 
+def _positions(rows: list[int]) -> Any:
+    """Row positions as an int64 Arrow array (an empty Python list would be of Arrow's null type)."""
+    import pyarrow
+
+    return pyarrow.array(rows, type=pyarrow.int64())
+
+
 def distinct(rows: Any, key: str | None = None) -> Any:
     """The Arrow table ``rows`` without repeated rows (same ``key``, or every column the same), the first one kept.
 
@@ -205,7 +212,7 @@ def distinct(rows: Any, key: str | None = None) -> Any:
         if row not in seen:
             seen.add(row)
             keep.append(i)
-    return rows if len(keep) == rows.num_rows else rows.take(keep)
+    return rows if len(keep) == rows.num_rows else rows.take(_positions(keep))
 
 
 def validate_inputs(paths: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -461,7 +468,7 @@ def _load(con: duckdb.DuckDBPyConnection, frames: dict[str, Any]) -> dict[str, i
         if len(rows):
             keys = rows.column(owner_key(table)).to_pylist()
             new = new_keys[owner_key(table)]
-            insert_frame(con, table, rows if new >= set(keys) else rows.take([i for i, k in enumerate(keys) if k in new]))
+            insert_frame(con, table, rows if new >= set(keys) else rows.take(_positions([i for i, k in enumerate(keys) if k in new])))
     return counts
 
 
