@@ -396,16 +396,16 @@ def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
             except duckdb.Error as exc:
                 _release(con)
                 raise UserError(f"{db}: cannot be opened by DuckDB {duckdb.__version__}: {str(exc).splitlines()[0]}") from None
-            done = False
+
             try:
                 con.execute(f"USE {_TARGET}")
                 if not _wrote_it(_WRITTEN, db):
                     check_database(con, db)
                 yield con
                 con.execute(f"CHECKPOINT {_TARGET}")
-                done = True
+
             finally:
-                _release(con, after_success=done)
+                _release(con)
             os.replace(tmp, db)
             _WRITTEN[str(db.absolute())] = _signature(db)  # type: ignore[assignment]
         finally:
