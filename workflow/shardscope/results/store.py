@@ -32,6 +32,7 @@ from shardscope.results.ddl import ddl, schema_problems, upgrade  # noqa: F401  
 from shardscope.results.documents import consistency_errors, document_kind, same_run_digest, tables_from_document
 from shardscope.results.documents_derived import link_judged_runs
 from shardscope.results.fastcheck import validate
+from shardscope.results.rowcheck import arrow_rows, scalar_table
 from shardscope.results.schemas import OWNER_KEYS, TABLES, columns, owner_key, unique_keys
 from shardscope.results.shapes import shape_errors
 
@@ -131,10 +132,19 @@ def _split_repeats(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]]) ->
     return batch, alone
 
 
-def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], table: str, errors: list[str]) -> pd.DataFrame | None:
-    """One pandera pass over ``table``'s rows of every file in ``parsed``; problems added to ``errors``.
+def arrow_frame(table: str, df: pd.DataFrame) -> Any:
+    """A validated pandas frame of ``table`` as the Arrow table the fast path builds (same column types)."""
+    import pyarrow
 
-    When it fails, only the files its failing rows come from (every file, if a failure names
+    spec = scalar_table(table)
+    return pyarrow.Table.from_pandas(df, preserve_index=False, schema=spec.arrow_schema if spec else None)
+
+
+def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], table: str, errors: list[str]) -> Any:
+    """``table``'s rows of every file in ``parsed``, validated in one pass, as an Arrow table; problems added to ``errors``.
+
+    Rows that :func:`rowcheck.arrow_rows` passes as plain values need no pandas; otherwise
+    one pandera pass over all of them (:func:`fastcheck.validate`). When it fails, only the files its failing rows come from (every file, if a failure names
     no row) are validated again one by one, so each problem names its file and its row in
     that file exactly as a per-file validation does.
     """
@@ -145,8 +155,11 @@ def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], t
         origin += [i] * len(tables.get(table, []))
     if not rows:
         return None
+    found = arrow_rows(table, rows)
+    if found is not None:
+        return found
     try:
-        return validate(table, pd.DataFrame(rows, columns=columns(table)))
+        return arrow_frame(table, validate(table, pd.DataFrame(rows, columns=columns(table))))
     except pandera.errors.SchemaErrors as exc:
         at = exc.failure_cases["index"] if "index" in exc.failure_cases else pd.Series([None])
         files = set(range(len(parsed))) if at.isna().any() else {origin[int(i)] for i in at}
@@ -156,24 +169,54 @@ def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], t
         return None
 
 
-def _validate_tables(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], errors: list[str]) -> dict[str, pd.DataFrame]:
-    """Every table's rows of every file validated, one pandera pass per table; problems added to ``errors``.
+def _validate_tables(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], errors: list[str]) -> dict[str, Any]:
+    """Every table's rows of every file validated (one pass per table) as Arrow tables; problems added to ``errors``.
 
     pandera's cost is mostly per call, so validating each file's tables separately made a
     collect of many files slow (0.1 s per file).
     """
+    import pyarrow
+
     batch, alone = _split_repeats(parsed)
-    frames: dict[str, pd.DataFrame] = {}
+    frames: dict[str, Any] = {}
     for table in TABLES:
         found = [_validate_batch([parsed[i] for i in batch], table, errors)]
         found += [_validate_batch([parsed[i]], table, errors) for i in alone]
-        valid = [df for df in found if df is not None]
-        frames[table] = pd.concat(valid, ignore_index=True) if valid else pd.DataFrame(columns=columns(table))
+        valid = [t for t in found if t is not None]
+        if len(valid) == 1:
+            frames[table] = valid[0]
+        elif valid:
+            frames[table] = pyarrow.concat_tables([t.cast(valid[0].schema) for t in valid])
+        else:
+            spec = scalar_table(table)
+            frames[table] = spec.arrow_schema.empty_table() if spec else arrow_frame(table, pd.DataFrame(columns=columns(table)))
     return frames
 
 
-def validate_inputs(paths: list[str]) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """Validate every input file; return the rows per table and every error found, all at once.
+def _positions(rows: list[int]) -> Any:
+    """Row positions as an int64 Arrow array (an empty Python list would be of Arrow's null type)."""
+    import pyarrow
+
+    return pyarrow.array(rows, type=pyarrow.int64())
+
+
+def distinct(rows: Any, key: str | None = None) -> Any:
+    """The Arrow table ``rows`` without repeated rows (same ``key``, or every column the same), the first one kept.
+
+    Nulls count as equal, as pandas' ``drop_duplicates`` counts them.
+    """
+    values = [rows.column(key).to_pylist()] if key else [rows.column(i).to_pylist() for i in range(rows.num_columns)]
+    seen: set[tuple[Any, ...]] = set()
+    keep = []
+    for i, row in enumerate(zip(*values)):
+        if row not in seen:
+            seen.add(row)
+            keep.append(i)
+    return rows if len(keep) == rows.num_rows else rows.take(_positions(keep))
+
+
+def validate_inputs(paths: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """Validate every input file; return the rows per table (Arrow tables) and every error found, all at once.
 
     Each run's row carries ``content_digest`` (:func:`same_run_digest` of its document), so
     a later collect can tell the same run collected again from a conflicting one.
@@ -182,7 +225,7 @@ def validate_inputs(paths: list[str]) -> tuple[dict[str, pd.DataFrame], list[str
     return combined, errors
 
 
-def _validate_inputs(paths: list[str]) -> tuple[dict[str, pd.DataFrame], list[str], dict[str, str]]:
+def _validate_inputs(paths: list[str]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     """:func:`validate_inputs`, and the file each run id was first read from."""
     errors: list[str] = []
     parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]] = []
@@ -215,10 +258,10 @@ def _validate_inputs(paths: list[str]) -> tuple[dict[str, pd.DataFrame], list[st
     errors.sort(key=lambda line: order.get(line.split(": ", 1)[0], len(order)))  # stable: by input file, then as found
     if not errors:
         for key, parent in OWNER_KEYS.items():
-            combined[parent] = combined[parent].drop_duplicates(key)
-        for table, df in combined.items():
+            combined[parent] = distinct(combined[parent], key)
+        for table, rows in combined.items():
             if table not in OWNER_KEYS.values():
-                combined[table] = df.drop_duplicates()
+                combined[table] = distinct(rows)
     return combined, errors, {run_id: path for run_id, (path, _) in seen_runs.items()}
 
 
@@ -277,12 +320,20 @@ def _host() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _release(con: duckdb.DuckDBPyConnection) -> None:
+def _release(con: duckdb.DuckDBPyConnection, after_success: bool = False) -> None:
     """Undo what a load left on the host: an open transaction, temp tables, every attached database.
 
     Detaching closes the database files, so the copy can be renamed or removed; if the host
-    cannot be cleaned, it is dropped and the next load starts a new one.
+    cannot be cleaned, it is dropped and the next load starts a new one. After a load that
+    committed, only its copy is detached: a successful load leaves no transaction and no
+    temp table (its inserts register and unregister their rows).
     """
+    if after_success:
+        try:
+            con.execute(f"USE memory; DETACH {_TARGET}")
+            return
+        except duckdb.Error:
+            pass
     try:
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
@@ -297,12 +348,36 @@ def _release(con: duckdb.DuckDBPyConnection) -> None:
         con.close()
 
 
+#: The files this process wrote by :func:`updating` (path -> :func:`_signature` after the rename), and of
+#: those the ones whose layout :func:`collect` brought to this code's (``upgrade`` ran in that load).
+_WRITTEN: dict[str, tuple[int, ...]] = {}
+_CURRENT: dict[str, tuple[int, ...]] = {}
+
+
+def _signature(db: Path) -> tuple[int, ...] | None:
+    """Device, inode, size and modification time of ``db``: any other writer changes at least one."""
+    try:
+        st = os.stat(db)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _wrote_it(table: dict[str, tuple[int, ...]], db: Path) -> bool:
+    """Whether ``db`` is, unchanged, a file this process wrote (and recorded in ``table``)."""
+    found = table.get(str(db.absolute()))
+    return found is not None and found == _signature(db)
+
+
 @contextlib.contextmanager
 def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to a private copy of ``db``, taken under the lock; it replaces ``db`` only if the block succeeds.
 
     The caller runs its transaction on the connection (the copy is its current database);
     on any exception the copy is thrown away and ``db`` stays byte-for-byte as it was.
+    A database this process wrote itself and nobody changed since (same inode, size and
+    modification time) is not checked again (:func:`check_database`): loading files one
+    call at a time paid that catalog query on every call.
     """
     with exclusive_lock(db):
         fd, tmp_name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
@@ -321,21 +396,25 @@ def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
             except duckdb.Error as exc:
                 _release(con)
                 raise UserError(f"{db}: cannot be opened by DuckDB {duckdb.__version__}: {str(exc).splitlines()[0]}") from None
+
             try:
                 con.execute(f"USE {_TARGET}")
-                check_database(con, db)
+                if not _wrote_it(_WRITTEN, db):
+                    check_database(con, db)
                 yield con
                 con.execute(f"CHECKPOINT {_TARGET}")
+
             finally:
                 _release(con)
             os.replace(tmp, db)
+            _WRITTEN[str(db.absolute())] = _signature(db)  # type: ignore[assignment]
         finally:
             tmp.unlink(missing_ok=True)
             Path(str(tmp) + ".wal").unlink(missing_ok=True)
 
 
-def insert_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> None:
-    """Append validated rows to ``table`` by column name.
+def insert_frame(con: duckdb.DuckDBPyConnection, table: str, df: Any) -> None:
+    """Append validated rows (a pandas frame or an Arrow table) to ``table`` by column name.
 
     The rows go to DuckDB as an Arrow table: DuckDB scans a pandas frame of a few rows in
     about three times the time of converting it to Arrow and scanning that.
@@ -343,7 +422,8 @@ def insert_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -
     if len(df):
         import pyarrow
 
-        con.register("incoming", pyarrow.Table.from_pandas(df, preserve_index=False))
+        rows = df if isinstance(df, pyarrow.Table) else pyarrow.Table.from_pandas(df, preserve_index=False)
+        con.register("incoming", rows)
         try:
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
         finally:
@@ -362,12 +442,12 @@ def stored_keys(con: duckdb.DuckDBPyConnection, parent: str, key: str, values: s
                        [sorted(values)]).fetchall()
 
 
-def conflicts(con: duckdb.DuckDBPyConnection, runs: pd.DataFrame, run_paths: dict[str, str], db: str | os.PathLike[str]) -> list[str]:
-    """One sentence per incoming run whose run id the database holds with a different content digest.
+def conflicts(con: duckdb.DuckDBPyConnection, runs: Any, run_paths: dict[str, str], db: str | os.PathLike[str]) -> list[str]:
+    """One sentence per incoming run (``runs``: an Arrow table) whose run id the database holds with a different content digest.
 
     A run stored before digests were kept (null digest) cannot be compared and counts as present.
     """
-    incoming = dict(zip(runs["run_id"], runs["content_digest"]))
+    incoming = dict(zip(runs.column("run_id").to_pylist(), runs.column("content_digest").to_pylist()))
     clashes = sorted(run_id for run_id, digest in stored_keys(con, "runs", "run_id", set(incoming), "content_digest")
                      if digest is not None and incoming[run_id] != digest)
     return [f"{run_paths.get(run_id, 'an input')}: run id {run_id} is already in {db} with different contents "
@@ -375,19 +455,20 @@ def conflicts(con: duckdb.DuckDBPyConnection, runs: pd.DataFrame, run_paths: dic
             for run_id in clashes]
 
 
-def _load(con: duckdb.DuckDBPyConnection, frames: dict[str, pd.DataFrame]) -> dict[str, int]:
-    """Insert every run and topology not present yet (the layout is upgraded already); counts of new and skipped."""
+def _load(con: duckdb.DuckDBPyConnection, frames: dict[str, Any]) -> dict[str, int]:
+    """Insert every run and topology not present yet (``frames``: Arrow tables; the layout is upgraded already); counts of new and skipped."""
     counts: dict[str, int] = {}
     new_keys: dict[str, set[str]] = {}
     for key, parent in OWNER_KEYS.items():
-        incoming = set(frames[parent][key])
+        incoming = set(frames[parent].column(key).to_pylist())
         existing = {row[0] for row in stored_keys(con, parent, key, incoming)}
         new_keys[key] = incoming - existing
         counts[f"new_{parent}"], counts[f"skipped_{parent}"] = len(incoming - existing), len(incoming & existing)
-    for table, df in frames.items():
-        if len(df):
-            key = owner_key(table)
-            insert_frame(con, table, df if new_keys[key] >= set(df[key]) else df[df[key].isin(new_keys[key])])
+    for table, rows in frames.items():
+        if len(rows):
+            keys = rows.column(owner_key(table)).to_pylist()
+            new = new_keys[owner_key(table)]
+            insert_frame(con, table, rows if new >= set(keys) else rows.take(_positions([i for i, k in enumerate(keys) if k in new])))
     return counts
 
 
@@ -402,7 +483,8 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
     target = Path(db)
     with updating(target) as con:
         con.execute("BEGIN TRANSACTION")
-        upgrade(con)
+        if not _wrote_it(_CURRENT, target):  # a database this process upgraded and nobody changed since is current already
+            upgrade(con)
         clashes = conflicts(con, frames["runs"], run_paths, target)
         if len(clashes) == 1:
             raise UserError(clashes[0] + "; nothing was loaded")
@@ -410,6 +492,7 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
             raise UserError(problem_report(clashes))
         counts = _load(con, frames)
         con.execute("COMMIT")
+    _CURRENT[str(target.absolute())] = _WRITTEN[str(target.absolute())]
     summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
                "skipped_runs": counts["skipped_runs"], "new_topologies": counts["new_topologies"],
                "skipped_topologies": counts["skipped_topologies"], "rows": {t: int(len(df)) for t, df in frames.items()}}
