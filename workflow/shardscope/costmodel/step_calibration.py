@@ -310,13 +310,21 @@ def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> t
     return best[1], best[2], best[3], best[4]
 
 
-def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[StepCalibration], list[str]]:
-    """One :class:`StepCalibration` per job with enough strategies and a measured sweep; and why others have none."""
+def calibrate_steps(con: Any, peak_flops: float | None = None,
+                    host_calls: bool = True) -> tuple[list[StepCalibration], list[str]]:
+    """One :class:`StepCalibration` per job with enough strategies and a measured sweep; and why others have none.
+
+    ``host_calls=False`` ignores the runs' recorded Python calls (no host term: the fit as it was
+    before runs recorded them), to show what the term changes.
+    """
+    from dataclasses import replace
+
     from shardscope.costmodel.ledger import ranking_agreement
 
     timers = collective_timers(con)
     jobs: dict[tuple[Any, ...], dict[str, StepSample]] = {}
     for s in load_samples(con):
+        s = s if host_calls else replace(s, host_calls=None)
         jobs.setdefault((s.host, s.model, s.world_size, s.dtype, s.micro_batch, s.seq_len), {})[s.strategy] = s  # newest wins
     out, notes = [], []
     for key, by_strategy in sorted(jobs.items(), key=lambda kv: str(kv[0])):
