@@ -16,7 +16,9 @@ done, and wall minus CPU is waiting (on the peer rank, on the scheduler).
 With ``--cprofile N``, a second pass runs N more interleaved rounds with one ``cProfile`` profile
 per strategy enabled only around that strategy's steps, and prints per strategy the functions with
 the most own time per step and the Python calls per step (host work that scales with the number
-of parameter tensors shows up there). cProfile slows Python-heavy code, so its times are for
+of parameter tensors shows up there), also without builtins: the count of Python function calls
+the training worker records per step (``summary.host_calls_per_step``, training/host_calls.py), to
+check the recorded counts against an independent profile. cProfile slows Python-heavy code, so its times are for
 ranking functions, the phase table for the times.
 """
 
@@ -151,8 +153,10 @@ def rank_main(args: argparse.Namespace) -> int:
             out = io.StringIO()
             stats = pstats.Stats(profiles[s], stream=out)
             calls = sum(v[1] for v in stats.stats.values()) / args.cprofile
+            python_only = sum(v[1] for k, v in stats.stats.items() if k[0] != "~") / args.cprofile
             total = stats.total_tt / args.cprofile * 1e3
-            print(f"\n== {s}: {calls:.0f} Python calls per step, {total:.1f} ms profiled per step; own time per step:")
+            print(f"\n== {s}: {calls:.0f} Python calls per step ({python_only:.0f} of Python functions, builtins left "
+                  f"out: what the worker records as host_calls_per_step), {total:.1f} ms profiled per step; own time per step:")
             rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:args.top]
             for (path, line, name), (_, ncalls, tottime, cumtime, _) in rows:
                 where = "/".join(path.split("/")[-2:])

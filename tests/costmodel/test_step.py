@@ -86,8 +86,23 @@ def test_memory_fit() -> None:
     assert ddp.to_row()["method"] == "modeled" and "messages" not in ddp.to_row()
 
 
+def test_recorded_python_calls_cost_their_host_seconds_behind_nothing() -> None:
+    a = StepAssumptions(micro_batch=1, seq_len=2048, host_call_s=2e-6, call_overhead_s=1e-4)
+    base = predict_step("zero3", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.001, None, a)
+    hooked = predict_step("zero3", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.001, None, a, host_calls=40_000)
+    calls = sum(m.count for m in base.messages)
+    assert base.host_time_s == pytest.approx(calls * 1e-4)  # no recorded count: the per-collective-call term alone
+    assert hooked.step_time_s - base.step_time_s == pytest.approx(40_000 * 2e-6)
+    assert hooked.host_time_s == pytest.approx(calls * 1e-4 + 0.08)
+    assert hooked.step_time_s == pytest.approx(hooked.compute_time_s + hooked.exposed_comm_time_s)  # the rows' invariant
+    assert "host_time_s" not in hooked.to_row()
+    with pytest.raises(ValueError, match="host_calls"):
+        predict_step("zero3", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.001, None, a, host_calls=-1)
+
+
 @pytest.mark.parametrize("bad", [{"mfu": 0}, {"mfu": 1.5}, {"overlap": -0.1}, {"micro_batch": 0}, {"seq_len": 0},
-                                 {"usable_fraction": 0}, {"dtype": "int8"}, {"comm_bytes": True}])
+                                 {"usable_fraction": 0}, {"dtype": "int8"}, {"comm_bytes": True}, {"host_call_s": -1e-6},
+                                 {"host_call_s": 0.01}])
 def test_assumptions_are_validated(bad: dict) -> None:
     with pytest.raises(ValueError):
         StepAssumptions(**bad)

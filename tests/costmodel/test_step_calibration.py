@@ -26,13 +26,20 @@ def _truth_timer(op: str, size: int) -> float:
     return ALPHA_S + size / (GBPS * 1e9)
 
 
-def _synthetic_db(path, rate: float, overlap: float, recorded: bool, per_call: float = 0.002) -> None:
-    """A database with only the columns the calibration reads: a sweep per op and one measured run per strategy."""
+#: Python calls per step a synthetic run records (ZeRO-3's per-submodule hooks make the most).
+HOST_CALLS = {"ddp": 2000, "fsdp": 6000, "fsdp_grad_op": 5200, "zero1": 2600, "zero3": 15000}
+
+
+def _synthetic_db(path, rate: float, overlap: float, recorded: bool, per_call: float = 0.002,
+                  per_host: float | None = None) -> None:
+    """A database with only the columns the calibration reads: a sweep per op and one measured run per strategy;
+    with ``per_host`` each run also records :data:`HOST_CALLS` and its step includes that many calls' seconds."""
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE runs (run_id VARCHAR, source VARCHAR, host VARCHAR, measured_at VARCHAR, transport VARCHAR)")
     con.execute("CREATE TABLE collectives (run_id VARCHAR, op VARCHAR, world_size INTEGER, size_bytes BIGINT, time_s DOUBLE)")
     con.execute("CREATE TABLE training_runs (run_id VARCHAR, strategy VARCHAR, model VARCHAR, world_size INTEGER, dtype VARCHAR, "
-                "micro_batch INTEGER, seq_len INTEGER, outcome VARCHAR, median_step_time_s DOUBLE, reduce_dtype VARCHAR)")
+                "micro_batch INTEGER, seq_len INTEGER, outcome VARCHAR, median_step_time_s DOUBLE, reduce_dtype VARCHAR"
+                + (", host_calls_per_step BIGINT)" if per_host is not None else ")"))
     con.execute("CREATE TABLE training_comm (run_id VARCHAR, op VARCHAR, dtype VARCHAR, calls INTEGER, size_bytes BIGINT, "
                 "volume_bytes BIGINT)")
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
@@ -42,11 +49,13 @@ def _synthetic_db(path, rate: float, overlap: float, recorded: bool, per_call: f
     for strategy in STRATEGIES:
         comm = (RecordedCollective("all_reduce" if strategy in ("ddp", "zero1") else "reduce_scatter", 3, 400_000),
                 RecordedCollective("all_gather", 6, 900_000)) if recorded and strategy != "ddp" else ()
-        sample = StepSample(f"run-{strategy}", strategy, "tiny", 2, "float32", 2, 64, 1.0, "float32", "box", comm)
-        measured = _modeled(sample, rate, overlap, _truth_timer, per_call)
+        host = HOST_CALLS[strategy] if per_host is not None else None
+        sample = StepSample(f"run-{strategy}", strategy, "tiny", 2, "float32", 2, 64, 1.0, "float32", "box", comm,
+                            host_calls=host)
+        measured = _modeled(sample, rate, overlap, _truth_timer, per_call, per_host or 0.0)
         con.execute("INSERT INTO runs VALUES (?, 'measured', 'box', '2026-01-02', 'default')", [sample.run_id])
-        con.execute("INSERT INTO training_runs VALUES (?, ?, 'tiny', 2, 'float32', 2, 64, 'ok', ?, 'float32')",
-                    [sample.run_id, strategy, measured])
+        con.execute("INSERT INTO training_runs VALUES (?, ?, 'tiny', 2, 'float32', 2, 64, 'ok', ?, 'float32'"
+                    + (", ?)" if host is not None else ")"), [sample.run_id, strategy, measured, *([host] if host else [])])
         for c in comm:
             con.execute("INSERT INTO training_comm VALUES (?, ?, 'float32', ?, ?, ?)",
                         [sample.run_id, c.op, c.calls, c.size_bytes, c.size_bytes])
@@ -63,12 +72,32 @@ def test_the_fit_recovers_the_rate_and_overlap_the_runs_were_made_with(tmp_path,
     c = found[0]
     assert c.effective_flops == pytest.approx(2e9, rel=0.03) and c.overlap == pytest.approx(0.3, abs=0.051)
     assert c.call_overhead_s == pytest.approx(0.002, rel=0.1)
+    assert c.host_call_s == 0.0  # no run recorded a Python-call count: no host term
     assert c.mfu is None  # CPU processes: no peak, no MFU
     assert c.worst_error < 0.02 and math.isfinite(c.held_out_worst_error)  # held out: reported (4 runs, 3 parameters)
     assert c.ranking["disagree"] == [] and sorted(c.run_ids) == sorted(f"run-{s}" for s in STRATEGIES)
     wire = {s["strategy"]: s["wire_bytes"] for s in c.strategies}
     assert wire["ddp"].startswith("modeled (float32")
     assert wire["zero3"] == ("recorded" if recorded else "modeled (float32 gradients)")
+
+
+def test_the_fit_recovers_the_seconds_per_recorded_python_call(tmp_path) -> None:
+    """Runs whose steps include 2 us per recorded Python call: the fit finds it beside the rate, overlap and
+    per-collective-call overhead, and the modeled steps without it would miss ZeRO-3 by far."""
+    db = tmp_path / "s.duckdb"
+    _synthetic_db(db, rate=2e9, overlap=0.3, recorded=True, per_host=2e-6)
+    with duckdb.connect(str(db), read_only=True) as con:
+        found, notes = calibrate_steps(con)
+    c = found[0]
+    assert c.host_call_s == pytest.approx(2e-6, rel=0.05) and c.effective_flops == pytest.approx(2e9, rel=0.05)
+    assert c.call_overhead_s == pytest.approx(0.002, rel=0.1) and c.worst_error < 0.02
+    assert {s["strategy"]: s["host_calls"] for s in c.strategies} == HOST_CALLS
+    zero3 = next(s for s in c.strategies if s["strategy"] == "zero3")
+    sample = StepSample("z", "zero3", "tiny", 2, "float32", 2, 64, 1.0, "float32", "box",
+                        (RecordedCollective("reduce_scatter", 3, 400_000), RecordedCollective("all_gather", 6, 900_000)))
+    without = _modeled(sample, c.effective_flops, c.overlap, _truth_timer, c.call_overhead_s, c.host_call_s)
+    assert zero3["measured_s"] - without == pytest.approx(HOST_CALLS["zero3"] * 2e-6, rel=0.05)
+    assert c.assumptions().host_call_s == c.host_call_s
 
 
 def test_too_few_strategies_or_no_sweep_give_a_note_not_a_calibration(tmp_path) -> None:

@@ -26,7 +26,12 @@ Overlap is explicit: a collective issued in forward (backward) can hide behind f
 (backward) compute, at most ``overlap`` of its time and at most the length of that compute;
 the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``,
 plus ``call_overhead_s`` per collective call where a calibration measured one (host work that hides
-behind nothing).
+behind nothing), plus ``host_call_s`` per Python function call of the step where a run recorded how
+many it makes (``host_calls``: ``summary.host_calls_per_step``, :mod:`shardscope.training.host_calls`)
+and a calibration fitted the seconds per call: the frameworks' host work (ZeRO-3's per-submodule
+hooks, FSDP2's per-unit hooks and DTensor dispatch, per-parameter gradient hooks), which also hides
+behind nothing. Both host terms are part of ``exposed_comm_time_s`` (and ``comm_time_s``) in the
+predictions document, whose rows keep ``step = compute + exposed``; ``host_time_s`` holds them alone.
 
 Memory is the whole modeled peak (:func:`whole_peak_bytes`: the implementation's model states plus
 activations and buffers) against ``usable_fraction`` of the GPU memory.
@@ -77,6 +82,10 @@ class StepAssumptions:
     call_overhead_s: float = 0.0
     """Host time per collective call that overlaps nothing (framework dispatch, buffer copies); 0 unless calibrated
     from measured runs (:mod:`shardscope.costmodel.step_calibration`)."""
+    host_call_s: float = 0.0
+    """Host time per Python function call of a step (framework hooks, dispatch), times the step's recorded count;
+    0 unless calibrated from measured runs. Calibrated on CPU processes; on a GPU the same seconds per call
+    apply to the host thread's work (an assumption: a faster host CPU makes it smaller)."""
     ddp_bucket_bytes: int = DDP_BUCKET_BYTES
     deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
 
@@ -95,6 +104,8 @@ class StepAssumptions:
             raise ValueError(f"overlap must be in [0, 1], got {self.overlap!r}")
         if not (self.call_overhead_s >= 0 and self.call_overhead_s < 1):
             raise ValueError(f"call_overhead_s must be in [0, 1) seconds, got {self.call_overhead_s!r}")
+        if not (self.host_call_s >= 0 and self.host_call_s < 1e-3):
+            raise ValueError(f"host_call_s must be in [0, 1e-3) seconds per call, got {self.host_call_s!r}")
         if not 0 < self.usable_fraction <= 1:
             raise ValueError(f"usable memory fraction must be in (0, 1], got {self.usable_fraction!r}")
         if self.dtype not in ("bfloat16", "float32"):
@@ -166,6 +177,8 @@ class StepPrediction:
     fits: bool | None
     tokens_per_step: int
     messages: tuple[Message, ...] = field(default_factory=tuple)
+    host_time_s: float = 0.0
+    """The host terms alone (per collective call and per recorded Python call), included in the exposed time."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -176,7 +189,7 @@ class StepPrediction:
 
     def to_row(self) -> dict[str, Any]:
         """The ``strategies`` row of the predictions document."""
-        row = {k: v for k, v in asdict(self).items() if k != "messages"}
+        row = {k: v for k, v in asdict(self).items() if k not in ("messages", "host_time_s")}
         row["method"] = "modeled"
         return row
 
@@ -275,11 +288,14 @@ def exposed_comm_s(compute_s: float, per_phase: dict[str, float], overlap: float
 def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_flops: float,
                  collective_time: Callable[[str, int], float], memory_bytes: int | None,
                  a: StepAssumptions | None = None,
-                 recorded: list[RecordedCollective] | tuple[RecordedCollective, ...] | None = None) -> StepPrediction:
+                 recorded: list[RecordedCollective] | tuple[RecordedCollective, ...] | None = None,
+                 host_calls: int | None = None) -> StepPrediction:
     """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call.
 
     ``recorded``: the bytes a measured run of the same job moved per step (:func:`recorded_messages`);
-    without it, the modeled volumes in the reduce dtype (:func:`messages_for`).
+    without it, the modeled volumes in the reduce dtype (:func:`messages_for`). ``host_calls``: the
+    Python function calls per step such a run recorded, each costing ``a.host_call_s``; None: no host
+    term beyond the per-collective-call one (the count is measured, not modeled).
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
@@ -293,8 +309,11 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
         messages = recorded_messages(strategy, cfg, a, recorded) if recorded else messages_for(strategy, cfg, a)
     per_phase = phase_comm_times(messages, collective_time)
     calls = sum(m.count for m in messages)
-    exposed = exposed_comm_s(compute, per_phase, a.overlap) + calls * a.call_overhead_s
-    comm = sum(per_phase.values()) + calls * a.call_overhead_s
+    if host_calls is not None and host_calls < 0:
+        raise ValueError(f"host_calls must be non-negative, got {host_calls}")
+    host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
+    exposed = exposed_comm_s(compute, per_phase, a.overlap) + host
+    comm = sum(per_phase.values()) + host
     memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a)}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
     fits = None if available is None else memory["total_bytes"] <= available
@@ -302,4 +321,4 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
                           step_time_s=compute + exposed, compute_time_s=compute, comm_time_s=comm,
                           exposed_comm_time_s=exposed, memory_total_bytes=int(memory["total_bytes"]),
                           memory_available_bytes=available, fits=fits, tokens_per_step=tokens * gpus,
-                          messages=tuple(messages))
+                          messages=tuple(messages), host_time_s=host)

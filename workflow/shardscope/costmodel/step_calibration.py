@@ -11,7 +11,12 @@ world size, :func:`calibrate_steps` fits, per such job,
 - the **overlap** (share of a collective's time hidden behind compute of its phase), and
 - the **host overhead per collective call** (``call_overhead_s``: framework dispatch and buffer
   copies around each call, FSDP2's and DeepSpeed's hooks, which hide behind nothing; what the
-  sweep's alpha, timed on bare collectives, does not see),
+  sweep's alpha, timed on bare collectives, does not see), and
+- the **host seconds per Python call** (``host_call_s``), times the Python function calls each run
+  recorded in one untimed step (``training_runs.host_calls_per_step``,
+  :mod:`shardscope.training.host_calls`): the frameworks' host work that scales with their hooks
+  (ZeRO-3 hooks every submodule, FSDP2 every unit, ZeRO-1/2 every parameter's gradient) and
+  hides behind nothing; 0 where the runs recorded no count (older databases),
 
 by least squares over the strategies (non-negative least squares on the relative errors per overlap of a grid,
 the overlap with the smallest squared log error kept: :func:`_fit`), with each
@@ -19,7 +24,7 @@ strategy's collectives those its run recorded (``training_comm``; the modeled vo
 run's reduce dtype where none were recorded) and each call timed by an alpha-beta fit of the
 measured sweep of that op and world size (:func:`shardscope.costmodel.calibrate.calibrate`
 against a nominal 1 GB/s, so its efficiency is the measured bandwidth; an op without a sweep
-is timed as an all-reduce of its size, which moves at least as much). Three parameters over the strategies: the fit is checked in-sample (each strategy's modeled step against its measured
+is timed as an all-reduce of its size, which moves at least as much). Four parameters over the strategies: the fit is checked in-sample (each strategy's modeled step against its measured
 one) and held out (each strategy predicted from a fit on the others), and the model's
 strategy ranking against the measured one (:func:`shardscope.costmodel.ledger.ranking_agreement`).
 
@@ -42,7 +47,7 @@ from shardscope.costmodel.step import RecordedCollective, StepAssumptions, predi
 
 #: Overlap values tried by the fit (0, 0.1, ..., 1).
 OVERLAP_GRID = tuple(i / 10 for i in range(11))
-#: Fewest strategies of one job a calibration needs (three parameters are fitted).
+#: Fewest strategies of one job a calibration needs (up to four parameters are fitted).
 MIN_STRATEGIES = 4
 #: Nominal bandwidth the collective fits are made against (GB/s): their efficiency is then GB/s.
 _NOMINAL_GBPS = 1.0
@@ -50,7 +55,7 @@ _NOMINAL_GBPS = 1.0
 _TRAINING = """
     SELECT t.run_id, t.strategy, t.model, t.world_size, coalesce(t.dtype, 'float32') AS dtype, t.micro_batch, t.seq_len,
            t.median_step_time_s AS measured, coalesce(t.reduce_dtype, t.dtype, 'float32') AS reduce_dtype, r.host,
-           {intervals}
+           {intervals}, {host_calls}
     FROM training_runs t JOIN runs r ON r.run_id = t.run_id
     WHERE r.source = 'measured' AND t.outcome = 'ok' AND t.median_step_time_s > 0
       AND t.micro_batch IS NOT NULL AND t.seq_len IS NOT NULL
@@ -77,6 +82,8 @@ class StepSample:
     recorded: tuple[RecordedCollective, ...] = ()
     ci95_s: tuple[float, float] | None = None
     """The run's own 95% confidence interval of the median step time (over its repeats), where it recorded one."""
+    host_calls: int | None = None
+    """Python function calls of one step on rank 0, where the run recorded them (``host_calls_per_step``)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,8 @@ class StepCalibration:
     overlap: float
     call_overhead_s: float
     """Host seconds per collective call that hide behind nothing."""
+    host_call_s: float
+    """Host seconds per recorded Python function call of a step (0 where no run recorded a count)."""
     mfu: float | None
     """effective_flops / the GPU's peak; None where no peak is known (CPU processes)."""
     run_ids: tuple[str, ...]
@@ -124,7 +133,8 @@ class StepCalibration:
 
         peak = peak_flops or (self.effective_flops / self.mfu if self.mfu else None)
         mfu = min(1.0, self.effective_flops / peak) if peak else (base or StepAssumptions()).mfu
-        return replace(base or StepAssumptions(), mfu=mfu, overlap=self.overlap, call_overhead_s=self.call_overhead_s)
+        return replace(base or StepAssumptions(), mfu=mfu, overlap=self.overlap, call_overhead_s=self.call_overhead_s,
+                       host_call_s=self.host_call_s)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types, with the summary errors."""
@@ -153,8 +163,10 @@ def load_samples(con: Any) -> list[StepSample]:
                     RecordedCollective(str(row["op"]), int(row["calls"]), int(row["size_bytes"])))
     return [StepSample(str(r["run_id"]), str(r["strategy"]), str(r["model"]), int(r["world_size"]), str(r["dtype"]),
                        int(r["micro_batch"]), int(r["seq_len"]), float(r["measured"]), str(r["reduce_dtype"]), r["host"],
-                       tuple(recorded.get(str(r["run_id"]), ())), _interval(r.get("ci_low"), r.get("ci_high")))
-            for r in _rows(con, _TRAINING.format(intervals=_interval_columns(con))) if str(r["model"]) in PRESETS]
+                       tuple(recorded.get(str(r["run_id"]), ())), _interval(r.get("ci_low"), r.get("ci_high")),
+                       int(r["host_calls"]) if r.get("host_calls") is not None and r["host_calls"] >= 0 else None)
+            for r in _rows(con, _TRAINING.format(intervals=_interval_columns(con), host_calls=_host_calls_column(con)))
+            if str(r["model"]) in PRESETS]
 
 
 def _interval_columns(con: Any) -> str:
@@ -164,6 +176,13 @@ def _interval_columns(con: Any) -> str:
     if {"ci95_low_step_time_s", "ci95_high_step_time_s"} <= present:
         return "t.ci95_low_step_time_s AS ci_low, t.ci95_high_step_time_s AS ci_high"
     return "NULL AS ci_low, NULL AS ci_high"
+
+
+def _host_calls_column(con: Any) -> str:
+    """The SELECT term of a run's recorded Python calls per step (NULL in a database without that column)."""
+    present = con.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'training_runs' "
+                          "AND column_name = 'host_calls_per_step'").fetchone()[0]
+    return "t.host_calls_per_step AS host_calls" if present else "NULL AS host_calls"
 
 
 def _interval(low: Any, high: Any) -> tuple[float, float] | None:
@@ -204,30 +223,32 @@ def _assumptions(sample: StepSample) -> StepAssumptions:
                            reduce_bytes=2 if sample.reduce_dtype == "bfloat16" else 4, dtype=sample.dtype)
 
 
-def _workload(sample: StepSample, timer: Callable[[str, int], float]) -> tuple[float, dict[str, float], int]:
-    """(FLOPs of one GPU's step, seconds of communication per phase, collective calls) of a sample."""
+def _workload(sample: StepSample, timer: Callable[[str, int], float]) -> tuple[float, dict[str, float], int, int]:
+    """(FLOPs of one GPU's step, seconds of communication per phase, collective calls, recorded Python calls) of a sample."""
     from shardscope.contracts.models import PRESETS
     from shardscope.costmodel.step import messages_for, phase_comm_times, recorded_messages
 
     cfg, a = PRESETS[sample.model], _assumptions(sample)
     flops = cfg.flops_per_token(sample.seq_len) * sample.micro_batch * sample.seq_len
+    host = sample.host_calls or 0
     if sample.world_size < 2:
-        return flops, {}, 0
+        return flops, {}, 0, host
     messages = (recorded_messages(sample.strategy, cfg, a, sample.recorded) if sample.recorded
                 else messages_for(sample.strategy, cfg, a))
-    return flops, phase_comm_times(messages, timer), sum(m.count for m in messages)
+    return flops, phase_comm_times(messages, timer), sum(m.count for m in messages), host
 
 
 def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[str, int], float],
-             call_overhead_s: float = 0.0) -> float:
-    """The step model's time of ``sample`` at compute ``rate`` (FLOP/s), ``overlap`` and per-call overhead (:func:`predict_step`)."""
+             call_overhead_s: float = 0.0, host_call_s: float = 0.0) -> float:
+    """The step model's time of ``sample`` at compute ``rate`` (FLOP/s), ``overlap``, per-collective-call and
+    per-Python-call host seconds (:func:`predict_step`)."""
     from dataclasses import replace
 
     from shardscope.contracts.models import PRESETS
 
-    a = replace(_assumptions(sample), overlap=overlap, call_overhead_s=call_overhead_s)
+    a = replace(_assumptions(sample), overlap=overlap, call_overhead_s=call_overhead_s, host_call_s=host_call_s)
     return predict_step(sample.strategy, sample.model, PRESETS[sample.model], sample.world_size, rate, timer, None, a,
-                        recorded=sample.recorded or None).step_time_s
+                        recorded=sample.recorded or None, host_calls=sample.host_calls).step_time_s
 
 
 #: Share of the compute a phase's collectives can hide behind (forward 1/3, backward 2/3, nothing after the step),
@@ -235,27 +256,30 @@ def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[s
 _WINDOWS = {"forward": 1.0 / 3.0, "backward": 2.0 / 3.0, "after_step": 0.0}
 
 
-def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float, float]:
-    """(FLOP/s, overlap, per-call seconds) minimising the squared log errors over a grid of overlaps.
+def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float, float, float]:
+    """(FLOP/s, overlap, per-collective-call seconds, per-Python-call seconds) minimising the squared log errors
+    over a grid of overlaps.
 
-    For one overlap the step model is piecewise linear in (1/rate, per-call seconds): a phase's
-    collectives hide ``overlap`` of their time unless its compute window is shorter, then the
-    window. So each overlap is fitted by non-negative least squares on the relative errors
-    (:func:`shardscope.costmodel.least_squares.nnls`), the clipped phases re-decided from the fitted
-    rate until they settle; the overlap whose fit has the smallest squared log error wins. Pure
-    Python and a few milliseconds (the pipeline's step_calibration rule runs it after every collect).
+    For one overlap the step model is piecewise linear in (1/rate, per-call seconds, per-Python-call
+    seconds): a phase's collectives hide ``overlap`` of their time unless its compute window is
+    shorter, then the window. So each overlap is fitted by non-negative least squares on the
+    relative errors (:func:`shardscope.costmodel.least_squares.nnls`), the clipped phases re-decided
+    from the fitted rate until they settle; the overlap whose fit has the smallest squared log error
+    wins. A run without a recorded Python-call count contributes 0 to that column (and where none
+    has one, its coefficient is 0). Pure Python and a few milliseconds (the pipeline's
+    step_calibration rule runs it after every collect).
     """
     from shardscope.costmodel.least_squares import nnls
     from shardscope.costmodel.step import exposed_comm_s
 
     work = [(_workload(s, timer), s.measured_s) for s in samples]
-    best = (math.inf, 0.0, 0.0, 0.0)
+    best = (math.inf, 0.0, 0.0, 0.0, 0.0)
     for overlap in OVERLAP_GRID:
-        clipped = [dict.fromkeys(phases, False) for (_, phases, _), _ in work]
-        inv_rate, per_call = 0.0, 0.0
+        clipped = [dict.fromkeys(phases, False) for (_, phases, _, _), _ in work]
+        inv_rate, per_call, per_host = 0.0, 0.0, 0.0
         for _ in range(8):
             rows, targets = [], []
-            for ((flops, phases, calls), measured), clip in zip(work, clipped):
+            for ((flops, phases, calls, host), measured), clip in zip(work, clipped):
                 slope, fixed = flops, 0.0
                 for phase, t in phases.items():
                     if clip[phase] or _WINDOWS[phase] == 0.0:
@@ -263,35 +287,44 @@ def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> t
                         fixed += t
                     else:
                         fixed += (1.0 - overlap) * t
-                rows.append([slope / measured, calls / measured])
+                rows.append([slope / measured, calls / measured, host / measured])
                 targets.append((measured - fixed) / measured)
             try:
-                (inv_rate, per_call), _ = nnls(rows, targets, required=[0])
+                (inv_rate, per_call, per_host), _ = nnls(rows, targets, required=[0])
             except ValueError:
                 break
             settled = [{p: overlap * t > _WINDOWS[p] * flops * inv_rate for p, t in phases.items()}
-                       for (flops, phases, _), _ in work]
+                       for (flops, phases, _, _), _ in work]
             if settled == clipped:
                 break
             clipped = settled
         if inv_rate <= 0:
             continue
         loss = 0.0
-        for (flops, phases, calls), measured in work:
+        for (flops, phases, calls, host), measured in work:
             compute = flops * inv_rate
-            loss += math.log((compute + exposed_comm_s(compute, phases, overlap) + calls * per_call) / measured) ** 2
+            modeled = compute + exposed_comm_s(compute, phases, overlap) + calls * per_call + host * per_host
+            loss += math.log(modeled / measured) ** 2
         if loss < best[0]:
-            best = (loss, 1.0 / inv_rate, overlap, per_call)
-    return best[1], best[2], best[3]
+            best = (loss, 1.0 / inv_rate, overlap, per_call, per_host)
+    return best[1], best[2], best[3], best[4]
 
 
-def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[StepCalibration], list[str]]:
-    """One :class:`StepCalibration` per job with enough strategies and a measured sweep; and why others have none."""
+def calibrate_steps(con: Any, peak_flops: float | None = None,
+                    host_calls: bool = True) -> tuple[list[StepCalibration], list[str]]:
+    """One :class:`StepCalibration` per job with enough strategies and a measured sweep; and why others have none.
+
+    ``host_calls=False`` ignores the runs' recorded Python calls (no host term: the fit as it was
+    before runs recorded them), to show what the term changes.
+    """
+    from dataclasses import replace
+
     from shardscope.costmodel.ledger import ranking_agreement
 
     timers = collective_timers(con)
     jobs: dict[tuple[Any, ...], dict[str, StepSample]] = {}
     for s in load_samples(con):
+        s = s if host_calls else replace(s, host_calls=None)
         jobs.setdefault((s.host, s.model, s.world_size, s.dtype, s.micro_batch, s.seq_len), {})[s.strategy] = s  # newest wins
     out, notes = [], []
     for key, by_strategy in sorted(jobs.items(), key=lambda kv: str(kv[0])):
@@ -305,19 +338,20 @@ def calibrate_steps(con: Any, peak_flops: float | None = None) -> tuple[list[Ste
             notes.append(f"{model} on {n} ranks ({host}): {len(samples)} strategies measured, a calibration needs {MIN_STRATEGIES}")
             continue
         timer = timer or (lambda op, size: 0.0)
-        rate, overlap, per_call = _fit(samples, timer)
+        rate, overlap, per_call, per_host = _fit(samples, timer)
         rows = []
         for s in samples:
             others = [o for o in samples if o is not s]
             held = _fit(others, timer)
             rows.append({"strategy": s.strategy, "run_id": s.run_id, "measured_s": s.measured_s,
-                         "modeled_s": _modeled(s, rate, overlap, timer, per_call),
-                         "held_out_s": _modeled(s, held[0], held[1], timer, held[2]),
+                         "modeled_s": _modeled(s, rate, overlap, timer, per_call, per_host),
+                         "held_out_s": _modeled(s, held[0], held[1], timer, held[2], held[3]),
+                         "host_calls": s.host_calls,
                          "wire_bytes": "recorded" if s.recorded else f"modeled ({s.reduce_dtype} gradients)",
                          "measured_ci95_s": list(s.ci95_s) if s.ci95_s else None})
         ranking = ranking_agreement([{"model": model, "world_size": n, "strategy": r["strategy"], "measured": r["measured_s"],
                                       "modeled": r["modeled_s"], "ci95": r["measured_ci95_s"]} for r in rows])
-        out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call,
+        out.append(StepCalibration(host, model, n, dtype, micro, seq, rate, overlap, per_call, per_host,
                                    rate / peak_flops if peak_flops else None,
                                    tuple(r["run_id"] for r in rows), rows, ranking))
     return out, notes
@@ -340,7 +374,8 @@ def calibration_rows(calibrations: Sequence[StepCalibration], created_at: str) -
             rows.append({"calibration_id": cid, "created_at": created_at, "run_id": s["run_id"], "strategy": s["strategy"],
                          "host": c.host, "model": c.model, "world_size": c.world_size, "dtype": c.dtype,
                          "micro_batch": c.micro_batch, "seq_len": c.seq_len, "effective_flops_per_s": c.effective_flops,
-                         "overlap": c.overlap, "call_overhead_s": c.call_overhead_s, "mfu": c.mfu,
+                         "overlap": c.overlap, "call_overhead_s": c.call_overhead_s, "host_call_s": c.host_call_s,
+                         "host_calls_per_step": s.get("host_calls"), "mfu": c.mfu,
                          "measured_s": s["measured_s"], "modeled_s": s["modeled_s"], "held_out_s": s["held_out_s"],
                          "measured_ci95_low_s": (s.get("measured_ci95_s") or (None, None))[0],
                          "measured_ci95_high_s": (s.get("measured_ci95_s") or (None, None))[1],
@@ -400,15 +435,16 @@ def format_calibrations(calibrations: Sequence[StepCalibration], notes: Sequence
         lines.append(f"{c.model} on {c.world_size} ranks ({c.host}, {c.dtype}, micro-batch {c.micro_batch}, seq {c.seq_len}): "
                      f"compute {c.effective_flops / 1e9:.2f} GFLOP/s ({mfu}), overlap {c.overlap:.2f}, "
                      f"{c.call_overhead_s * 1e3:.2f} ms per collective call, "
+                     f"{c.host_call_s * 1e6:.2f} us per recorded Python call, "
                      f"from {len(c.run_ids)} measured runs")
         lines.append(f"  {'strategy':<14} {'measured s':>11} {'95% CI of measured':>19} {'modeled s':>10} {'error':>7} "
-                     f"{'held out s':>11} {'error':>7}  wire bytes")
+                     f"{'held out s':>11} {'error':>7} {'Py calls':>8}  wire bytes")
         for s in c.strategies:
             ci = s.get("measured_ci95_s")
             shown = f"{ci[0]:.3f}-{ci[1]:.3f} ({(ci[1] - ci[0]) / 2 / s['measured_s']:.0%})" if ci else "-"
             lines.append(f"  {s['strategy']:<14} {s['measured_s']:>11.4f} {shown:>19} {s['modeled_s']:>10.4f} "
                          f"{s['modeled_s'] / s['measured_s'] - 1:>+7.1%} {s['held_out_s']:>11.4f} "
-                         f"{s['held_out_s'] / s['measured_s'] - 1:>+7.1%}  {s['wire_bytes']}")
+                         f"{s['held_out_s'] / s['measured_s'] - 1:>+7.1%} {s.get('host_calls') or '-':>8}  {s['wire_bytes']}")
         r = c.ranking
         lines.append(f"  median |error| {c.median_error:.1%}, worst {c.worst_error:.1%} (held out: worst {c.held_out_worst_error:.1%}); "
                      f"ranking: {r['agree']} of {r['pairs_ranked']} pairs ordered as measured "

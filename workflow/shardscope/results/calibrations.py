@@ -62,7 +62,7 @@ def latest_step_calibration(con: Any, model: str | None = None, world_size: int 
     """The newest stored step calibration (of ``model`` on ``world_size`` ranks when given) as a dict, or None.
 
     Keys: calibration_id, created_at, host, model, world_size, dtype, micro_batch, seq_len,
-    effective_flops, overlap, call_overhead_s, mfu, run_ids, strategies (per run: strategy, run_id,
+    effective_flops, overlap, call_overhead_s, host_call_s (0 in a calibration stored without it), mfu, run_ids, strategies (per run: strategy, run_id,
     measured_s, modeled_s, held_out_s, wire_bytes, measured_ci95_s) and ranking (agree, pairs_ranked, within_noise,
     noise, disagree).
     """
@@ -78,6 +78,7 @@ def latest_step_calibration(con: Any, model: str | None = None, world_size: int 
     keys = ("calibration_id", "created_at", "host", "model", "world_size", "dtype", "micro_batch", "seq_len",
             "overlap", "call_overhead_s", "mfu")
     return {**{k: first[k] for k in keys}, "effective_flops": first["effective_flops_per_s"],
+            "host_call_s": first.get("host_call_s") or 0.0,
             "run_ids": [r["run_id"] for r in rows],
             "strategies": [{"strategy": r["strategy"], "run_id": r["run_id"], "measured_s": r["measured_s"],
                             "modeled_s": r["modeled_s"], "held_out_s": r["held_out_s"], "wire_bytes": r["wire_source"],

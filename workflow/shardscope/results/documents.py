@@ -224,6 +224,7 @@ def _fairness_fields(doc: dict[str, Any]) -> dict[str, Any]:
         "comm_volume_bytes": (comm.get("measured") or {}).get("volume_bytes"),
         "comm_modeled_volume_bytes": (comm.get("modeled") or {}).get("volume_bytes"),
         "comm_implementation_volume_bytes": (comm.get("implementation") or {}).get("volume_bytes"),
+        "host_calls_per_step": summary.get("host_calls_per_step"),
     }
 
 

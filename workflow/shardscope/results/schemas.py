@@ -184,6 +184,8 @@ class TrainingRunsSchema(_Table):
     comm_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)
     comm_modeled_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)
     comm_implementation_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)  # as the framework implements it
+    # Python function calls of one untimed step on rank 0 (the frameworks' host work; training/host_calls.py); null: older runs.
+    host_calls_per_step: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)
 
     class Config:
         strict = True

@@ -35,6 +35,8 @@ class StepCalibrationsSchema(_Table):
     effective_flops_per_s: Series[float] = pa.Field(gt=0)
     overlap: Series[float] = pa.Field(ge=0, le=1)
     call_overhead_s: Series[float] = pa.Field(ge=0)
+    host_call_s: Series[float] = pa.Field(ge=0, nullable=True)  # seconds per recorded Python call; null: older calibrations
+    host_calls_per_step: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)  # the run's recorded count; null: none
     mfu: Series[float] = pa.Field(gt=0, le=1, nullable=True)
     measured_s: Series[float] = pa.Field(gt=0)
     measured_ci95_low_s: Series[float] = pa.Field(gt=0, nullable=True)

@@ -30,6 +30,7 @@ from shardscope.device import DistContext, Timer, environment, init_distributed,
 from shardscope.fileio import atomic_write_json
 from shardscope.training.accumulation import accumulating
 from shardscope.training.comm_bytes import count_step_collectives
+from shardscope.training.host_calls import PythonCallCounter
 from shardscope.training.comm_volume import comm_block
 from shardscope.contracts.names import TRANSPORTS
 from shardscope.training.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
@@ -158,8 +159,9 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     peak, peak_method = peak_memory_bytes(ctx)
     memory = _tracked_memory(prepared, cfg, args, ctx)
     extra_step = args.warmup + timed_steps
-    comm_rows = count_step_collectives(prepared, synthetic_batch(cfg, rows, args.seq_len, extra_step, ctx.rank, ctx.device),
-                                       lambda: synchronize(ctx))
+    with PythonCallCounter() as host_calls:  # the untimed step that counts collectives also counts Python calls
+        comm_rows = count_step_collectives(prepared, synthetic_batch(cfg, rows, args.seq_len, extra_step, ctx.rank, ctx.device),
+                                           lambda: synchronize(ctx))
     comm_share = None
     if args.comm_profile:
         from shardscope.training.comm_profile import comm_time_share
@@ -226,6 +228,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "peak_memory_bytes": max_peak,
             "peak_memory_method": peak_method,
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
+            "host_calls_per_step": host_calls.calls,
             "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
                                      settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None, args.grad_accum),
             "modeled": dict(modeled_block(modeled_as, cfg.param_count(), modeled_ranks, args.dtype, per_rank),
