@@ -224,16 +224,37 @@ def best_spec(job: TrainingJob, entry: dict[str, Any], summary: dict[str, Any]) 
                                activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
 
 
+def best_entry(plan: dict[str, Any], job_id: str, where: str) -> dict[str, Any]:
+    """The plan's ``best`` entry of job ``job_id`` (its run at the best micro-batch of the search that serves it);
+    a :class:`UserError` naming the plan when there is none."""
+    from shardscope.errors import UserError
+
+    for entry in plan.get("best") or []:
+        if entry.get("job_id") == job_id:
+            return entry
+    raise UserError(f"{where}: job {job_id!r} has no best-micro-batch run planned; expected one of the ids under "
+                    "`best` (config training.search)")
+
+
 def run_best(plan_path: str, job_id: str, search: str, out: str, log: str) -> int:
-    """Train job ``job_id`` at the best micro-batch its search (summary file ``search``) found; the result goes to ``out``."""
+    """Train job ``job_id`` at the best micro-batch found by the search that serves it (plan.json ``best``: under
+    another fabric condition, the memory-equal job's search); summary file ``search``; the result goes to ``out``."""
+    from shardscope.contracts.jobs import TrainingJob
     from shardscope.errors import UserError
     from shardscope.fileio import read_json
     from shardscope.jobs import run as jobs_run
+    from shardscope.plan.jobs import find_job, load_plan
 
-    job, entry = _planned_job(plan_path, job_id)
+    plan = load_plan(plan_path)
+    job = find_job(plan, job_id, plan_path)
+    if not isinstance(job, TrainingJob):
+        raise UserError(f"{plan_path}: job {job_id!r} is not a training job; a best-micro-batch run needs one")
+    entry = best_entry(plan, job_id, plan_path)
+    searched = entry["search_job_id"]
     summary = read_json(search)
-    if not isinstance(summary, dict) or summary.get("schema") != SCHEMA or (summary.get("job") or {}).get("job_id") != job_id:
-        raise UserError(f"{search}: not the micro-batch search of job {job_id!r} (schema {SCHEMA}); rerun its search")
+    if not isinstance(summary, dict) or summary.get("schema") != SCHEMA or (summary.get("job") or {}).get("job_id") != searched:
+        raise UserError(f"{search}: not the micro-batch search of job {searched!r} (schema {SCHEMA}), which serves job "
+                        f"{job_id!r}; rerun its search")
     return jobs_run.run_training(best_spec(job, entry, summary), out, log, plan_path)
 
 
@@ -250,13 +271,15 @@ def main(argv: list[str] | None = None) -> int:
                        ("best", "train the job at the best micro-batch its search found")):
         cmd = sub.add_parser(name, help=what)
         cmd.add_argument("--plan", required=True)
-        cmd.add_argument("--id", required=True, help="the planned training job (one with a `search` entry in the plan)")
+        cmd.add_argument("--id", required=True, help="the planned training job (one with a `search` entry in the plan; "
+                                                     "for best, one with a `best` entry)")
         cmd.add_argument("--out", required=True, help="the search's summary (search) or the training result (best), JSON")
         cmd.add_argument("--log", required=True)
         if name == "search":
             cmd.add_argument("--trials", required=True, help="folder of the trials' results (the cache a stopped search resumes from)")
         else:
-            cmd.add_argument("--search", required=True, help="the search's summary")
+            cmd.add_argument("--search", required=True, help="the summary of the search that serves the job (its `best` "
+                                                             "entry's search_job_id)")
     args = p.parse_args(argv)
     try:
         if args.command == "best":
