@@ -26,7 +26,9 @@ is no ``one_island`` at world size 4 — and with the tightest such set (see
 :mod:`shardscope.plan.placement`). Training jobs of the default condition use the first (tightest)
 placement; the other fabric conditions (NVLink off, inside vs across an island, inside vs across
 NUMA nodes; on CPU the emulated presets) come from :mod:`shardscope.plan.conditions`, and
-``training_conditions`` lists each condition with its jobs, or with the reason it is left out.
+``training_conditions`` lists each condition with its jobs, or with the reason it is left out. With config
+``training.search``, ``search`` and ``best`` hold the micro-batch searches (one per memory-equal job) and every
+condition's runs at its strategy's best micro-batch (:mod:`shardscope.plan.searches`).
 
 Transports: ``default``, and ``pcie`` (NVLink disabled through NCCL variables) where links
 are NVLink. Each job carries the GPUs it must see (``devices`` and the same list as a

@@ -1,7 +1,7 @@
 """The largest micro-batch each strategy fits at one global batch, then each strategy's run at its own best.
 
 Sharding frees memory; a strategy compared at the micro-batch of another never uses it. So per
-planned training job the search (plan.json's ``search`` entry, :func:`shardscope.plan.planner.search_section`)
+memory-equal planned training job the search (plan.json's ``search`` entry, :func:`shardscope.plan.searches.search_section`)
 runs the job at micro-batch 1, 2, 4, … until a trial does not fit (a real out-of-memory on a GPU:
 outcome ``oom``; on CPU the job's memory budget against the tracked tensor peak: outcome
 ``over_budget``), then bisects between the largest that fitted and the smallest that did not.
@@ -21,9 +21,10 @@ changed (another budget, global batch, model) is never read back. A trial that f
 reason stops the search, which says so. The summary (kind ``search``) is collected into the
 ``search_trials`` table, every trial a row, OOMs included.
 
-:func:`run_best` then trains the job at its best micro-batch (micro-batch 1 when none fits, so the row
-shows the outcome and its reason), accumulating to the global batch, with the job's repeats: an ordinary
-training result, its placement marked with
+:func:`run_best` then trains the job -- and every other planned condition's job that the search serves
+(plan.json ``best``: a fabric condition changes speed, not memory, :mod:`shardscope.plan.searches`) -- at
+its best micro-batch (micro-batch 1 when none fits, so the row shows the outcome and its reason),
+accumulating to the global batch, with the job's repeats: an ordinary training result, its placement marked with
 :data:`shardscope.contracts.names.BEST_MICROBATCH_SUFFIX` so figure 4 and the report compare the
 strategies at their own best micro-batches. ``search_largest`` is the search itself, with the trial
 injected (tests give it a rule; the command gives it a real run).
