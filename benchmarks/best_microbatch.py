@@ -15,6 +15,7 @@ It prints what one run measured; nothing is asserted. Default (tiny model, seq 6
 limit 8, a 21 MiB budget) about 8 minutes on 2 idle cores::
 
     nice .venv/bin/python benchmarks/best_microbatch.py --run /tmp/ss-search [--budget-mib 21] [--limit 8]
+    nice .venv/bin/python benchmarks/best_microbatch.py --run /tmp/ss-cond --emulated fast pcie_like   # per condition
     .venv/bin/python benchmarks/best_microbatch.py --db /tmp/ss-search/shardscope.duckdb
 """
 
@@ -32,11 +33,15 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def override(folder: Path, strategies: list[str], limit: int, budget_mib: float) -> Path:
-    """The override config of the search run (results and database inside ``folder``)."""
+def override(folder: Path, strategies: list[str], limit: int, budget_mib: float, emulated: list[str] | None = None) -> Path:
+    """The override config of the search run (results and database inside ``folder``); with ``emulated`` presets,
+    the emulated fabrics on, training ``strategies`` over each (every condition's jobs also run at their best)."""
     path = folder / "search-override.yaml"
-    doc = {"results": str(folder / "results"), "db": str(folder / "shardscope.duckdb"),
-           "training": {"search": {"limit": limit, "strategies": strategies}, "memory_budget_gib": budget_mib / 1024}}
+    doc: dict[str, Any] = {"results": str(folder / "results"), "db": str(folder / "shardscope.duckdb"),
+                           "training": {"search": {"limit": limit, "strategies": strategies},
+                                        "memory_budget_gib": budget_mib / 1024}}
+    if emulated:
+        doc["emulated"] = {"enabled": True, "presets": emulated, "strategies": strategies}
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -66,11 +71,11 @@ def report(db: Path) -> dict[str, Any]:
             QUALIFY dense_rank() OVER (PARTITION BY t.search_job_id ORDER BY r.measured_at DESC, r.run_id DESC) = 1
             ORDER BY t.strategy, t.trial_order""").df()
         best = con.execute("""
-            SELECT tr.strategy, tr.micro_batch, tr.grad_accum, tr.outcome, tr.tokens_per_s, tr.ci95_low_tokens_per_s,
+            SELECT tr.placement, tr.strategy, tr.micro_batch, tr.grad_accum, tr.outcome, tr.tokens_per_s, tr.ci95_low_tokens_per_s,
                    tr.ci95_high_tokens_per_s, tr.repeats, tr.run_id
             FROM training_runs tr JOIN runs r USING (run_id) WHERE tr.placement LIKE '%@best_microbatch'
-            QUALIFY row_number() OVER (PARTITION BY tr.strategy ORDER BY r.measured_at DESC, r.run_id DESC) = 1
-            ORDER BY tr.strategy""").df()
+            QUALIFY row_number() OVER (PARTITION BY tr.placement, tr.strategy ORDER BY r.measured_at DESC, r.run_id DESC) = 1
+            ORDER BY tr.placement, tr.strategy""").df()
         steps = con.execute("SELECT run_id, step, loss FROM training_steps WHERE run_id IN (SELECT unnest(?))",
                             [list(best["run_id"])]).df()
     print("micro-batch search trials (each at the accumulation to the global batch):")
@@ -80,17 +85,21 @@ def report(db: Path) -> dict[str, Any]:
               f" {rec['outcome']:<11} tracked peak {peak / 2**20:6.2f} MiB of {budget / 2**20:.2f} MiB"
               + (f", {rec['tokens_per_s']:.0f} tokens/s" if rec["tokens_per_s"] == rec["tokens_per_s"] and rec["tokens_per_s"] else "")
               + ("  <- best" if rec["is_best"] else ""))
-    ddp = best.loc[best["strategy"] == "ddp", "tokens_per_s"]
-    base = float(ddp.iloc[0]) if len(ddp) else None
-    print("each strategy at its own best micro-batch (rule train_best):")
+    ddp = dict(zip(best.loc[best["strategy"] == "ddp", "placement"], best.loc[best["strategy"] == "ddp", "tokens_per_s"]))
+    print("each strategy at its own best micro-batch (rule train_best), per fabric condition (placement):")
     for rec in best.to_dict("records"):
+        base = ddp.get(rec["placement"])
         ratio = f", {rec['tokens_per_s'] / base:.2f}x DDP's best" if base and rec["tokens_per_s"] else ""
-        print(f"  {rec['strategy']:<6} mb {rec['micro_batch']:>2} x accum {int(rec['grad_accum'] or 1):>2}: {rec['outcome']:<11}"
+        print(f"  {rec['placement']:<32} {rec['strategy']:<6} mb {rec['micro_batch']:>2} x accum {int(rec['grad_accum'] or 1):>2}: {rec['outcome']:<11}"
               f" {rec['tokens_per_s'] or 0:8.0f} tokens/s (95% CI {rec['ci95_low_tokens_per_s'] or 0:.0f}.."
               f"{rec['ci95_high_tokens_per_s'] or 0:.0f}, {rec['repeats']} repeats){ratio}")
-    losses = steps.pivot(index="step", columns="run_id", values="loss")
-    spread = float((losses.max(axis=1) - losses.min(axis=1)).max()) if losses.shape[1] > 1 else float("nan")
-    print(f"largest per-step loss difference between the best runs (equal global batch): {spread:.2e}")
+    spreads = []
+    for placement, runs in best.groupby("placement"):  # one sizing per condition: compare losses within it
+        losses = steps[steps["run_id"].isin(runs["run_id"])].pivot(index="step", columns="run_id", values="loss")
+        if losses.shape[1] > 1:
+            spreads.append(float((losses.max(axis=1) - losses.min(axis=1)).max()))
+    spread = max(spreads) if spreads else float("nan")
+    print(f"largest per-step loss difference between the best runs of one condition (equal global batch): {spread:.2e}")
     bests = dict(zip(trials.loc[trials["is_best"], "strategy"], trials.loc[trials["is_best"], "micro_batch"]))
     print(f"best micro-batch per strategy: {bests}")
     return {"trials": trials, "best": best, "loss_spread": spread, "bests": bests}
@@ -104,11 +113,14 @@ def main() -> int:
     parser.add_argument("--strategies", nargs="+", default=["ddp", "fsdp"])
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--budget-mib", type=float, default=21.0)
+    parser.add_argument("--emulated", nargs="+", metavar="PRESET",
+                        help="also turn the emulated fabrics on with these presets (e.g. fast pcie_like; needs root, ip, "
+                             "tc): each condition's jobs then run at their strategy's best micro-batch too")
     args = parser.parse_args()
     if not args.run and not args.db:
         parser.error("give --run DIR (run the pipeline, then report) or --db FILE (report only)")
     if args.run:
-        run_pipeline(args.run, override(args.run.resolve(), args.strategies, args.limit, args.budget_mib))
+        run_pipeline(args.run, override(args.run.resolve(), args.strategies, args.limit, args.budget_mib, args.emulated))
     report(args.db or args.run.resolve() / "shardscope.duckdb")
     return 0
 

@@ -227,3 +227,37 @@ def test_the_recommendation_names_the_strategy_and_micro_batch_of_the_best_runs(
     assert _batch_label(pd.Series(speed.iloc[3])) == "\nmb 4x2" and _batch_label(pd.Series(speed.iloc[1])) == ""
     (plain,) = _recommendations(speed.iloc[:2])
     assert "DDP was fastest (0.1000 s per step)" in plain
+
+
+def test_another_conditions_job_trains_at_the_best_of_the_search_that_serves_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> None:
+    """pcie_like's DDP job has no search of its own: it runs at the best micro-batch fast's DDP search found, over its
+    own fabric, accumulating to the same global batch."""
+    config["emulated"].update(enabled=True, presets=["fast", "pcie_like"])
+    config["training"].update(search={"limit": 8, "strategies": ["ddp", "fsdp"]}, memory_budget_gib=0.01)
+    plan = make_plan(detect_cpu_only().topology.to_dict(), config,
+                     MachineProbe(which=lambda name: None, emulated_problem=lambda delay, prefix: None))
+    assert "ddp-tiny-ws2-all-pcie_like" not in {s["job_id"] for s in plan["search"]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    launched: list[Any] = []
+
+    def fake_run(spec: Any, out: str, log: str, where: str) -> int:
+        launched.append(spec)
+        ok = spec.micro_batch <= 2
+        Path(out).write_text(json.dumps({"kind": "training", "outcome": "ok" if ok else "over_budget", "error": None,
+                                         "env": {"host": "h"}, "summary": {}, "ranks": []}))
+        return 0
+
+    monkeypatch.setattr("shardscope.jobs.run.run_training", fake_run)
+    summary = tmp_path / "fast.json"
+    run_search(str(tmp_path / "plan.json"), "ddp-tiny-ws2-all-fast", str(summary), str(tmp_path / "trials"), "log")
+    assert {s.emulated["preset"] for s in launched} == {"fast"}  # the trials ran under the serving job's condition
+    launched.clear()
+    run_best(str(tmp_path / "plan.json"), "ddp-tiny-ws2-all-pcie_like", str(summary), str(tmp_path / "b.json"), "log")
+    (spec,) = launched
+    assert (spec.job_id, spec.placement, spec.micro_batch, spec.grad_accum, spec.seq_len, spec.emulated["preset"]) == (
+        "ddp-tiny-ws2-all-pcie_like-best", "all@pcie_like@best_microbatch", 2, 4, 128, "pcie_like")
+    with pytest.raises(UserError, match="not the micro-batch search of job 'fsdp-tiny-ws2-all-fast'"):
+        run_best(str(tmp_path / "plan.json"), "fsdp-tiny-ws2-all-pcie_like", str(summary), "b.json", "log")
+    with pytest.raises(UserError, match="job 'zero3-tiny-ws2-local' has no best-micro-batch run planned"):
+        run_best(str(tmp_path / "plan.json"), "zero3-tiny-ws2-local", str(summary), "b.json", "log")

@@ -240,8 +240,30 @@ def search_results(wildcards=None):
 
 
 def best_results(wildcards=None):
-    """The training result of every searched job at its best micro-batch (rule train_best; none without a search)."""
-    return [f"{RESULTS}/best/{entry['job_id']}.json" for entry in plan_doc().get("search", [])]
+    """The training result of every best-micro-batch run the plan lists (rule train_best; under every fabric condition
+    of a searched strategy; none without a search)."""
+    return [f"{RESULTS}/best/{entry['job_id']}.json" for entry in plan_doc().get("best", [])]
+
+
+def _best_entry(job_id):
+    entry = next((e for e in plan_doc().get("best", []) if e["job_id"] == job_id), None)
+    if entry is None:
+        raise ValueError(
+            f"job {job_id!r} has no best-micro-batch run in the plan; set config training.search to plan one"
+        )
+    return entry
+
+
+def best_search(wildcards):
+    """The summary of the search that serves a best-micro-batch run (under another fabric condition: the
+    memory-equal job's search, plan.json best[].search_job_id)."""
+    return f"{RESULTS}/search/{_best_entry(wildcards.job)['search_job_id']}.json"
+
+
+def best_entry_text(job_id):
+    """The plan's best entry of planned job `job_id` as sorted JSON: rule train_best's param (a new global batch
+    or serving search reruns it)."""
+    return json.dumps(_best_entry(job_id), sort_keys=True)
 
 
 def search_entry_text(job_id):

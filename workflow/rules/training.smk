@@ -58,12 +58,13 @@ rule microbatch_search:
 
 
 rule train_best:
-    """One planned training job at the best micro-batch its search found, accumulating gradients to the plan's
-    global batch, with the job's repeats: an ordinary training result (placement marked @best_microbatch), the run
-    figure 4 and the report compare the strategies by. Reruns when the search's summary changes."""
+    """One planned training job at the best micro-batch found by the search that serves it (plan.json best: one
+    search per memory-equal job serves every fabric condition), accumulating gradients to the plan's global batch,
+    with the job's repeats: an ordinary training result (placement marked @best_microbatch), the run figure 4 and
+    the report compare the strategies by, per condition. Reruns when the search's summary changes."""
     input:
         spec=JOB_SPEC,
-        search=f"{RESULTS}/search/{{job}}.json",
+        search=best_search,
     output:
         f"{RESULTS}/best/{{job}}.json",
     log:
@@ -79,7 +80,7 @@ rule train_best:
     params:
         py=PY,
         plan=PLAN,
-        entry=lambda wildcards: search_entry_text(wildcards.job),
+        entry=lambda wildcards: best_entry_text(wildcards.job),
     shell:
         "{params.py} -m shardscope.training.search best --plan {params.plan} --id {wildcards.job} --search {input.search}"
         " --out {output} --log {log} >> {log} 2>&1"

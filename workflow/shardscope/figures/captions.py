@@ -248,11 +248,42 @@ def _speed_many(sub: pd.DataFrame, hosts: list[str]) -> str:
     return text
 
 
+def _best_per_condition(df: pd.DataFrame) -> str:
+    """Per fabric condition, each strategy at its own best micro-batch relative to that condition's DDP best run
+    (micro-batch x accumulation named; a run that did not fit named by its outcome); empty without such runs."""
+    if "placement" not in df:
+        return ""
+    best = df[df["placement"].astype(str).str.endswith("@best_microbatch")]
+    parts = []
+    for (host, model, ws, placement, transport), sub in best.groupby(
+            ["host", "model", "world_size", "placement", best["transport"].fillna("-")], sort=True):
+        runs = []
+        for rec in sub.sort_values("strategy").to_dict("records"):
+            accum = int(rec["grad_accum"]) if pd.notna(rec.get("grad_accum")) else 1
+            batch = f"mb {int(rec['micro_batch'])}x{accum}" if pd.notna(rec.get("micro_batch")) else "mb ?"
+            if rec["outcome"] != "ok":
+                runs.append(f"{strategy_name(rec['strategy'])} {rec['outcome']} ({batch})")
+            elif pd.notna(rec.get("tokens_per_s_vs_ddp")):
+                runs.append(f"{strategy_name(rec['strategy'])} {rec['tokens_per_s_vs_ddp']:.2f}x ({batch})")
+            else:
+                runs.append(f"{strategy_name(rec['strategy'])} no DDP baseline ({batch})")
+        condition = str(placement).removesuffix("@best_microbatch")
+        parts.append(f"{condition} · {transport} ({model} on {ws} ranks, {host}): " + ", ".join(runs))
+    return ("Each strategy at its own best micro-batch, tokens/s relative to DDP's best run under the same condition: "
+            + "; ".join(parts) + ".") if parts else ""
+
+
 def answer_speed(df: pd.DataFrame) -> str:
     """Per kind of machine and model: the fastest and slowest strategy relative to DDP (for several machines of
-    a kind, by median with the spread across them), and runs that did not finish."""
+    a kind, by median with the spread across them), and runs that did not finish; then, where micro-batch searches
+    ran, per fabric condition each strategy at its own best micro-batch."""
     if df.empty or not (df["outcome"] == "ok").any():
         return "No finished training run in the database yet."
+    best = _best_per_condition(df)
+    return " ".join(p for p in (_answer_speed_all(df), best) if p)
+
+
+def _answer_speed_all(df: pd.DataFrame) -> str:
     parts = []
     for key, sub in _kind_groups(df, ["model", "world_size"]):
         hosts = sorted(sub["host"].dropna().unique())

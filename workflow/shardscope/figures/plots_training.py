@@ -264,6 +264,64 @@ def _single_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> Non
     ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")
 
 
+def _bars(ax: plt.Axes, rows: pd.DataFrame) -> str:
+    """The bars of one panel (one machine: a bar per strategy; several: their spread); who measured them."""
+    strategies = _ordered(rows["strategy"])
+    hosts = sorted(rows["host"].dropna().unique())
+    if len(hosts) > 1:
+        _spread_bars(ax, rows, strategies)
+        return f"{len(hosts)} machines (median, min-max, each a point)"
+    _single_bars(ax, rows, strategies)
+    return hosts[0] if hosts else "?"
+
+
+def _global_batch(rows: pd.DataFrame) -> str:
+    """``global batch 16`` (micro-batch x accumulation x ranks) of a panel's runs, or their range."""
+    accum = rows["grad_accum"].fillna(1) if "grad_accum" in rows else 1
+    sizes = sorted({int(v) for v in (rows["micro_batch"] * accum * rows["world_size"]).dropna()})
+    return f"global batch {'/'.join(map(str, sizes))}" if sizes else "global batch ?"
+
+
+def _draw_per_condition(df: pd.DataFrame) -> plt.Figure:
+    """Figure 4 once micro-batch searches ran: a row per fabric condition (kind of machine, model, ranks, placement,
+    transport), the configured micro-batch on the left, each strategy at its own best micro-batch on the right (each
+    bar labelled with its micro-batch x accumulation), both relative to the DDP run of the same panel."""
+    df = df.assign(transport=df["transport"].fillna("-") if "transport" in df else "-",  # the query's columns, or
+                   at_best=df["placement"].astype(str).str.endswith(BEST_MICROBATCH_SUFFIX),  # the same from placement
+                   condition=df["placement"].astype(str).str.removesuffix(BEST_MICROBATCH_SUFFIX))
+    rows = list(df.groupby([*_kind_columns(df), "model", "world_size", "condition", "transport"], sort=True))
+    ratios = df.loc[df["outcome"] == "ok", [c for c in ("tokens_per_s_vs_ddp", "ci95_high_vs_ddp") if c in df]]
+    top = float(np.nanmax(ratios.to_numpy(dtype=float))) if ratios.notna().any().any() else 1.0
+    width = max(6.5, 0.85 * df["strategy"].nunique() + 2)
+    fig, axes = plt.subplots(len(rows), 2, figsize=(2 * width, 4.6 * len(rows)), squeeze=False)
+    for i, (key, sub) in enumerate(rows):
+        kind, model, ws, condition, transport = key[:-4], key[-4], key[-3], key[-2], key[-1]
+        for ax, at_best in zip(axes[i], (False, True)):
+            part = sub[sub["at_best"] == at_best]
+            if part.empty:
+                ax.axis("off")
+                ax.text(0.5, 0.5, "no best-micro-batch run under this condition\n(its strategies were not searched)"
+                        if at_best else "no run at the configured micro-batch", ha="center", va="center")
+                continue
+            who = _bars(ax, part)
+            if at_best:
+                what = f"each strategy at its own best micro-batch (mb x accumulation under each bar), {_global_batch(part)}"
+            else:
+                micro = sorted({int(m) for m in part["micro_batch"].dropna()}) if "micro_batch" in part else []
+                what = f"configured micro-batch {'/'.join(map(str, micro)) or '?'}, no accumulation"
+            ax.set_title(f"{' · '.join(map(str, kind))} · {who}\n{model} on {ws} ranks · condition {condition}"
+                         f" · {transport}\n{what}", fontsize="medium")
+            ax.axhline(1.0, color="black", lw=1, ls="--")
+            ax.grid(axis="x", visible=False)
+            ax.set_ylim(0, max(1.2, top * 1.3))
+            ax.set_ylabel("tokens/s relative to DDP (higher is faster)")
+    fig.suptitle("Training throughput relative to DDP per fabric condition: configured micro-batch (left), each "
+                 "strategy at its own best micro-batch (right)\n(dashed line: DDP of the same panel; error bars: 95% "
+                 "interval over repeats; OOM / over budget marked instead of a bar)")
+    fig.tight_layout()
+    return fig
+
+
 def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
     """Tokens/s of each strategy relative to DDP's, one panel per kind of machine (fabric, GPU model), model, GPU count
     and fabric condition (placement and transport: inside vs across an island, NVLink on vs off).
@@ -275,9 +333,15 @@ def draw_speed_vs_ddp(df: pd.DataFrame) -> plt.Figure:
 
     Error bars on a single machine's bars are each run's 95% interval over its repeats, divided by
     DDP's median (:mod:`shardscope.contracts.repeats`); a run of one repeat has none.
+
+    Where micro-batch searches ran (runs whose placement ends ``@best_microbatch``), the figure has a row per
+    fabric condition instead: the configured micro-batch beside each strategy at its own best
+    (:func:`_draw_per_condition`).
     """
     if df.empty or not (df["outcome"] == "ok").any():
         return empty("No finished training run in the database yet.")
+    if "placement" in df and df["placement"].astype(str).str.endswith(BEST_MICROBATCH_SUFFIX).any():
+        return _draw_per_condition(df)
     condition = [c for c in ("placement", "transport") if c in df.columns]  # one panel per fabric condition
     df = df.assign(**{c: df[c].fillna("-") for c in condition})
     facets = [(key[:len(key) - len(condition)], key[len(key) - len(condition):], sub) for key, sub in

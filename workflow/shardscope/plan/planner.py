@@ -26,7 +26,9 @@ is no ``one_island`` at world size 4 — and with the tightest such set (see
 :mod:`shardscope.plan.placement`). Training jobs of the default condition use the first (tightest)
 placement; the other fabric conditions (NVLink off, inside vs across an island, inside vs across
 NUMA nodes; on CPU the emulated presets) come from :mod:`shardscope.plan.conditions`, and
-``training_conditions`` lists each condition with its jobs, or with the reason it is left out.
+``training_conditions`` lists each condition with its jobs, or with the reason it is left out. With config
+``training.search``, ``search`` and ``best`` hold the micro-batch searches (one per memory-equal job) and every
+condition's runs at its strategy's best micro-batch (:mod:`shardscope.plan.searches`).
 
 Transports: ``default``, and ``pcie`` (NVLink disabled through NCCL variables) where links
 are NVLink. Each job carries the GPUs it must see (``devices`` and the same list as a
@@ -67,7 +69,8 @@ from shardscope.plan.machine import MachineProbe, emulated_section, emulated_siz
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
 from shardscope.plan.scales import Scale, memory_scale
-from shardscope.plan.specs import collective_settings, job_entry, positive_int, training_settings
+from shardscope.plan.searches import search_section
+from shardscope.plan.specs import collective_settings, job_entry, training_settings
 
 __all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
 
@@ -177,52 +180,6 @@ def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: i
         return (f"training.memory_bound.model {model_name!r} is the gpu section's model already "
                 "(the communication-bound scale); expected a larger one")
     return scale
-
-
-def search_section(config: dict[str, Any], training: list[dict[str, Any]],
-                   conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The micro-batch searches of config ``training.search``: one per default-condition job of the chosen
-    strategies (the first planned model scale and world size); none when the key is null.
-
-    Every strategy is compared at one global batch (``global_batch`` sequences per optimizer step over all
-    ranks; default ``limit`` x world size, i.e. the largest micro-batch tried without accumulation), so each
-    trial runs micro-batch m with the gradient accumulation it would need to reach it: per-rank batch / m.
-    The micro-batches tried are therefore the divisors of the per-rank batch up to ``limit``. A bound that is
-    not a positive integer, or a global batch that does not split evenly over the ranks, is a
-    :class:`UserError` naming the key (before any job runs)."""
-    section = config["training"].get("search")
-    if not section:
-        return []
-    from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX, CHECKPOINTING_MODES
-
-    limit = positive_int("training.search.limit", section.get("limit"))
-    given = section.get("global_batch")
-    if given is not None:
-        positive_int("training.search.global_batch", given)
-    wanted = set(section.get("strategies") or config["training"]["strategies"])
-    mode = section.get("activation_checkpointing")
-    if mode is not None and mode not in CHECKPOINTING_MODES:
-        raise UserError(f"config key training.search.activation_checkpointing: {mode!r} is not a known value; "
-                        f"expected one of {', '.join(CHECKPOINTING_MODES)}")
-    default = next(c for c in conditions if c["condition"] == "default")
-    by_id = {j["job_id"]: j for j in training}
-    entries = []
-    for job_id in default["jobs"]:
-        job = by_id[job_id]
-        if job["strategy"] not in wanted:
-            continue
-        n = job["world_size"]
-        global_batch = limit * n if given is None else given
-        if global_batch % n:
-            raise UserError(f"config key training.search.global_batch: {global_batch} sequences do not split evenly over "
-                            f"the {n} ranks of job {job_id!r}; expected a multiple of {n}")
-        per_rank = global_batch // n
-        entries.append({"job_id": job_id, "strategy": job["strategy"], "limit": limit, "global_batch": global_batch,
-                        "per_rank_batch": per_rank,
-                        "micro_batches": [m for m in range(1, min(limit, per_rank) + 1) if per_rank % m == 0],
-                        "activation_checkpointing": mode or job.get("activation_checkpointing", "none"),
-                        "best_job_id": f"{job_id}-best", "best_placement": f"{job['placement']}{BEST_MICROBATCH_SUFFIX}"})
-    return entries
 
 
 def default_strategies(topology: dict[str, Any], config: dict[str, Any], place: Placement,
@@ -370,8 +327,8 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         "training_conditions": conditions,
         "scales": scales,
         "hsdp": hsdp,
-        "search": search_section(config, training, conditions),
     }
+    plan["search"], plan["best"] = search_section(config, training, conditions)
     if shape is not None:
         plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name,
                                                shared_collective, shared_training)

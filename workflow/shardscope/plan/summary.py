@@ -66,7 +66,8 @@ def estimate(plan: Mapping[str, Any]) -> Estimate:
     per-job time has been measured here, so no time is claimed.
     """
     jobs = [job for job in planned_jobs(dict(plan)) if isinstance(job, dict)]
-    searched = [(entry, max_trials(entry["micro_batches"]) + 1) for entry in plan.get("search") or []]
+    searched = [(entry, max_trials(entry["micro_batches"])) for entry in plan.get("search") or []]
+    searched += [(entry, 1) for entry in plan.get("best") or []]  # one run per condition at its search's best
     extra = sum(n for _, n in searched)
     if plan.get("device") != "cpu":
         return Estimate(len(jobs), None, f"no job time measured on a {plan.get('device')} node yet "

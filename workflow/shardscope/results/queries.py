@@ -280,7 +280,9 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Each strategy's latest run, with step time, tokens/s and bytes held relative to DDP as
     :func:`shardscope.results.views.strategy_vs_ddp_sql` defines it (the latest DDP run on the same host,
     model, world size, placement and transport, if it finished; else NULL ratios), and the 95% interval of its
-    tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat)."""
+    tokens/s over repeats (absolute, and relative to DDP's median; NULL for one repeat). ``condition`` is the
+    placement without the best-micro-batch mark, ``at_best_microbatch`` whether the run is its strategy's at its own
+    best micro-batch (figure 4 compares those per condition)."""
     rows = strategy_vs_ddp_sql("all_runs", f"{FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model, tr.micro_batch, "
                                            f"{_ci_select(con)}")
     return con.execute(f"""
@@ -289,7 +291,11 @@ def strategy_speed(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                held_bytes, held_bytes_vs_ddp, peak_memory_bytes,
                repeats, ci95_low_tokens_per_s, ci95_high_tokens_per_s,
                ci95_low_tokens_per_s / ddp_tokens_per_s AS ci95_low_vs_ddp,
-               ci95_high_tokens_per_s / ddp_tokens_per_s AS ci95_high_vs_ddp
+               ci95_high_tokens_per_s / ddp_tokens_per_s AS ci95_high_vs_ddp,
+               -- figure 4's fabric condition (placement without the best-micro-batch mark) and whether the run is
+               -- its strategy's run at its own best micro-batch (issue 17)
+               regexp_replace(placement, '{BEST_MICROBATCH_SUFFIX}$', '') AS condition,
+               placement LIKE '%{BEST_MICROBATCH_SUFFIX}' AS at_best_microbatch
         FROM ({rows})
         QUALIFY row_number() OVER (PARTITION BY host, model, world_size, placement, transport, strategy
                                    ORDER BY measured_at DESC NULLS LAST, run_id DESC) = 1

@@ -1,7 +1,7 @@
 """The largest micro-batch each strategy fits at one global batch, then each strategy's run at its own best.
 
 Sharding frees memory; a strategy compared at the micro-batch of another never uses it. So per
-planned training job the search (plan.json's ``search`` entry, :func:`shardscope.plan.planner.search_section`)
+memory-equal planned training job the search (plan.json's ``search`` entry, :func:`shardscope.plan.searches.search_section`)
 runs the job at micro-batch 1, 2, 4, … until a trial does not fit (a real out-of-memory on a GPU:
 outcome ``oom``; on CPU the job's memory budget against the tracked tensor peak: outcome
 ``over_budget``), then bisects between the largest that fitted and the smallest that did not.
@@ -21,9 +21,10 @@ changed (another budget, global batch, model) is never read back. A trial that f
 reason stops the search, which says so. The summary (kind ``search``) is collected into the
 ``search_trials`` table, every trial a row, OOMs included.
 
-:func:`run_best` then trains the job at its best micro-batch (micro-batch 1 when none fits, so the row
-shows the outcome and its reason), accumulating to the global batch, with the job's repeats: an ordinary
-training result, its placement marked with
+:func:`run_best` then trains the job -- and every other planned condition's job that the search serves
+(plan.json ``best``: a fabric condition changes speed, not memory, :mod:`shardscope.plan.searches`) -- at
+its best micro-batch (micro-batch 1 when none fits, so the row shows the outcome and its reason),
+accumulating to the global batch, with the job's repeats: an ordinary training result, its placement marked with
 :data:`shardscope.contracts.names.BEST_MICROBATCH_SUFFIX` so figure 4 and the report compare the
 strategies at their own best micro-batches. ``search_largest`` is the search itself, with the trial
 injected (tests give it a rule; the command gives it a real run).
@@ -224,16 +225,37 @@ def best_spec(job: TrainingJob, entry: dict[str, Any], summary: dict[str, Any]) 
                                activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
 
 
+def best_entry(plan: dict[str, Any], job_id: str, where: str) -> dict[str, Any]:
+    """The plan's ``best`` entry of job ``job_id`` (its run at the best micro-batch of the search that serves it);
+    a :class:`UserError` naming the plan when there is none."""
+    from shardscope.errors import UserError
+
+    for entry in plan.get("best") or []:
+        if entry.get("job_id") == job_id:
+            return entry
+    raise UserError(f"{where}: job {job_id!r} has no best-micro-batch run planned; expected one of the ids under "
+                    "`best` (config training.search)")
+
+
 def run_best(plan_path: str, job_id: str, search: str, out: str, log: str) -> int:
-    """Train job ``job_id`` at the best micro-batch its search (summary file ``search``) found; the result goes to ``out``."""
+    """Train job ``job_id`` at the best micro-batch found by the search that serves it (plan.json ``best``: under
+    another fabric condition, the memory-equal job's search); summary file ``search``; the result goes to ``out``."""
+    from shardscope.contracts.jobs import TrainingJob
     from shardscope.errors import UserError
     from shardscope.fileio import read_json
     from shardscope.jobs import run as jobs_run
+    from shardscope.plan.jobs import find_job, load_plan
 
-    job, entry = _planned_job(plan_path, job_id)
+    plan = load_plan(plan_path)
+    job = find_job(plan, job_id, plan_path)
+    if not isinstance(job, TrainingJob):
+        raise UserError(f"{plan_path}: job {job_id!r} is not a training job; a best-micro-batch run needs one")
+    entry = best_entry(plan, job_id, plan_path)
+    searched = entry["search_job_id"]
     summary = read_json(search)
-    if not isinstance(summary, dict) or summary.get("schema") != SCHEMA or (summary.get("job") or {}).get("job_id") != job_id:
-        raise UserError(f"{search}: not the micro-batch search of job {job_id!r} (schema {SCHEMA}); rerun its search")
+    if not isinstance(summary, dict) or summary.get("schema") != SCHEMA or (summary.get("job") or {}).get("job_id") != searched:
+        raise UserError(f"{search}: not the micro-batch search of job {searched!r} (schema {SCHEMA}), which serves job "
+                        f"{job_id!r}; rerun its search")
     return jobs_run.run_training(best_spec(job, entry, summary), out, log, plan_path)
 
 
@@ -250,13 +272,15 @@ def main(argv: list[str] | None = None) -> int:
                        ("best", "train the job at the best micro-batch its search found")):
         cmd = sub.add_parser(name, help=what)
         cmd.add_argument("--plan", required=True)
-        cmd.add_argument("--id", required=True, help="the planned training job (one with a `search` entry in the plan)")
+        cmd.add_argument("--id", required=True, help="the planned training job (one with a `search` entry in the plan; "
+                                                     "for best, one with a `best` entry)")
         cmd.add_argument("--out", required=True, help="the search's summary (search) or the training result (best), JSON")
         cmd.add_argument("--log", required=True)
         if name == "search":
             cmd.add_argument("--trials", required=True, help="folder of the trials' results (the cache a stopped search resumes from)")
         else:
-            cmd.add_argument("--search", required=True, help="the search's summary")
+            cmd.add_argument("--search", required=True, help="the summary of the search that serves the job (its `best` "
+                                                             "entry's search_job_id)")
     args = p.parse_args(argv)
     try:
         if args.command == "best":
