@@ -28,7 +28,7 @@ GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vo
 def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy: str, checkpointing: str = "none") -> Any:
     """Forward + backward of the real GPT under the tensor tracker, in this process (world size 1)."""
     torch = pytest.importorskip("torch")
-    from shardscope.training.memtrack import TensorMemoryTracker, param_ptrs
+    from shardscope.training.memtrack import TensorMemoryTracker, param_storages
     from shardscope.training.model import GPT
 
     torch.manual_seed(0)
@@ -42,7 +42,7 @@ def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy
     tracker = TensorMemoryTracker()
 
     def forward_done(*_: Any) -> None:
-        tracker.mark_forward_end(param_ptrs(model))
+        tracker.mark_forward_end(param_storages(model))
         tracker.phase("backward")
 
     handle = model.register_forward_hook(forward_done)
@@ -52,7 +52,7 @@ def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy
                 loss = model(tokens)
             loss.backward()
             state = [p for p in model.parameters()] + [p.grad for p in model.parameters()]
-            tracker.set_state({t.untyped_storage().data_ptr() for t in state})
+            tracker.set_state([t.untyped_storage() for t in state])
     finally:
         handle.remove()
     return tracker.result()

@@ -56,19 +56,22 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(value)
 
 
-def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
-    storage = t.untyped_storage()
-    return (storage.data_ptr(), storage.nbytes()) if storage.nbytes() > 0 else None
+def distinct_storages(tensors: Iterable[torch.Tensor], exclude: set[tuple[int, int]] | None = None
+                      ) -> dict[tuple[int, int], torch.UntypedStorage]:
+    """The distinct non-empty storages behind ``tensors`` (minus the keys in ``exclude``), by ``(address, bytes)``."""
+    seen: dict[tuple[int, int], torch.UntypedStorage] = {}
+    for t in tensors:
+        storage = local_tensor(t).untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes()) if storage.nbytes() > 0 else None
+        if key is not None and key not in (exclude or set()):
+            seen.setdefault(key, storage)
+    return seen
 
 
 def count_storages(tensors: Iterable[torch.Tensor], exclude: set[tuple[int, int]] | None = None) -> tuple[int, set[tuple[int, int]]]:
     """Total bytes of the distinct storages behind ``tensors`` (minus ``exclude``), and their keys."""
-    seen: set[tuple[int, int]] = set()
-    for t in tensors:
-        key = _storage_key(local_tensor(t))
-        if key is not None and key not in (exclude or set()):
-            seen.add(key)
-    return sum(nbytes for _, nbytes in seen), seen
+    seen = distinct_storages(tensors, exclude)
+    return sum(nbytes for _, nbytes in seen), set(seen)
 
 
 def model_param_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
@@ -93,26 +96,28 @@ def innermost_optimizer(optimizer: Any) -> torch.optim.Optimizer:
 
 def measure_held_bytes(model: nn.Module, optimizer: Any) -> HeldBytes:
     """Count parameters, gradients and optimizer state held by this rank, each storage once."""
-    return held_bytes_and_ptrs(model, optimizer)[0]
+    return held_bytes_and_storages(model, optimizer)[0]
 
 
-def held_bytes_and_ptrs(model: nn.Module, optimizer: Any) -> tuple[HeldBytes, set[int]]:
-    """:func:`measure_held_bytes` and the data pointers of the storages it counted.
+def held_bytes_and_storages(model: nn.Module, optimizer: Any) -> tuple[HeldBytes, list[torch.UntypedStorage]]:
+    """:func:`measure_held_bytes` and the storages it counted (the objects themselves).
 
-    Why the pointers: the tensor tracker (:mod:`shardscope.training.memtrack`) must leave the
-    training state out of activations and buffers, and knows storages only by where they are.
+    Why the storages: the tensor tracker (:mod:`shardscope.training.memtrack`) must leave the
+    training state out of activations and buffers, and tells storages apart by identity, not
+    by address (an address is reused as soon as a storage is freed).
     """
-    param_bytes, param_keys = count_storages(model_param_tensors(model))
+    params = distinct_storages(model_param_tensors(model))
     inner = innermost_optimizer(optimizer)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     grads += [p.grad for group in inner.param_groups for p in group["params"] if p.grad is not None]
     for attr in _DEEPSPEED_GRAD_ATTRS:
         grads += list(_tensors(getattr(optimizer, attr, None)))
-    grad_bytes, grad_keys = count_storages(grads, exclude=param_keys)
+    grad_storages = distinct_storages(grads, exclude=set(params))
     masters = [p for group in inner.param_groups for p in group["params"]]
     for attr in _DEEPSPEED_MASTER_ATTRS:
         masters += list(_tensors(getattr(optimizer, attr, None)))
     states = list(_tensors(list(inner.state.values())))
-    optim_bytes, optim_keys = count_storages(masters + states, exclude=param_keys | grad_keys)
-    ptrs = {ptr for ptr, _ in param_keys | grad_keys | optim_keys}
-    return HeldBytes(param_bytes=param_bytes, grad_bytes=grad_bytes, optim_bytes=optim_bytes), ptrs
+    optim_storages = distinct_storages(masters + states, exclude=set(params) | set(grad_storages))
+    held = HeldBytes(param_bytes=sum(n for _, n in params), grad_bytes=sum(n for _, n in grad_storages),
+                     optim_bytes=sum(n for _, n in optim_storages))
+    return held, [*params.values(), *grad_storages.values(), *optim_storages.values()]

@@ -10,7 +10,7 @@ After the step every storage it saw is put in one category:
 
 ``state``
     parameters, gradients and optimizer state as held after backward (the storages that
-    :func:`shardscope.training.held_bytes.held_storage_ptrs` finds then); counted by
+    :func:`shardscope.training.held_bytes.held_bytes_and_storages` finds then); counted by
     :mod:`held_bytes`, not here.
 ``activations``
     created during forward, alive when forward returned, and not backing a module parameter
@@ -23,6 +23,19 @@ After the step every storage it saw is put in one category:
     is one, even where autograd saved a view of it), communication buckets, gradients of
     activations during backward, the optimizer step's temporaries.
 
+Storages are told apart by identity (the storage object itself), never by address: the
+allocator hands a freed storage's address to the next one (FSDP2 frees the root's unsharded
+parameters at the end of backward, and the sharded gradients it then allocates may land at the
+address those parameters had when forward gathered them), so an address says nothing about
+which storage a remembered one was.
+
+A storage whose last reference goes on another thread (gloo runs each collective on its own
+worker thread, and that thread's hold on the collective's tensors may outlast the caller's) dies,
+for the tracker, when the last collective that used it completed: the caller has let go of it
+by then (otherwise the caller's own release would be the last), and the collective's reference
+ends with the collective, so this is the one moment that does not depend on how the two threads
+were scheduled.
+
 The step's transient peak is the largest ``activations + buffers`` alive at once; the
 reported peak is ``state + transient peak`` (gradients counted throughout, as they are under
 gradient accumulation). Memory a kernel allocates below the dispatcher (a workspace inside
@@ -31,8 +44,9 @@ one operator) is not seen: the numbers are *tracked tensor memory*.
 
 from __future__ import annotations
 
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -65,22 +79,27 @@ class TrackedStep:
         return asdict(self)
 
 
-def _data_ptr(storage: torch.UntypedStorage) -> int:
-    try:
-        return storage.data_ptr()
-    except RuntimeError:  # no memory behind it (a wrapper subclass)
-        return 0
-
-
 class _Storage:
-    __slots__ = ("ref", "phase", "born", "died", "sizes", "ptr", "state", "recomputed", "param")
+    __slots__ = ("ref", "phase", "born", "died", "sizes", "state", "recomputed", "param", "collective")
 
-    def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, ptr: int, recomputed: bool = False) -> None:
-        self.ref, self.phase, self.born, self.died, self.ptr = ref, phase, born, None, ptr
+    def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, recomputed: bool = False) -> None:
+        self.ref, self.phase, self.born, self.died = ref, phase, born, None
         self.sizes: list[tuple[int, int]] = [(born, nbytes)]
         self.state = False
         self.recomputed = recomputed
         self.param = False  # backed a parameter when a recompute ended (gathered again for it)
+        self.collective: int | None = None  # the operator count when the last collective that used it returned
+
+
+class _Identities:
+    """A set of storages by identity that keeps none of them alive (an id is only trusted while its object lives)."""
+
+    def __init__(self, storages: Iterable[torch.UntypedStorage] = ()) -> None:
+        self._refs = {id(s): weakref.ref(s) for s in storages}
+
+    def __contains__(self, storage: object) -> bool:
+        ref = self._refs.get(id(storage))
+        return ref is not None and ref() is storage
 
 
 class TensorMemoryTracker(TorchDispatchMode):
@@ -97,9 +116,14 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._by_id: dict[int, _Storage] = {}
         self._live: dict[int, _Storage] = {}
         self._forward_end_records: set[int] = set()
-        self._param_ptrs_at_forward_end: set[int] = set()
-        self._state_ptrs: set[int] = set()
+        self._params_at_forward_end: set[int] = set()
+        self._state = _Identities()
         self._phase_starts: dict[str, int] = {"forward": 0}
+        self._thread: int | None = None
+
+    def __enter__(self) -> TensorMemoryTracker:
+        self._thread = threading.get_ident()
+        return super().__enter__()
 
     def phase(self, name: str) -> None:
         """Start phase ``name`` (``backward`` or ``step``)."""
@@ -109,29 +133,30 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._phase = name
         self._phase_starts[name] = self._op
 
-    def mark_forward_end(self, param_ptrs: set[int]) -> None:
-        """Forward has returned: remember what is alive, and which storages back parameters now."""
+    def mark_forward_end(self, params: Iterable[torch.UntypedStorage]) -> None:
+        """Forward has returned: remember what is alive, and which of those storages back parameters now."""
         self._poll()
         self._forward_end_records = {id(record) for record in self._live.values()}
-        self._param_ptrs_at_forward_end = set(param_ptrs)
+        params = _Identities(params)
+        self._params_at_forward_end = {id(record) for record in self._live.values() if record.ref() in params}
 
-    def mark_recompute_params(self, param_ptrs: set[int]) -> None:
+    def mark_recompute_params(self, params: Iterable[torch.UntypedStorage]) -> None:
         """A recompute has ended: the live storages it created that back parameters now are gathered parameters, not activations.
 
-        Decided by the storages alive now, not by addresses remembered from forward: the
-        allocator hands a freed parameter's address to the next tensor of that size, and a
-        recomputed activation there is still an activation.
+        Decided by the storages alive now (ZeRO-3 gathers a released parameter again for the
+        recompute); a recomputed activation is never one of them, wherever the allocator put it.
         """
+        params = _Identities(params)
         for record in self._live.values():
-            if record.recomputed and record.ptr and record.ptr in param_ptrs:
+            if record.recomputed and record.ref() in params:
                 record.param = True
 
-    def set_state(self, state_ptrs: set[int]) -> None:
-        """The data pointers of parameters, gradients and optimizer state after backward."""
+    def set_state(self, storages: Iterable[torch.UntypedStorage]) -> None:
+        """The storages of parameters, gradients and optimizer state after backward (the very objects, not their addresses)."""
         self._poll()
-        self._state_ptrs = set(state_ptrs)
+        self._state = _Identities(storages)
         for record in self._live.values():
-            if record.ptr and record.ptr in state_ptrs:
+            if record.ref() in self._state:
                 record.state = True
 
     def _register(self, storage: torch.UntypedStorage) -> None:
@@ -139,24 +164,27 @@ class TensorMemoryTracker(TorchDispatchMode):
         if key in self._live:
             return
         try:
-            ptr = storage.data_ptr()
+            storage.data_ptr()
         except RuntimeError:  # a wrapper subclass's (DTensor's) placeholder storage holds no memory
             return
         from shardscope.training.checkpointing import in_recompute
 
-        record = _Storage(weakref.ref(storage, self._dead_callback(key)), self._phase, self._op, storage.nbytes(), ptr,
+        record = _Storage(weakref.ref(storage, self._dead_callback(key)), self._phase, self._op, storage.nbytes(),
                           recomputed=self._phase == "backward" and in_recompute())
         # A storage first seen after backward but held as state (an optimizer moment updated in
         # place in the step) is state, not a step temporary.
-        record.state = bool(ptr) and ptr in self._state_ptrs
+        record.state = storage in self._state
         self._by_id[len(self._by_id)] = record
         self._live[key] = record
 
     def _dead_callback(self, key: int) -> Callable[[weakref.ref], None]:
         def dead(_: weakref.ref) -> None:
             record = self._live.pop(key, None)
-            if record is not None:
-                record.died = self._op
+            if record is None:
+                return
+            elsewhere = self._thread is not None and threading.get_ident() != self._thread
+            # released by a communication thread: when the last collective that used it completed (module docstring)
+            record.died = max(record.collective, record.born) if elsewhere and record.collective is not None else self._op
         return dead
 
     def _poll(self) -> None:
@@ -168,19 +196,17 @@ class TensorMemoryTracker(TorchDispatchMode):
             nbytes = storage.nbytes()
             if nbytes != record.sizes[-1][1]:
                 record.sizes.append((self._op, nbytes))
-            if nbytes and not record.ptr:
-                record.ptr = _data_ptr(storage)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         self._op += 1
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor) and not getattr(leaf, "is_meta", False):
-                try:
-                    storage = leaf.untyped_storage()
-                except (RuntimeError, NotImplementedError):  # a tensor subclass without storage
-                    continue
-                self._register(storage)
+        for storage in _storages(out):
+            self._register(storage)
+        if getattr(func, "namespace", None) == "c10d":  # a collective: it holds its tensors until it completes
+            for storage in _storages((args, kwargs, out)):
+                record = self._live.get(id(storage))
+                if record is not None:
+                    record.collective = self._op
         self._poll()
         return out
 
@@ -227,7 +253,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         if record.recomputed:  # a checkpointed block's activations, recomputed in backward, unless a parameter gathered for it
             return "buffers" if record.param else "activations"
         alive_at_forward_end = record.phase == "forward" and id(record) in self._forward_end_records
-        if alive_at_forward_end and record.ptr not in self._param_ptrs_at_forward_end:
+        if alive_at_forward_end and id(record) not in self._params_at_forward_end:
             return "activations"
         return "buffers"
 
@@ -240,6 +266,16 @@ class TensorMemoryTracker(TorchDispatchMode):
         return name
 
 
+def _storages(tree: Any) -> Iterator[torch.UntypedStorage]:
+    """The storage behind every real tensor in ``tree`` (meta tensors and storage-less subclasses skipped)."""
+    for leaf in tree_leaves(tree):
+        if isinstance(leaf, torch.Tensor) and not getattr(leaf, "is_meta", False):
+            try:
+                yield leaf.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # a tensor subclass without storage
+                continue
+
+
 def decoder_of(module: torch.nn.Module) -> torch.nn.Module:
     """The :class:`GPT` inside whatever wraps it (DDP's ``module``, DeepSpeed's engine, FSDP2 in place)."""
     for sub in module.modules():
@@ -248,11 +284,11 @@ def decoder_of(module: torch.nn.Module) -> torch.nn.Module:
     raise TypeError(f"no decoder with blocks inside {type(module).__name__}")
 
 
-def param_ptrs(module: torch.nn.Module) -> set[int]:
-    """Data pointers of the storages behind the module's parameters as they are now (gathered or not)."""
+def param_storages(module: torch.nn.Module) -> list[torch.UntypedStorage]:
+    """The storages behind the module's parameters as they are now (gathered or not)."""
     from shardscope.training.held_bytes import local_tensor, model_param_tensors
 
-    return {_data_ptr(local_tensor(t).untyped_storage()) for t in model_param_tensors(module)}
+    return [local_tensor(t).untyped_storage() for t in model_param_tensors(module)]
 
 
 def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]:
@@ -262,24 +298,24 @@ def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]
     distorted. Forward's end is found with a forward hook on the decoder, registered for this
     step only.
     """
-    from shardscope.training.held_bytes import held_bytes_and_ptrs
+    from shardscope.training.held_bytes import held_bytes_and_storages
 
     tracker = TensorMemoryTracker()
     decoder = decoder_of(prepared.model)
 
     def forward_done(*_: Any) -> None:
-        tracker.mark_forward_end(param_ptrs(decoder))
+        tracker.mark_forward_end(param_storages(decoder))
         tracker.phase("backward")
 
     from shardscope.training.checkpointing import on_recompute_end
 
     handle = decoder.register_forward_hook(forward_done)
-    stop_listening = on_recompute_end(lambda: tracker.mark_recompute_params(param_ptrs(decoder)))
+    stop_listening = on_recompute_end(lambda: tracker.mark_recompute_params(param_storages(decoder)))
     try:
         with tracker:
             prepared.forward_backward(tokens)
-            held, ptrs = held_bytes_and_ptrs(prepared.model, prepared.optimizer)
-            tracker.set_state(ptrs)
+            held, storages = held_bytes_and_storages(prepared.model, prepared.optimizer)
+            tracker.set_state(storages)
             tracker.phase("step")
             prepared.step()
     finally:
