@@ -246,6 +246,14 @@ def _batch_label(row: pd.Series) -> str:
     return f"\nmb {int(row['micro_batch'])}x{accum}"
 
 
+def _label_height(value: float, row: pd.Series) -> float:
+    """Where a bar's label sits: above the bar and above its error bar, so the two never overlap."""
+    if not np.isfinite(value):
+        return 0.0
+    high = row.get("ci95_high_vs_ddp")
+    return max(value, float(high)) if high is not None and pd.notna(high) else value
+
+
 def _single_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> None:
     """One machine: a bar per strategy with its ratio, or its outcome where it did not finish."""
     rows = rows.set_index("strategy").reindex(strategies)
@@ -259,7 +267,7 @@ def _single_bars(ax: plt.Axes, rows: pd.DataFrame, strategies: list[str]) -> Non
         else:
             text = _OUTCOME_TEXT.get(outcome, "no DDP\nbaseline" if outcome == "ok" else str(outcome))
         text += _batch_label(rows.iloc[i])
-        ax.annotate(text, (i, value if np.isfinite(value) else 0), ha="center", va="bottom",
+        ax.annotate(text, (i, _label_height(value, rows.iloc[i])), ha="center", va="bottom",
                     xytext=(0, 2), textcoords="offset points", fontsize="small")
     ax.set_xticks(x, [strategy_name(s) for s in strategies], rotation=30, ha="right")
 
@@ -305,7 +313,8 @@ def _draw_per_condition(df: pd.DataFrame) -> plt.Figure:
                 continue
             who = _bars(ax, part)
             if at_best:
-                what = f"each strategy at its own best micro-batch (mb x accumulation under each bar), {_global_batch(part)}"
+                what = (f"each strategy at its own best micro-batch, {_global_batch(part)}\n"
+                        "(mb: micro-batch x accumulation steps)")
             else:
                 micro = sorted({int(m) for m in part["micro_batch"].dropna()}) if "micro_batch" in part else []
                 what = f"configured micro-batch {'/'.join(map(str, micro)) or '?'}, no accumulation"
