@@ -76,7 +76,9 @@ def test_ledger_section_shows_the_newest_stored_step_calibration(module_db, tmp_
     store_calibrations(str(db), found, created_at="2026-01-01T00:00:00+00:00")
     shown = ledger_section(db)["step_calibration"]
     assert shown["sentence"].startswith(f"{found[0].model} on {found[0].world_size} ranks")
-    assert f"overlap {found[0].overlap:.2f}, fitted on {len(found[0].run_ids)} measured runs" in shown["sentence"]
+    assert f"overlap {found[0].overlap:.2f}, " in shown["sentence"]
+    assert (f"{found[0].call_overhead_s * 1e3:.2f} ms per collective call and {found[0].host_call_s * 1e6:.2f} us of host "
+            f"work per recorded Python call, fitted on {len(found[0].run_ids)} measured runs") in shown["sentence"]
     rows = _rows(shown["table"])
     assert set(rows) == {s["strategy"] for s in found[0].strategies}
     first = found[0].strategies[0]

@@ -43,7 +43,9 @@ def _calibration_text(stored: dict[str, Any]) -> dict[str, str]:
     detail = stored
     mfu = f"MFU {stored['mfu']:.3f}" if stored["mfu"] is not None else "no peak known, so no MFU"
     sentence = (f"{stored['model']} on {stored['world_size']} ranks ({stored['host']}): compute "
-                f"{stored['effective_flops'] / 1e9:.2f} GFLOP/s ({mfu}) and overlap {stored['overlap']:.2f}, fitted on "
+                f"{stored['effective_flops'] / 1e9:.2f} GFLOP/s ({mfu}), overlap {stored['overlap']:.2f}, "
+                f"{(stored.get('call_overhead_s') or 0.0) * 1e3:.2f} ms per collective call and "
+                f"{(stored.get('host_call_s') or 0.0) * 1e6:.2f} us of host work per recorded Python call, fitted on "
                 f"{len(stored['run_ids'])} measured runs (calibration {stored['calibration_id']}, {stored['created_at']})")
     frame = pd.DataFrame([{"strategy": r["strategy"], "measured s": r["measured_s"], "modeled s": r["modeled_s"],
                            "error": r["modeled_s"] / r["measured_s"] - 1, "held out s": r["held_out_s"],
