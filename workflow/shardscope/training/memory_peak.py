@@ -41,9 +41,8 @@ buffers (temporary, by phase)
     ZeRO-1/2 allocate it in the model's dtype (two with ``overlap_comm``, off by default for
     stages 1-2), ZeRO-3 one in the reduction dtype (:func:`zero_reduce_bucket`).
     backward, inside the blocks (the output side's activations gone): FSDP the root unsharded
-    and its head/norm gradients, the block's gathered flat buffer and unsharded parameters, the
-    SwiGLU's gradients, and from the second block on the previous block's reduce-scatter input
-    (:func:`fsdp_backward_blocks`); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
+    plus three block-sized buffers (gathered flat buffer, unsharded parameters, unsharded
+    gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
     (:func:`zero1_backward`). backward, at its end (ZeRO-2/3 when one bucket holds every
     gradient, as DeepSpeed's default 5e8 elements do for models below 5e8 parameters, reduced
     only then): ZeRO-2 every gradient whole beside the bucket, ZeRO-3 the reduce-scatter's
@@ -371,33 +370,6 @@ def zero3_backward_end(cfg: ModelConfig, e_param: int, e_reduce: int, bucket: in
             "embedding_gathered": cfg.vocab_size * cfg.d_model * e_param, "activations": 0}
 
 
-def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], root: int, block: int,
-                         e_grad: int) -> dict[str, int]:
-    """FSDP's largest moment inside the blocks' backward: in the first block done, or in a later one beside the last reduce-scatter's input.
-
-    Alive throughout: the root's unsharded parameters and its unsharded gradients of the head
-    (unless tied) and final norm, which the root reduce-scatters only in its own post-backward at
-    the end of backward. Inside a block's MLP backward: the block's gathered flat buffer and its
-    unsharded parameters, the three ``T·f`` gradients of the SwiGLU (of the product, of silu's
-    output, of up's output) and the gradient flowing into the block (``T·h``). From the second
-    block on, FSDP2 also keeps the previous block's reduce-scatter input (one block of gradients,
-    its ``reduce_scatter_states``) until the next reduce-scatter, while one block fewer of
-    activations is left (measured exactly on small-gqa at 2 x 128 tokens, fp32, 2 ranks: 15,209,472 B
-    of buffers without checkpointing, 18,358,276 B with full checkpointing).
-    """
-    e_act = 4 if policy == "fp32" else 2
-    e_residual = 2 if policy == "bf16" else 4
-    root_grads = (cfg.d_model + (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)) * e_grad
-    swiglu = shape.tokens * (3 * cfg.d_ff * e_act + cfg.d_model * e_residual)
-    common = {"root_unsharded": root, "root_grads": root_grads, "block_gather_and_unsharded": 2 * block,
-              "swiglu_and_output_grads": swiglu}
-    first = {**common, "activations": acts["blocks"]}
-    later = {**common, "previous_reduce_scatter_input": block,
-             "activations": max(acts["blocks"] - acts["kept_per_block"], 0)}
-    candidates = [first, later] if cfg.n_layers > 1 else [first]
-    return max(candidates, key=lambda parts: sum(parts.values()))
-
-
 def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], bucket: int, e_grad: int,
                    bucket_elements: int) -> dict[str, int]:
     """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
@@ -555,10 +527,6 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     if strategy == "zero1":
         phases["backward_blocks"] = zero1_backward(cfg, shape, policy, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
                                                    bucket_elements)
-    if strategy == "fsdp":
-        e_param = 4 if policy in ("fp32", "autocast") else 2
-        phases["backward_blocks"] = fsdp_backward_blocks(cfg, shape, policy, acts, root_params(cfg) * e_param,
-                                                         block_params(cfg) * e_param, e_grad)
     whole_bucket = bucket_elements >= cfg.param_count()
     if strategy == "zero2" and whole_bucket:  # one bucket holds every gradient: reduced only at the end
         phases["backward_end"] = {**buffers["backward_blocks"], "full_grads": cfg.param_count() * e_grad, "activations": 0}
