@@ -320,20 +320,12 @@ def _host() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _release(con: duckdb.DuckDBPyConnection, after_success: bool = False) -> None:
+def _release(con: duckdb.DuckDBPyConnection) -> None:
     """Undo what a load left on the host: an open transaction, temp tables, every attached database.
 
     Detaching closes the database files, so the copy can be renamed or removed; if the host
-    cannot be cleaned, it is dropped and the next load starts a new one. After a load that
-    committed, only its copy is detached: a successful load leaves no transaction and no
-    temp table (its inserts register and unregister their rows).
+    cannot be cleaned, it is dropped and the next load starts a new one.
     """
-    if after_success:
-        try:
-            con.execute(f"USE memory; DETACH {_TARGET}")
-            return
-        except duckdb.Error:
-            pass
     try:
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
@@ -396,14 +388,12 @@ def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
             except duckdb.Error as exc:
                 _release(con)
                 raise UserError(f"{db}: cannot be opened by DuckDB {duckdb.__version__}: {str(exc).splitlines()[0]}") from None
-
             try:
                 con.execute(f"USE {_TARGET}")
                 if not _wrote_it(_WRITTEN, db):
                     check_database(con, db)
                 yield con
                 con.execute(f"CHECKPOINT {_TARGET}")
-
             finally:
                 _release(con)
             os.replace(tmp, db)
