@@ -9,8 +9,9 @@ without change (a ``str`` for a string column, an ``int`` within int64 for an in
 an ``int`` or ``float`` for a float one, a ``bool`` for a boolean one, ``None`` where the
 column is nullable), nullability and uniqueness are counted in Python, and pandera's
 builtin comparisons (``ge``, ``gt``, ``le``, ``lt``, ``eq``, ``ne``, ``in_range``,
-``isin``, ``notin``, ``str_length``) are evaluated as the same comparisons on the values.
-Every other check (the shared ``finite`` check, ``str_matches``, each dataframe check) is
+``isin``, ``notin``, ``str_length``) are evaluated as the same comparisons on the values,
+and so is the shared ``finite`` check on a numeric column (:func:`tablebase.finite_number`).
+Every other check (``finite`` on another column, ``str_matches``, each dataframe check) is
 the very function pandera calls, given the small pandas Series or frame pandera would give
 it. The rows that pass become an Arrow table typed from the schema.
 
@@ -33,6 +34,7 @@ from typing import Any, Callable
 
 from shardscope.results.fastcheck import _passed, table_rule
 from shardscope.results.schemas import TABLES
+from shardscope.results.tablebase import _Table, finite_number
 
 _INT64 = (-(2**63), 2**63)
 #: Above this, an integer stored in a float64 column (what pandas makes of ints beside a null) is rounded.
@@ -110,8 +112,19 @@ class ScalarTable:
     arrow_schema: Any
 
 
+def _declared_function(check: Any) -> Any:
+    """The function a schema's ``@pa.check`` method declared (pandera calls it through an adapter); None if not found."""
+    for cell in getattr(check._check_fn, "__closure__", None) or ():
+        function = getattr(cell.cell_contents, "check_fn", None)
+        if function is not None:
+            return function
+    return None
+
+
 def _scalar_check(check: Any, kind: str) -> Callable[[Any], bool] | None:
-    """``check`` as a predicate on one non-null value, if it is a builtin comparing values one by one."""
+    """``check`` as a predicate on one non-null value, if it is a builtin comparing values one by one or ``finite``."""
+    if kind in ("int", "nullable_int", "float") and not check._check_kwargs and _declared_function(check) is _Table.finite.__func__:
+        return functools.partial(finite_number)
     name = getattr(check, "name", None)
     if name not in _SCALAR or not check.is_builtin_check(name):
         return None

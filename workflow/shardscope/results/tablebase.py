@@ -7,6 +7,8 @@ bandwidths the same way, so both check them with the functions here.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
@@ -22,6 +24,16 @@ def valid(series: pd.Series) -> pd.Series:
     """Where a column holds a positive finite number (what its own checks demand of a size or time)."""
     values = pd.to_numeric(series, errors="coerce").astype("float64")
     return pd.Series(np.isfinite(values) & (values > 0), index=series.index)
+
+
+def finite_number(value: int | float) -> bool:
+    """:meth:`_Table.finite` on one plain ``int`` or ``float`` value: not infinite.
+
+    :mod:`shardscope.results.rowcheck` checks a numeric column's values with it instead of
+    building a pandas Series per column; on an int64 or float64 column the two agree (an
+    int64 is never infinite as a float64, NaN is a null and not checked).
+    """
+    return not math.isinf(value)
 
 
 def algbw_matches(df: pd.DataFrame, rtol: float = BANDWIDTH_RTOL) -> pd.Series:
