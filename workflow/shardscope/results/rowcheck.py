@@ -257,10 +257,12 @@ def _pandas_checks_pass(spec: ScalarTable, values: list[list[Any]], arrows: list
         for check, ignore_na in spec.frame_checks:
             output = check(frame)
             # With no row entirely null (no null at all, for a frame output), pandera's "or the row is
-            # null" adds nothing to a numpy bool output: read it directly, without building isna() frames.
-            plain = isinstance(output, pd.Series) and output.dtype == bool and not empty_rows or (
+            # null" adds nothing to a numpy bool output, nor to a pandas "boolean" one without NA (what a
+            # comparison of a string column gives): read it directly, without building isna() frames.
+            plain = isinstance(output, pd.Series) and not empty_rows and (output.dtype == bool or (
+                isinstance(output.dtype, pd.BooleanDtype) and not output.hasnans)) or (
                 isinstance(output, pd.DataFrame) and not any(nulls) and all(t == bool for t in output.dtypes))
-            if not (bool(output.to_numpy().all()) if plain else _passed(output, frame, ignore_na, table_level=True)):
+            if not (bool(output.to_numpy(dtype=bool).all()) if plain else _passed(output, frame, ignore_na, table_level=True)):
                 return False
     return True
 
