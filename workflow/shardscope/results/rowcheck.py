@@ -10,7 +10,9 @@ an ``int`` or ``float`` for a float one, a ``bool`` for a boolean one, ``None`` 
 column is nullable), nullability and uniqueness are counted in Python, and pandera's
 builtin comparisons (``ge``, ``gt``, ``le``, ``lt``, ``eq``, ``ne``, ``in_range``,
 ``isin``, ``notin``, ``str_length``) are evaluated as the same comparisons on the values,
-and so is the shared ``finite`` check on a numeric column (:func:`tablebase.finite_number`).
+and so are the shared ``finite`` check on a numeric column (:func:`tablebase.finite_number`)
+and the ``iso_time`` checks on a time of the common form (:func:`tablebase.iso_time_text`;
+a time of another form fails it, and the rows go to pandera, which judges them).
 Every other check (``finite`` on another column, ``str_matches``, each dataframe check) is
 the very function pandera calls, given the small pandas Series or frame pandera would give
 it. The rows that pass become an Arrow table typed from the schema.
@@ -34,7 +36,7 @@ from typing import Any, Callable
 
 from shardscope.results.fastcheck import _passed, table_rule
 from shardscope.results.schemas import TABLES
-from shardscope.results.tablebase import _Table, finite_number
+from shardscope.results.tablebase import _Table, finite_number, iso_time_text
 
 _INT64 = (-(2**63), 2**63)
 #: Above this, an integer stored in a float64 column (what pandas makes of ints beside a null) is rounded.
@@ -121,10 +123,22 @@ def _declared_function(check: Any) -> Any:
     return None
 
 
+@functools.cache
+def _twins() -> dict[Any, tuple[tuple[str, ...], Callable[[Any], bool]]]:
+    """Checks declared in the schemas that have a version on one plain value: function -> (column kinds, predicate)."""
+    from shardscope.results.schemas import RunsSchema
+    from shardscope.results.schemas_diagnosis import DoctorFindingsSchema
+
+    return {_Table.finite.__func__: (("int", "nullable_int", "float"), finite_number),
+            RunsSchema.measured_at_is_a_time.__func__: (("string",), iso_time_text),
+            DoctorFindingsSchema.checked_at_is_a_time.__func__: (("string",), iso_time_text)}
+
+
 def _scalar_check(check: Any, kind: str) -> Callable[[Any], bool] | None:
-    """``check`` as a predicate on one non-null value, if it is a builtin comparing values one by one or ``finite``."""
-    if kind in ("int", "nullable_int", "float") and not check._check_kwargs and _declared_function(check) is _Table.finite.__func__:
-        return functools.partial(finite_number)
+    """``check`` as a predicate on one non-null value, if it is a builtin comparing values one by one or has a twin (:func:`_twins`)."""
+    twin = _twins().get(_declared_function(check))
+    if twin is not None and kind in twin[0] and not check._check_kwargs:
+        return functools.partial(twin[1])
     name = getattr(check, "name", None)
     if name not in _SCALAR or not check.is_builtin_check(name):
         return None
