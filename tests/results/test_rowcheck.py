@@ -144,6 +144,26 @@ def test_refused_cases_include_every_kind_of_check(rows):
     assert _pandera("collectives", doubled) is None and arrow_rows("collectives", doubled) is None  # unique key
 
 
+TIMES = ["2026-11-29T00:00:00+00:00", "2026-11-29T00:00:00.123456Z", "2026-11-29T10:00:00-23:59", "2026-11-29T00:00:00",
+         "2026-11-29 00:00:00", "2026-11-29", "20261129T000000Z", "2026-02-30T00:00:00", "2026-11-29T24:00:00",
+         "2026-11-29T23:59:60", "1500-01-01T00:00:00", "2300-01-01T00:00:00", "1677-09-21T00:12:43+23:59",
+         "2026-11-29T00:00:00.1234567", "2026-11-29T00:00:00+24:00", "2026-11-29T00:00:00+0000", "yesterday", ""]
+
+
+@pytest.mark.parametrize("table, column", [("runs", "measured_at"), ("doctor_findings", "checked_at")])
+def test_times_the_fast_path_accepts_are_times_pandera_accepts(rows, table, column):
+    """The iso_time checks run on plain strings (tablebase.iso_time_text): never an acceptance pandera would refuse."""
+    accepted = 0
+    for value in TIMES:
+        damaged = copy.deepcopy(rows[table][:1])
+        damaged[0][column] = value
+        fast, expected = arrow_rows(table, damaged), _pandera(table, damaged)
+        if fast is not None:
+            accepted += 1
+            assert expected is not None and fast.equals(expected), value
+    assert 3 <= accepted < len(TIMES)
+
+
 def _contents(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     con = duckdb.connect(str(db), read_only=True)
     try:

@@ -76,7 +76,7 @@ def test_a_failure_inside_the_load_leaves_the_database_as_it_was(tmp_path, sampl
     collect(db, write_docs(tmp_path / "good", sample_docs[:2]))
     before = file_digest(db)
 
-    def explode(con, frames):
+    def explode(con, frames, *looked_up):
         con.execute("DELETE FROM runs")
         raise RuntimeError("disk full")
 
@@ -95,8 +95,8 @@ def test_loads_in_one_process_leave_nothing_behind_after_a_failure(tmp_path, sam
     collect(db, write_docs(tmp_path / "good", sample_docs[:2]))
     real_load = store._load
 
-    def explode(con, frames):
-        real_load(con, frames)
+    def explode(con, frames, *looked_up):
+        real_load(con, frames, *looked_up)
         con.execute("CREATE TEMP TABLE leftover (x INTEGER)")
         raise RuntimeError("disk full")
 

@@ -9,8 +9,11 @@ without change (a ``str`` for a string column, an ``int`` within int64 for an in
 an ``int`` or ``float`` for a float one, a ``bool`` for a boolean one, ``None`` where the
 column is nullable), nullability and uniqueness are counted in Python, and pandera's
 builtin comparisons (``ge``, ``gt``, ``le``, ``lt``, ``eq``, ``ne``, ``in_range``,
-``isin``, ``notin``, ``str_length``) are evaluated as the same comparisons on the values.
-Every other check (the shared ``finite`` check, ``str_matches``, each dataframe check) is
+``isin``, ``notin``, ``str_length``) are evaluated as the same comparisons on the values,
+and so are the shared ``finite`` check on a numeric column (:func:`tablebase.finite_number`)
+and the ``iso_time`` checks on a time of the common form (:func:`tablebase.iso_time_text`;
+a time of another form fails it, and the rows go to pandera, which judges them).
+Every other check (``finite`` on another column, ``str_matches``, each dataframe check) is
 the very function pandera calls, given the small pandas Series or frame pandera would give
 it. The rows that pass become an Arrow table typed from the schema.
 
@@ -33,6 +36,7 @@ from typing import Any, Callable
 
 from shardscope.results.fastcheck import _passed, table_rule
 from shardscope.results.schemas import TABLES
+from shardscope.results.tablebase import _Table, finite_number, iso_time_text
 
 _INT64 = (-(2**63), 2**63)
 #: Above this, an integer stored in a float64 column (what pandas makes of ints beside a null) is rounded.
@@ -110,8 +114,31 @@ class ScalarTable:
     arrow_schema: Any
 
 
+def _declared_function(check: Any) -> Any:
+    """The function a schema's ``@pa.check`` method declared (pandera calls it through an adapter); None if not found."""
+    for cell in getattr(check._check_fn, "__closure__", None) or ():
+        function = getattr(cell.cell_contents, "check_fn", None)
+        if function is not None:
+            return function
+    return None
+
+
+@functools.cache
+def _twins() -> dict[Any, tuple[tuple[str, ...], Callable[[Any], bool]]]:
+    """Checks declared in the schemas that have a version on one plain value: function -> (column kinds, predicate)."""
+    from shardscope.results.schemas import RunsSchema
+    from shardscope.results.schemas_diagnosis import DoctorFindingsSchema
+
+    return {_Table.finite.__func__: (("int", "nullable_int", "float"), finite_number),
+            RunsSchema.measured_at_is_a_time.__func__: (("string",), iso_time_text),
+            DoctorFindingsSchema.checked_at_is_a_time.__func__: (("string",), iso_time_text)}
+
+
 def _scalar_check(check: Any, kind: str) -> Callable[[Any], bool] | None:
-    """``check`` as a predicate on one non-null value, if it is a builtin comparing values one by one."""
+    """``check`` as a predicate on one non-null value, if it is a builtin comparing values one by one or has a twin (:func:`_twins`)."""
+    twin = _twins().get(_declared_function(check))
+    if twin is not None and kind in twin[0] and not check._check_kwargs:
+        return functools.partial(twin[1])
     name = getattr(check, "name", None)
     if name not in _SCALAR or not check.is_builtin_check(name):
         return None
@@ -244,10 +271,12 @@ def _pandas_checks_pass(spec: ScalarTable, values: list[list[Any]], arrows: list
         for check, ignore_na in spec.frame_checks:
             output = check(frame)
             # With no row entirely null (no null at all, for a frame output), pandera's "or the row is
-            # null" adds nothing to a numpy bool output: read it directly, without building isna() frames.
-            plain = isinstance(output, pd.Series) and output.dtype == bool and not empty_rows or (
+            # null" adds nothing to a numpy bool output, nor to a pandas "boolean" one without NA (what a
+            # comparison of a string column gives): read it directly, without building isna() frames.
+            plain = isinstance(output, pd.Series) and not empty_rows and (output.dtype == bool or (
+                isinstance(output.dtype, pd.BooleanDtype) and not output.hasnans)) or (
                 isinstance(output, pd.DataFrame) and not any(nulls) and all(t == bool for t in output.dtypes))
-            if not (bool(output.to_numpy().all()) if plain else _passed(output, frame, ignore_na, table_level=True)):
+            if not (bool(output.to_numpy(dtype=bool).all()) if plain else _passed(output, frame, ignore_na, table_level=True)):
                 return False
     return True
 

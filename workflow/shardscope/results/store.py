@@ -205,6 +205,8 @@ def distinct(rows: Any, key: str | None = None) -> Any:
 
     Nulls count as equal, as pandas' ``drop_duplicates`` counts them.
     """
+    if rows.num_rows < 2:
+        return rows
     values = [rows.column(key).to_pylist()] if key else [rows.column(i).to_pylist() for i in range(rows.num_columns)]
     seen: set[tuple[Any, ...]] = set()
     keep = []
@@ -305,6 +307,13 @@ def check_database(con: duckdb.DuckDBPyConnection, db: str | os.PathLike[str], c
 
 
 _HOSTS = threading.local()
+#: The host's settings. One thread: a load moves a few rows, and a second thread only spun (a third
+#: of a small load's CPU time). A commit checkpoints at once, without writing the WAL first: the copy
+#: is checkpointed before it replaces the database anyway, and a copy that fails is thrown away,
+#: so the WAL's crash safety protected nothing. No fsync by DuckDB: :func:`updating` syncs the
+#: finished copy once before the rename (the only moment its bytes must be on disk).
+_HOST_SETTINGS = ("SET threads = 1", "SET checkpoint_threshold = '0KB'", "SET auto_checkpoint_skip_wal_threshold = 0",
+                  "SET fsync_mode = 'NONE'")
 
 
 def _host() -> duckdb.DuckDBPyConnection:
@@ -316,25 +325,33 @@ def _host() -> duckdb.DuckDBPyConnection:
     con, pid = getattr(_HOSTS, "con", None), getattr(_HOSTS, "pid", None)
     if con is None or pid != os.getpid():  # a forked child never uses its parent's instance
         con, _HOSTS.pid = duckdb.connect(), os.getpid()
+        for setting in _HOST_SETTINGS:
+            con.execute(setting)
         _HOSTS.con = con
     return con
 
 
-def _release(con: duckdb.DuckDBPyConnection) -> None:
+def _release(con: duckdb.DuckDBPyConnection, checkpointed: bool = False, only_the_copy: bool = False) -> None:
     """Undo what a load left on the host: an open transaction, temp tables, every attached database.
 
     Detaching closes the database files, so the copy can be renamed or removed; if the host
-    cannot be cleaned, it is dropped and the next load starts a new one.
+    cannot be cleaned, it is dropped and the next load starts a new one. After a successful
+    checkpoint (``checkpointed``) of a load that committed, attached nothing else and made no
+    temp table (``only_the_copy``: a collect), only the copy is detached, without looking for the rest.
     """
     try:
+        if checkpointed and only_the_copy:
+            con.execute("USE memory")
+            con.execute(f"DETACH {_TARGET}")
+            return
         with contextlib.suppress(duckdb.Error):
             con.execute("ROLLBACK")
         con.execute("USE memory")
-        for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = 'temp'").fetchall():
-            con.execute(f"DROP TABLE temp.main.{name}")
-        for (name,) in con.execute("SELECT database_name FROM duckdb_databases() WHERE NOT internal "
-                                   "AND database_name <> 'memory'").fetchall():
-            con.execute(f'DETACH "{name}"')
+        for kind, name in con.execute(
+                "SELECT 'table', table_name FROM duckdb_tables() WHERE database_name = 'temp' UNION ALL "
+                "SELECT 'database', database_name FROM duckdb_databases() WHERE NOT internal AND database_name <> 'memory' "
+                "ORDER BY 1 DESC").fetchall():
+            con.execute(f"DROP TABLE temp.main.{name}" if kind == "table" else f'DETACH "{name}"')
     except duckdb.Error:
         _HOSTS.con = None
         con.close()
@@ -362,14 +379,16 @@ def _wrote_it(table: dict[str, tuple[int, ...]], db: Path) -> bool:
 
 
 @contextlib.contextmanager
-def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+def updating(db: Path, only_the_copy: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to a private copy of ``db``, taken under the lock; it replaces ``db`` only if the block succeeds.
 
     The caller runs its transaction on the connection (the copy is its current database);
     on any exception the copy is thrown away and ``db`` stays byte-for-byte as it was.
     A database this process wrote itself and nobody changed since (same inode, size and
     modification time) is not checked again (:func:`check_database`): loading files one
-    call at a time paid that catalog query on every call.
+    call at a time paid that catalog query on every call. ``only_the_copy``: the block attaches
+    no other database and makes no temp table (a collect), so after it succeeds only the copy
+    is detached; after a failure everything is cleaned up all the same.
     """
     with exclusive_lock(db):
         fd, tmp_name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
@@ -388,14 +407,17 @@ def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
             except duckdb.Error as exc:
                 _release(con)
                 raise UserError(f"{db}: cannot be opened by DuckDB {duckdb.__version__}: {str(exc).splitlines()[0]}") from None
+            checkpointed = False
             try:
                 con.execute(f"USE {_TARGET}")
                 if not _wrote_it(_WRITTEN, db):
                     check_database(con, db)
                 yield con
                 con.execute(f"CHECKPOINT {_TARGET}")
+                checkpointed = True
             finally:
-                _release(con)
+                _release(con, checkpointed, only_the_copy)
+            _sync(tmp)
             os.replace(tmp, db)
             _WRITTEN[str(db.absolute())] = _signature(db)  # type: ignore[assignment]
         finally:
@@ -403,21 +425,28 @@ def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
             Path(str(tmp) + ".wal").unlink(missing_ok=True)
 
 
+def _sync(path: Path) -> None:
+    """Flush ``path``'s bytes to disk (the host's DuckDB does not fsync; see :data:`_HOST_SETTINGS`)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def insert_frame(con: duckdb.DuckDBPyConnection, table: str, df: Any) -> None:
     """Append validated rows (a pandas frame or an Arrow table) to ``table`` by column name.
 
     The rows go to DuckDB as an Arrow table: DuckDB scans a pandas frame of a few rows in
-    about three times the time of converting it to Arrow and scanning that.
+    about three times the time of converting it to Arrow and scanning that. DuckDB finds the
+    table by its local name (a replacement scan), which costs half of registering it as a view.
     """
     if len(df):
         import pyarrow
 
         rows = df if isinstance(df, pyarrow.Table) else pyarrow.Table.from_pandas(df, preserve_index=False)
-        con.register("incoming", rows)
-        try:
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
-        finally:
-            con.unregister("incoming")
+        shardscope_incoming_rows = rows  # noqa: F841  (read by DuckDB's replacement scan below)
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM shardscope_incoming_rows")
 
 
 def stored_keys(con: duckdb.DuckDBPyConnection, parent: str, key: str, values: set[str], also: str = "") -> list[tuple[Any, ...]]:
@@ -432,26 +461,34 @@ def stored_keys(con: duckdb.DuckDBPyConnection, parent: str, key: str, values: s
                        [sorted(values)]).fetchall()
 
 
-def conflicts(con: duckdb.DuckDBPyConnection, runs: Any, run_paths: dict[str, str], db: str | os.PathLike[str]) -> list[str]:
+def conflicts(con: duckdb.DuckDBPyConnection, runs: Any, run_paths: dict[str, str], db: str | os.PathLike[str],
+              stored: list[tuple[Any, ...]] | None = None) -> list[str]:
     """One sentence per incoming run (``runs``: an Arrow table) whose run id the database holds with a different content digest.
 
     A run stored before digests were kept (null digest) cannot be compared and counts as present.
+    ``stored``: the (run id, content digest) rows of the incoming run ids, if already looked up.
     """
     incoming = dict(zip(runs.column("run_id").to_pylist(), runs.column("content_digest").to_pylist()))
-    clashes = sorted(run_id for run_id, digest in stored_keys(con, "runs", "run_id", set(incoming), "content_digest")
-                     if digest is not None and incoming[run_id] != digest)
+    if stored is None:
+        stored = stored_keys(con, "runs", "run_id", set(incoming), "content_digest")
+    clashes = sorted(run_id for run_id, digest in stored if digest is not None and incoming[run_id] != digest)
     return [f"{run_paths.get(run_id, 'an input')}: run id {run_id} is already in {db} with different contents "
             f"(a conflict: the same kind, job id, host and time measured differently); keep one of them"
             for run_id in clashes]
 
 
-def _load(con: duckdb.DuckDBPyConnection, frames: dict[str, Any]) -> dict[str, int]:
-    """Insert every run and topology not present yet (``frames``: Arrow tables; the layout is upgraded already); counts of new and skipped."""
+def _load(con: duckdb.DuckDBPyConnection, frames: dict[str, Any], present: dict[str, set[str]] | None = None) -> dict[str, int]:
+    """Insert every run and topology not present yet (``frames``: Arrow tables; the layout is upgraded already); counts of new and skipped.
+
+    ``present``: owner key -> the incoming keys the database holds, where already looked up.
+    """
     counts: dict[str, int] = {}
     new_keys: dict[str, set[str]] = {}
     for key, parent in OWNER_KEYS.items():
         incoming = set(frames[parent].column(key).to_pylist())
-        existing = {row[0] for row in stored_keys(con, parent, key, incoming)}
+        existing = (present or {}).get(key)
+        if existing is None:
+            existing = {row[0] for row in stored_keys(con, parent, key, incoming)}
         new_keys[key] = incoming - existing
         counts[f"new_{parent}"], counts[f"skipped_{parent}"] = len(incoming - existing), len(incoming & existing)
     for table, rows in frames.items():
@@ -471,16 +508,17 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
     if errors:
         raise UserError(problem_report(errors))
     target = Path(db)
-    with updating(target) as con:
+    with updating(target, only_the_copy=True) as con:
         con.execute("BEGIN TRANSACTION")
         if not _wrote_it(_CURRENT, target):  # a database this process upgraded and nobody changed since is current already
             upgrade(con)
-        clashes = conflicts(con, frames["runs"], run_paths, target)
+        stored = stored_keys(con, "runs", "run_id", set(frames["runs"].column("run_id").to_pylist()), "content_digest")
+        clashes = conflicts(con, frames["runs"], run_paths, target, stored)
         if len(clashes) == 1:
             raise UserError(clashes[0] + "; nothing was loaded")
         if clashes:
             raise UserError(problem_report(clashes))
-        counts = _load(con, frames)
+        counts = _load(con, frames, {"run_id": {row[0] for row in stored}})
         con.execute("COMMIT")
     _CURRENT[str(target.absolute())] = _WRITTEN[str(target.absolute())]
     summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
