@@ -211,7 +211,7 @@ def test_hsdp_holds_what_fsdp_on_one_shard_group_holds() -> None:
     assert whole_peak("hsdp", cfg, 8, 2048).peak_bytes == whole_peak("fsdp", cfg, 8, 2048).peak_bytes  # one group: FSDP
     with pytest.raises(ValueError, match="positive divisor of the 16 GPUs"):
         whole_peak("hsdp", cfg, 16, 2048, shard_group=3)
-    with pytest.raises(ValueError, match="HSDP's alone"):
+    with pytest.raises(ValueError, match="HSDP's or zero3_hpz's alone"):
         whole_peak("zero3", cfg, 16, 2048, shard_group=8)
 
 
