@@ -36,7 +36,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
 
 
 def _shard_group(args: argparse.Namespace) -> int | None:
-    """``--shard-group``: HSDP's shard-group size, a divisor of ``--gpus`` (None: all of them)."""
+    """``--shard-group``: HSDP's shard-group size or hpZ's partition size, a divisor of ``--gpus`` (None: all of them)."""
     if args.shard_group is None:
         return None
     group = _positive_int("--shard-group", args.shard_group)
@@ -100,7 +100,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
             from shardscope.training.memory_peak import OptimizerAssumption
 
             kwargs["optimizer"] = OptimizerAssumption(offload="cpu")
-        if row["strategy"] == "hsdp":
+        if row["strategy"] in ("hsdp", "zero3_hpz"):
             kwargs["shard_group"] = row["shard_group"]
         peak = predict_peak(row["strategy"], cfg, args.gpus, shape, **kwargs)
         row["peak"] = peak.to_dict()
@@ -140,7 +140,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b) or a JSON object of dimensions")
     p.add_argument("--strategy", default="all", help="a strategy or 'all'")
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs the model is sharded over")
-    p.add_argument("--shard-group", help="hsdp: GPUs of one shard group, a divisor of --gpus (default: all of them)")
+    p.add_argument("--shard-group", help="hsdp: GPUs of one shard group; zero3_hpz: GPUs of one secondary parameter "
+                                         "partition; a divisor of --gpus (default: all of them)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="sets the default bytes per parameter")
     p.add_argument("--no-master-weights", action="store_true",
                    help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (the seed article's 87 GB)")

@@ -166,7 +166,9 @@ def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: s
     per_param = per_param or assumptions(dtype, master_weights)
     capacity = int(gpu_memory_gb * 1e9)
     rows = []
-    for s in STRATEGIES if strategy == "all" else (strategy,):
+    # hpZ over all ``gpus`` (no smaller group) is degenerate: "all" lists it only with a group of 2 or more that splits them
+    listed = [s for s in STRATEGIES if s != "zero3_hpz" or 1 < group < gpus]
+    for s in listed if strategy == "all" else (strategy,):
         row = dict(predict_memory(cfg.param_count(), s, group if s == "hsdp" else gpus, dtype, per_param=per_param,
                                   hpz_partition=group if s == "zero3_hpz" else None), model=name, gpus=gpus)
         if s in ("hsdp", "zero3_hpz"):
