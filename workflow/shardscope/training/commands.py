@@ -127,8 +127,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from shardscope.training.launch import cuda_available, launch, worker_args
 
     job = _train_job(args)
+    if args.shard_size is not None and (args.shard_size < 1 or (args.nproc * args.nodes) % args.shard_size):
+        raise UserError(f"--shard-size must be a positive divisor of the {args.nproc * args.nodes} ranks, got {args.shard_size}")
     flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile,
-                        reduce_dtype=args.reduce_dtype, buckets=args.buckets)
+                        reduce_dtype=args.reduce_dtype, buckets=args.buckets, shard_size=args.shard_size)
     described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
     return launch(args.nproc, flags, described, args.out, args.log, cpu=args.cpu or not cuda_available(),
                   nodes=args.nodes)
@@ -163,7 +165,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_memory)
 
     p = sub.add_parser("train", help="launch one training job under torchrun; failures become outcome rows")
-    p.add_argument("--strategy", required=True, help="ddp, fsdp, fsdp_grad_op or zero0..zero3")
+    p.add_argument("--strategy", required=True, help="ddp, fsdp, fsdp_grad_op, zero0..zero3, hsdp or zero3_hpz")
     p.add_argument("--model", required=True, help="preset name or a JSON object of dimensions")
     p.add_argument("--nproc", type=int, required=True, help="ranks on each node (one per GPU)")
     p.add_argument("--nodes", type=int, default=1,
@@ -187,6 +189,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
     p.add_argument("--optimizer", default="adamw",
                    help="adamw, or adamw_bf16_states (bf16 master and moments: zero1-3 with --dtype bfloat16)")
+    p.add_argument("--shard-size", type=int, help="hsdp: ranks of one shard group; zero3_hpz: ranks of one secondary "
+                                                  "partition (a divisor of the world size; default: the ranks of one node)")
     p.add_argument("--placement", default="local", help="placement label stored with the result (default local)")
     p.add_argument("--job-id", help="job id stored with the result")
     p.add_argument("--cpu", action="store_true", help="run on CPU processes with gloo even where GPUs exist")
