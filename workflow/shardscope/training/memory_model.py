@@ -40,10 +40,11 @@ SHARDED: dict[str, tuple[bool, bool, bool]] = {
 def hpz_secondary_bytes(n_params: int, param_bytes: float, partition: int) -> int:
     """Bytes of hpZ's secondary parameter partition per GPU: the parameters in their training dtype
     (``param_bytes`` each) sharded over the ``partition`` GPUs of one group (DeepSpeed's
-    ``zero_hpz_partition_size``), held beside ZeRO-3's primary shard so that backward gathers inside the group."""
+    ``zero_hpz_partition_size``), held beside ZeRO-3's primary shard so that backward gathers inside the group.
+    A partition of 1 is DeepSpeed's "hpZ off": no secondary copy, 0 bytes."""
     if isinstance(partition, bool) or not isinstance(partition, int) or partition < 1:
         raise ValueError(f"hpZ's partition size must be a positive integer, got {partition!r}")
-    return int(n_params * param_bytes / partition)
+    return 0 if partition == 1 else int(n_params * param_bytes / partition)
 
 
 @dataclass(frozen=True)
