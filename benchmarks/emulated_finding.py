@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: The (preset, placement) of each emulated condition, as the planner labels training placements.
 CONDITIONS = {"fast": "all@fast", "pcie_like": "all@pcie_like", "in_group": "in_group@nvl_groups",
               "across_groups": "across_groups@nvl_groups"}
-SHARDED = ("fsdp", "zero3", "fsdp_grad_op", "zero2", "hsdp")
+SHARDED = ("fsdp", "zero3", "fsdp_grad_op", "zero2", "hsdp", "zero3_hpz")
 TARGET_S = 15 * 60
 
 

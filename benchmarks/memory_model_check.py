@@ -4,7 +4,8 @@
         [--checkpointing none,full] [--dtype float32] [--optimizer adamw] [--keep DIR | --from-docs DIR]
 
 Runs each job through ``shardscope train`` (2 CPU ranks, gloo, 1 warmup + 1 timed step, which
-also runs the tracked step), calibrates the overhead fraction on the first job alone (marked
+also runs the tracked step; ``zero3_hpz`` on 4 ranks with partition 2, as 2 ranks leave it no
+partition but the degenerate world size), calibrates the overhead fraction on the first job alone (marked
 ``calibration run``; :func:`shardscope.training.memory_peak.calibrate_overhead`), applies that
 one fraction to every other job without refitting, and prints, per
 job, measured / modeled for every category and the whole tracked peak, then the worst error per
@@ -44,7 +45,8 @@ def run_job(tmp: Path, strategy: str, model: str, seq: int, micro_batch: int, ch
     name = job_name(strategy, model, seq, checkpointing, dtype, optimizer)
     out, log = tmp / f"{name}.json", tmp / "logs" / f"{name}.log"
     env = dict(os.environ, SHARDSCOPE_THREADS_PER_RANK="1")
-    cmd = [sys.executable, "-m", "shardscope", "train", "--strategy", strategy, "--model", MODELS[model], "--nproc", "2",
+    ranks = ["--nproc", "4", "--shard-size", "2"] if strategy == "zero3_hpz" else ["--nproc", "2"]
+    cmd = [sys.executable, "-m", "shardscope", "train", "--strategy", strategy, "--model", MODELS[model], *ranks,
            "--warmup", "1", "--steps", "1", "--seq-len", str(seq), "--micro-batch", str(micro_batch), "--cpu",
            "--activation-checkpointing", checkpointing, "--dtype", dtype, "--optimizer", optimizer,
            "--out", str(out), "--log", str(log)]
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from shardscope.training.memory_peak import calibrate_overhead
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--strategies", default="ddp,zero1,zero2,zero3,fsdp,hsdp")
+    p.add_argument("--strategies", default="ddp,zero1,zero2,zero3,fsdp,hsdp,zero3_hpz")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--seqs", default="64,128")
     p.add_argument("--micro-batch", type=int, default=2)

@@ -220,6 +220,14 @@ def test_plan_with_config_json(cpu_topology: Path) -> None:
     assert plan["world_sizes"] == [3]
 
 
+def test_plan_with_a_bad_hpz_key_exits_2_naming_it(cpu_topology: Path) -> None:
+    import yaml
+
+    config = yaml.safe_load(CONFIG.read_text())
+    config["training"]["hpz"] = "on"
+    assert_user_error(shardscope("plan", "--topology", cpu_topology, "--config-json", json.dumps(config)), "training.hpz", "'on'")
+
+
 def test_plan_missing_topology_file(tmp_path: Path) -> None:
     missing = tmp_path / "topology.json"
     assert_user_error(shardscope("plan", "--topology", missing, "--config", CONFIG), str(missing))

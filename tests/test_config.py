@@ -62,6 +62,19 @@ def test_unknown_strategy(config: dict[str, Any]) -> None:
     _reject(config, "training.strategies[0]", "'ddpp'")
 
 
+@pytest.mark.parametrize("value", ["on", 2, True])
+def test_hpz_is_auto_or_off(config: dict[str, Any], value: Any) -> None:
+    config["training"]["hpz"] = value
+    _reject(config, "training.hpz", repr(value))
+
+
+def test_hpz_is_a_known_strategy(config: dict[str, Any]) -> None:
+    config["training"]["strategies"].append("zero3_hpz")
+    validate_config(config, SCHEMA)
+    config["training"]["strategies"][-1] = "hpz"
+    _reject(config, f"training.strategies[{len(config['training']['strategies']) - 1}]", "'hpz'")
+
+
 @pytest.mark.parametrize("ranks", [0, 1])
 def test_cpu_ranks_below_two(config: dict[str, Any], ranks: int) -> None:
     config["cpu"]["ranks"] = ranks

@@ -27,7 +27,7 @@ def test_units_cover_every_parameter() -> None:
 
 @pytest.mark.parametrize(("strategy", "all_reduce", "reduce_scatter", "all_gather"), [
     ("ddp", 1, 0, 0), ("zero0", 1, 0, 0), ("zero1", 0, 1, 1), ("zero2", 0, 1, 1),
-    ("zero3", 0, 1, 2), ("fsdp", 0, 1, 2), ("fsdp_grad_op", 0, 1, 1)])
+    ("zero3", 0, 1, 2), ("fsdp", 0, 1, 2), ("fsdp_grad_op", 0, 1, 1), ("zero3_hpz", 0, 1, 2)])
 def test_zero_paper_volumes(strategy: str, all_reduce: int, reduce_scatter: int, all_gather: int) -> None:
     """DDP: one all-reduce of Ψ (2Ψ moved); ZeRO-1/2: RS + AG of Ψ; ZeRO-3/FSDP: 2 AG + 1 RS (3Ψ)."""
     e = StepAssumptions().comm_bytes
@@ -47,6 +47,23 @@ def test_ddp_buckets_and_fsdp_per_layer_messages() -> None:
 def _step(strategy: str, overlap: float, seconds_per_call: float = 0.01, gpus: int = 8, memory: int | None = 80 * 10**9):
     return predict_step(strategy, "llama-1b", CFG, gpus, 1e15, lambda op, size: seconds_per_call, memory,
                         StepAssumptions(overlap=overlap, seq_len=2048))
+
+
+def test_hpz_gathers_inside_the_island_in_backward_and_holds_its_secondary_partition() -> None:
+    """zero3_hpz: ZeRO-3's messages, its backward all-gather inside one island, timed by the island's timer."""
+    hpz, zero3 = messages_for("zero3_hpz", CFG, StepAssumptions()), messages_for("zero3", CFG, StepAssumptions())
+    assert [(m.op, m.size_bytes, m.phase) for m in hpz] == [(m.op, m.size_bytes, m.phase) for m in zero3]
+    assert {(m.op, m.phase) for m in hpz if m.island} == {("all_gather", "backward")}
+    a = StepAssumptions(overlap=0.0, seq_len=2048)
+    world = predict_step("zero3_hpz", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.01, 80 * 10**9, a, shard_group=2)
+    island = predict_step("zero3_hpz", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.01, 80 * 10**9, a,
+                          island_time=lambda op, size: 0.001, shard_group=2)
+    gathers = sum(m.count for m in hpz if m.island)
+    assert world.comm_time_s - island.comm_time_s == pytest.approx(gathers * 0.009)
+    plain = predict_step("zero3", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.01, 80 * 10**9, a)
+    assert world.comm_time_s == pytest.approx(plain.comm_time_s)  # without an island timer: ZeRO-3's, an upper bound
+    secondary = 2 * PSI // 2  # bf16 parameters over the 2 GPUs of an island
+    assert world.memory_total_bytes - plain.memory_total_bytes == pytest.approx(secondary, rel=1e-6)
 
 
 def test_compute_from_flops_per_token() -> None:

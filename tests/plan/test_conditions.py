@@ -124,12 +124,13 @@ def test_default_jobs_keep_their_ids_and_spec_files(config: dict[str, Any], tmp_
     without["training"]["conditions"] = {}
     without["training"]["memory_bound"] = None
     without["training"]["hsdp"] = "off"  # the HSDP job NVL pairs add is a new default job (test_hsdp_is_planned_...)
+    without["training"]["hpz"] = "off"  # and so is its zero3_hpz job (test_hpz_is_planned_...)
     before = make_plan(topology, without, NO_PEER)
     assert [j["job_id"] for j in before["training"]] == [f"{s}-gpt2-small-ws8-all" for s in config["training"]["strategies"]]
     names = {f.name for f in dataclasses.fields(TrainingJob) if not f.metadata.get("omit_default")}  # left out at defaults
     assert all(set(j) == names | {"kind"} for j in before["training"])  # the spec form the pipeline had before conditions
     write_job_files(before, tmp_path)
-    after = make_plan(topology, {**config, "training": {**config["training"], "hsdp": "off"}}, NO_PEER)
+    after = make_plan(topology, {**config, "training": {**config["training"], "hsdp": "off", "hpz": "off"}}, NO_PEER)
     written = {p.stem for p in write_job_files(after, tmp_path)}
     assert written == {j["job_id"] for j in after["training"]} - {j["job_id"] for j in before["training"]}
     assert written and all("gpt2-small-ws8-all" not in name or name.endswith("-pcie") for name in written)
@@ -203,3 +204,55 @@ def test_hsdp_is_planned_where_islands_make_a_two_dimensional_mesh(plans: dict[s
         assert plans[key]["hsdp"][0]["added"] is False and why in plans[key]["hsdp"][0]["reason"], key
     cpu = make_plan(detect_cpu_only().topology.to_dict(), yaml.safe_load((REPO / "config" / "config.yaml").read_text()), NO_PEER)
     assert not any(j["strategy"] == "hsdp" for j in cpu["training"])  # the CPU default pipeline keeps its jobs
+
+
+def test_hpz_is_planned_with_the_island_as_its_partition(plans: dict[str, dict[str, Any]]) -> None:
+    """Default GPU plans train zero3_hpz (ZeRO-3, secondary partition inside an island) only where the ranks span
+    islands of 2+ GPUs; elsewhere plan.json ``hpz`` says why not, and the CPU default pipeline keeps its jobs."""
+    pairs = plans["nvl_pairs"]
+    hpz = [j for j in pairs["training"] if j["strategy"] == "zero3_hpz"]
+    assert [(j["job_id"], j["shard_size"]) for j in hpz] == [("zero3_hpz-gpt2-small-ws8-all", 2)]  # 4 NVL pairs: partition 2
+    job = job_from_dict(hpz[0])
+    assert job.shard_size == 2 and job.devices == tuple(range(8))
+    why = [w for w in pairs["hpz"] if w["condition"] == "default"]
+    assert why[0]["added"] is True and why[0]["shard_size"] == 2 and "partition size 2" in why[0]["reason"]
+    for key, reason in (("nvswitch", "would repeat ZeRO-3's own"), ("dgx1", "would repeat ZeRO-3's own"),
+                        ("pcie_numa", "hpZ would be ZeRO-3"), ("single", "one GPU")):
+        assert not any(j["strategy"] == "zero3_hpz" for j in plans[key]["training"]), key
+        assert plans[key]["hpz"][0]["added"] is False and reason in plans[key]["hpz"][0]["reason"], key
+    cpu_config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cpu = make_plan(detect_cpu_only().topology.to_dict(), cpu_config, NO_PEER)
+    assert [j["strategy"] for j in cpu["training"]] == cpu_config["training"]["strategies"]  # no hsdp, no zero3_hpz
+    assert cpu["hpz"][0]["added"] is False and "no islands" in cpu["hpz"][0]["reason"]
+    off = copy.deepcopy(cpu_config)
+    off["training"]["hpz"] = "off"
+    assert not any(j["strategy"] == "zero3_hpz" for j in make_plan(plan_topology("nvl_pairs"), off, NO_PEER)["training"])
+
+
+def test_listed_hpz_is_left_out_where_its_partition_is_degenerate(config: dict[str, Any]) -> None:
+    chosen = copy.deepcopy(config)
+    chosen["training"]["strategies"] = ["zero3", "zero3_hpz"]
+    chosen["training"]["conditions"] = {"cross_island": ["zero3_hpz"]}
+    plan = make_plan(plan_topology("nvl_pairs"), chosen, NO_PEER)
+    assert [j["job_id"] for j in plan["training"] if j["strategy"] == "zero3_hpz"] == ["zero3_hpz-gpt2-small-ws8-all"]
+    cross = next(w for w in plan["hpz"] if w["condition"] == "cross_island")  # 2 ranks in 2 pairs: groups of 1
+    assert cross["added"] is False and "hpZ would be ZeRO-3" in cross["reason"]
+    cpu = make_plan(detect_cpu_only().topology.to_dict(), chosen, NO_PEER)  # listed on CPU: no islands, left out, said why
+    assert [j["strategy"] for j in cpu["training"]] == ["zero3"]
+    assert cpu["hpz"][0]["added"] is False and "no islands" in cpu["hpz"][0]["reason"]
+    with pytest.raises(SpecError, match="shard_size"):
+        job_from_dict(dict(next(j for j in plan["training"] if j["strategy"] == "zero3"), shard_size=2))
+
+
+def test_an_emulated_fabric_of_two_pairs_trains_hpz_with_the_pair_as_partition(config: dict[str, Any]) -> None:
+    """Emulated training takes its strategies from config: over a 4-host placement of two switched pairs (hosts grouped
+    like NVL islands) zero3_hpz is planned with partition 2; over nvl_groups' 2-host placements it is left out, saying why."""
+    on = copy.deepcopy(config)
+    on["emulated"].update(enabled=True, strategies=["zero3", "zero3_hpz"], presets=["nvl_groups", "pairs"])
+    nvl = on["emulated"]["fabrics"]["nvl_groups"]
+    on["emulated"]["fabrics"]["pairs"] = dict(nvl, placements={"cross_island": ["h0", "h1", "h2", "h3"]})
+    plan = make_plan(detect_cpu_only().topology.to_dict(), on, NO_PEER)
+    hpz = {j["job_id"]: j for j in plan["training"] if j["strategy"] == "zero3_hpz"}
+    assert list(hpz) == ["zero3_hpz-tiny-ws4-cross_island-pairs"] and hpz["zero3_hpz-tiny-ws4-cross_island-pairs"]["shard_size"] == 2
+    left_out = {w["placement"]: w["reason"] for w in plan["hpz"] if not w["added"] and "@" in w.get("placement", "")}
+    assert "hpZ would be ZeRO-3" in left_out["across_groups@nvl_groups"] and "would repeat" in left_out["in_group@nvl_groups"]

@@ -140,8 +140,9 @@ def test_nvl_pairs_plan(config: dict[str, Any], topologies: dict[str, dict[str, 
             assert sorted((j["op"], j["transport"]) for j in jobs) == sorted((o, t) for o in ops for t in ("default", "pcie"))
 
     assert {j["world_size"] for j in default_training(plan)} == {8}  # training.world_sizes: max
-    # NVL pairs: HSDP (4 islands x 2) beside the configured strategies (training.hsdp: auto)
-    assert [j["strategy"] for j in default_training(plan)] == [*config["training"]["strategies"], "hsdp"]
+    # NVL pairs: HSDP (4 islands x 2) and ZeRO-3 with hpZ (partition 2) beside the configured strategies
+    # (training.hsdp: auto, training.hpz: auto)
+    assert [j["strategy"] for j in default_training(plan)] == [*config["training"]["strategies"], "hsdp", "zero3_hpz"]
     assert {j["model"] for j in plan["training"]} == {config["gpu"]["model"], config["training"]["memory_bound"]["model"]}
 
 

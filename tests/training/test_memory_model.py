@@ -19,7 +19,21 @@ ZERO_PAPER = {
     "zero3": lambda psi, n: 16 * psi / n,
     "fsdp": lambda psi, n: 16 * psi / n,
     "hsdp": lambda psi, n: 16 * psi / n,  # n: the shard group's GPUs
+    "zero3_hpz": lambda psi, n: 16 * psi / n + (2 * psi / n if n > 1 else 0),  # ZeRO++: + 2Ψ/p; p: all n (1: hpZ off)
 }
+
+
+def test_hpz_adds_a_secondary_partition_over_its_group() -> None:
+    """ZeRO++ (Wang et al. 2023): hpZ keeps ZeRO-3's 16Ψ/N and a bf16 copy of the parameters over p GPUs, 2Ψ/p."""
+    row = predict_memory(PSI, "zero3_hpz", 16, "bfloat16", hpz_partition=8)
+    zero3 = predict_memory(PSI, "zero3", 16, "bfloat16")
+    assert row["param_bytes"] == zero3["param_bytes"] + 2 * PSI // 8 and row["total_bytes"] == 16 * PSI // 16 + 2 * PSI // 8
+    assert predict_memory(PSI, "zero3_hpz", 8, "float32", hpz_partition=2)["param_bytes"] == 4 * PSI // 8 + 4 * PSI // 2
+    with pytest.raises(ValueError, match="zero3_hpz's alone"):
+        predict_memory(PSI, "zero3", 16, hpz_partition=8)
+    rows = {r["strategy"]: r for r in memory_table("mistral-7b", "all", 8, shard_group=2)}
+    assert rows["zero3_hpz"]["shard_group"] == 2 and rows["zero3_hpz"]["total_bytes"] == 16 * PSI // 8 + 2 * PSI // 2
+    assert "zero3_hpz" not in {r["strategy"] for r in memory_table("mistral-7b", "all", 8)}  # partition 8 of 8: degenerate
 
 
 def test_every_strategy_is_modelled() -> None:
@@ -103,7 +117,8 @@ def test_bad_inputs_raise(kwargs: dict, match: str) -> None:
 
 def test_memory_table_for_all_strategies() -> None:
     rows = memory_table("llama-1b", "all", 8)
-    assert [r["strategy"] for r in rows] == list(STRATEGIES)
+    assert [r["strategy"] for r in rows] == [s for s in STRATEGIES if s != "zero3_hpz"]  # no partition below 8: no hpZ row
+    assert [r["strategy"] for r in memory_table("llama-1b", "all", 8, shard_group=4)] == list(STRATEGIES)
     assert {r["model"] for r in rows} == {"llama-1b"}
     assert {r["n_params"] for r in rows} == {1_235_814_400}
     assert {r["dtype"] for r in rows} == {"bfloat16"}

@@ -211,8 +211,21 @@ def test_hsdp_holds_what_fsdp_on_one_shard_group_holds() -> None:
     assert whole_peak("hsdp", cfg, 8, 2048).peak_bytes == whole_peak("fsdp", cfg, 8, 2048).peak_bytes  # one group: FSDP
     with pytest.raises(ValueError, match="positive divisor of the 16 GPUs"):
         whole_peak("hsdp", cfg, 16, 2048, shard_group=3)
-    with pytest.raises(ValueError, match="HSDP's alone"):
+    with pytest.raises(ValueError, match="HSDP's or zero3_hpz's alone"):
         whole_peak("zero3", cfg, 16, 2048, shard_group=8)
+
+
+def test_hpz_holds_zero3s_peak_and_its_secondary_partition() -> None:
+    from shardscope.training.memory_peak import whole_peak
+
+    cfg = PRESETS["llama-1b"]
+    hpz, zero3 = whole_peak("zero3_hpz", cfg, 8, 2048, 1, shard_group=2), whole_peak("zero3", cfg, 8, 2048, 1)
+    secondary = 2 * cfg.param_count() // 2  # bf16 parameters over the 2 GPUs of one group
+    assert hpz.param_bytes - zero3.param_bytes == pytest.approx(secondary, abs=8)
+    assert hpz.peak_bytes - zero3.peak_bytes == pytest.approx(secondary, abs=8) and hpz.phases == zero3.phases
+    assert hpz.strategy == "zero3_hpz" and hpz.assumptions["hpz_partition"] == 2
+    with pytest.raises(ValueError, match="hpZ's partition size must be a positive divisor of the 8 GPUs"):
+        whole_peak("zero3_hpz", cfg, 8, 2048, shard_group=3)
 
 
 def test_whole_peak_is_predict_peak_for_the_named_shape_and_says_what_fits() -> None:

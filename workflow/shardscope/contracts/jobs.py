@@ -20,6 +20,7 @@ from shardscope.contracts.names import (
     BUCKET_POLICIES,
     CHECKPOINTING_MODES,
     COLLECTIVE_DTYPES,
+    GROUPED_STRATEGIES,
     OPS,
     REDUCE_DTYPES,
     STRATEGIES,
@@ -171,7 +172,9 @@ class TrainingJob(Ranks):
     transport: str = field(default="default", metadata=OMIT_DEFAULT)
     """``default`` or ``pcie`` (NVLink switched off through ``env``); stored with the result."""
     shard_size: int | None = field(default=None, metadata=OMIT_DEFAULT)
-    """``hsdp`` only: ranks of one shard group (consecutive ranks inside one island or node); None: every rank."""
+    """``hsdp``: ranks of one shard group; ``zero3_hpz``: ranks of one secondary parameter partition (hpZ's
+    ``zero_hpz_partition_size``); consecutive ranks inside one island or node. None: every rank (hsdp), the
+    ranks of one node (zero3_hpz). Other strategies: None."""
     grad_accum: int = field(default=1, metadata=OMIT_DEFAULT)
     """Micro-batches per optimizer step (gradient accumulation to one global batch); 1 without accumulation."""
     activation_checkpointing: str = field(default="none", metadata=OMIT_DEFAULT)
@@ -190,10 +193,10 @@ class TrainingJob(Ranks):
         _one_of("transport", self.transport, TRANSPORTS)
         _one_of("activation_checkpointing", self.activation_checkpointing, CHECKPOINTING_MODES)
         _one_of("optimizer", self.optimizer, WORKER_OPTIMIZERS)
-        if self.shard_size is not None and (self.strategy != "hsdp" or self.shard_size < 1
+        if self.shard_size is not None and (self.strategy not in GROUPED_STRATEGIES or self.shard_size < 1
                                             or self.world_size % self.shard_size):
             raise SpecError("shard_size", f"is {self.shard_size}; expected a divisor of world_size {self.world_size} "
-                                          "on an hsdp job, or null")
+                                          f"on an {' or '.join(GROUPED_STRATEGIES)} job, or null")
         if self.emulated is not None and not {"preset", "placement", "definition"} <= set(self.emulated):
             raise SpecError("emulated", f"is {self.emulated!r}; expected preset, placement and definition")
         if self.repeats < 1:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 #: Data-parallel strategies: torch DDP, FSDP2 (full shard / no reshard after forward), DeepSpeed ZeRO-0..3,
-#: and HSDP (FSDP2 on a 2-D mesh: shard inside a group of ranks, replicate across the groups).
-STRATEGIES = ("ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3", "hsdp")
+#: HSDP (FSDP2 on a 2-D mesh: shard inside a group of ranks, replicate across the groups) and ZeRO-3 with
+#: hpZ (ZeRO++ hierarchical partitioning: a second copy of the parameters sharded inside a group of ranks,
+#: so backward's all-gather stays inside the group).
+STRATEGIES = ("ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3", "hsdp", "zero3_hpz")
+#: Strategies whose job names a group of consecutive ranks (``shard_size``, cut from the NVLink islands):
+#: HSDP's shard group, and hpZ's secondary partition (DeepSpeed's ``zero_hpz_partition_size``).
+GROUPED_STRATEGIES = ("hsdp", "zero3_hpz")
 #: Every collective the benchmark knows (nccl-tests has a binary for each).
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
 #: Fabric classes of a node's GPUs, in the order a reader would rank them (see docs/design.md).

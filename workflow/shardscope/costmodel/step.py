@@ -16,6 +16,9 @@ each collective timed by :mod:`shardscope.costmodel.collectives`:
   more) an all-gather of its parameters in forward and again in backward and a
   reduce-scatter of its gradients in backward (3Ψ);
 - ``fsdp_grad_op``: all-gather per unit in forward, reduce-scatter in backward (2Ψ).
+- ``zero3_hpz`` (ZeRO-3 with hpZ): ZeRO-3's 3Ψ, its backward all-gather from the secondary partition
+  inside one island (``Message.island``): timed by ``island_time`` (a timer of one island's
+  ranks) where the caller gives one, else by the job's own timer, an upper bound.
 
 Where a training run recorded the bytes of every collective of one step (``summary.comm_bytes``,
 the ``training_comm`` table: calls and summed size per op), :func:`recorded_messages` replaces
@@ -134,6 +137,8 @@ class Message:
     count: int
     phase: str
     """``forward``, ``backward`` or ``after_step`` (cannot overlap)."""
+    island: bool = False
+    """Issued inside one group of ranks (an NVLink island), not over all of them: hpZ's backward all-gather."""
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -222,8 +227,8 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions) -> list[Me
                 + _buckets("all_gather", params, a.deepspeed_bucket_elements * e, "after_step"))
     units = unit_params(cfg)
     out = [Message("all_gather", p * e, 1, "forward") for p in units]
-    if strategy in ("zero3", "fsdp"):
-        out += [Message("all_gather", p * e, 1, "backward") for p in units]
+    if strategy in ("zero3", "fsdp", "zero3_hpz"):
+        out += [Message("all_gather", p * e, 1, "backward", island=strategy == "zero3_hpz") for p in units]
     return out + [Message("reduce_scatter", p * g, 1, "backward") for p in units]
 
 
@@ -245,37 +250,40 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
     op's bytes (ZeRO-3/FSDP all-gathers: forward and backward alike); an op the modeled schedule
     does not issue goes to :func:`_default_phase`. Message size = the phase's bytes / its calls.
     """
-    modeled: dict[str, dict[str, int]] = {}
+    modeled: dict[str, dict[tuple[str, bool], int]] = {}
     for m in messages_for(strategy, cfg, a):
-        modeled.setdefault(m.op, {}).setdefault(m.phase, 0)
-        modeled[m.op][m.phase] += m.size_bytes * m.count
+        modeled.setdefault(m.op, {}).setdefault((m.phase, m.island), 0)
+        modeled[m.op][(m.phase, m.island)] += m.size_bytes * m.count
     out = []
     for rec in recorded:
-        phases = modeled.get(rec.op) or {_default_phase(strategy, rec.op): 1}
+        phases = modeled.get(rec.op) or {(_default_phase(strategy, rec.op), False): 1}
         total = sum(phases.values())
-        for phase, weight in phases.items():
+        for (phase, island), weight in phases.items():
             calls = max(1, round(rec.calls * weight / total))
             size = max(1, round(rec.size_bytes * weight / total / calls))
-            out.append(Message(rec.op, size, calls, phase))
+            out.append(Message(rec.op, size, calls, phase, island))
     return out
 
 
-def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions) -> int:
+def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None) -> int:
     """The memory criterion of "fits": :func:`shardscope.training.memory_peak.whole_peak`, the one whole-peak function.
 
     Its default model states are the implementation's (what this code's strategies hold), with
-    activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``.
+    activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``
+    (``shard_group``: an hsdp shard group or a zero3_hpz partition).
     """
     from shardscope.training.memory_peak import whole_peak
 
-    return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype).peak_bytes
+    return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype, shard_group=shard_group).peak_bytes
 
 
-def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float]) -> dict[str, float]:
-    """Seconds of communication issued in each phase."""
+def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float],
+                     island_time: Callable[[str, int], float] | None = None) -> dict[str, float]:
+    """Seconds of communication issued in each phase (a message inside one island timed by ``island_time`` when given)."""
     per_phase: dict[str, float] = {}
     for m in messages:
-        per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * collective_time(m.op, m.size_bytes)
+        timer = island_time if m.island and island_time is not None else collective_time
+        per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * timer(m.op, m.size_bytes)
     return per_phase
 
 
@@ -289,13 +297,16 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
                  collective_time: Callable[[str, int], float], memory_bytes: int | None,
                  a: StepAssumptions | None = None,
                  recorded: list[RecordedCollective] | tuple[RecordedCollective, ...] | None = None,
-                 host_calls: int | None = None) -> StepPrediction:
+                 host_calls: int | None = None, island_time: Callable[[str, int], float] | None = None,
+                 shard_group: int | None = None) -> StepPrediction:
     """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call.
 
     ``recorded``: the bytes a measured run of the same job moved per step (:func:`recorded_messages`);
     without it, the modeled volumes in the reduce dtype (:func:`messages_for`). ``host_calls``: the
     Python function calls per step such a run recorded, each costing ``a.host_call_s``; None: no host
-    term beyond the per-collective-call one (the count is measured, not modeled).
+    term beyond the per-collective-call one (the count is measured, not modeled). ``island_time`` times
+    the collectives issued inside one island (zero3_hpz's backward all-gather; default: ``collective_time``),
+    ``shard_group`` is an hsdp job's shard group or a zero3_hpz job's partition (its memory).
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
@@ -307,14 +318,14 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
         messages: list[Message] = []
     else:
         messages = recorded_messages(strategy, cfg, a, recorded) if recorded else messages_for(strategy, cfg, a)
-    per_phase = phase_comm_times(messages, collective_time)
+    per_phase = phase_comm_times(messages, collective_time, island_time)
     calls = sum(m.count for m in messages)
     if host_calls is not None and host_calls < 0:
         raise ValueError(f"host_calls must be non-negative, got {host_calls}")
     host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
     exposed = exposed_comm_s(compute, per_phase, a.overlap) + host
     comm = sum(per_phase.values()) + host
-    memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a)}
+    memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a, shard_group)}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
     fits = None if available is None else memory["total_bytes"] <= available
     return StepPrediction(strategy=strategy, model=model, param_count=cfg.param_count(), gpus=gpus,

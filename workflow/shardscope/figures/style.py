@@ -13,11 +13,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation, LogLocator  # noqa: E402
 
-STRATEGY_ORDER = ["ddp", "zero0", "zero1", "zero2", "fsdp_grad_op", "zero3", "fsdp"]
+#: Left to right: least sharded first; each island-aware variant beside its flat neighbour (hpZ after ZeRO-3, HSDP after FSDP).
+STRATEGY_ORDER = ["ddp", "zero0", "zero1", "zero2", "fsdp_grad_op", "zero3", "zero3_hpz", "fsdp", "hsdp"]
 STRATEGY_NAMES = {"ddp": "DDP", "zero0": "ZeRO-0", "zero1": "ZeRO-1", "zero2": "ZeRO-2",
-                  "fsdp_grad_op": "FSDP grad-op", "zero3": "ZeRO-3", "fsdp": "FSDP", "none": "nothing fits (more GPUs or offload)"}
-_PALETTE = sns.color_palette("colorblind", 8)
-STRATEGY_COLORS = {s: _PALETTE[i] for i, s in enumerate(STRATEGY_ORDER)} | {"none": (0.85, 0.85, 0.85)}
+                  "fsdp_grad_op": "FSDP grad-op", "zero3": "ZeRO-3", "zero3_hpz": "ZeRO-3 hpZ", "fsdp": "FSDP", "hsdp": "HSDP",
+                  "none": "nothing fits (more GPUs or offload)"}
+_PALETTE = sns.color_palette("colorblind", 10)
+#: Palette slots: the seven flat strategies keep the colours they always had, the island-aware ones take the next two.
+_COLOR_SLOTS = ["ddp", "zero0", "zero1", "zero2", "fsdp_grad_op", "zero3", "fsdp", "hsdp", "zero3_hpz"]
+STRATEGY_COLORS = {s: _PALETTE[i] for i, s in enumerate(_COLOR_SLOTS)} | {"none": (0.85, 0.85, 0.85)}
 MEMORY_PARTS = [("param_bytes", "parameters"), ("grad_bytes", "gradients"), ("optim_bytes", "optimizer state")]
 DPI = 130
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardscope.contracts.jobs import CollectiveJob, TrainingJob
+from shardscope.contracts.names import GROUPED_STRATEGIES
 from shardscope.errors import UserError
 from shardscope.plan.conditions import (
     CONDITIONS,
@@ -183,29 +184,53 @@ def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: i
 
 
 def default_strategies(topology: dict[str, Any], config: dict[str, Any], place: Placement,
-                       world_size: int) -> tuple[list[str], dict[str, Any]]:
-    """``training.strategies`` under the default condition, with ``hsdp`` added on a GPU node whose ranks span two
-    or more NVLink islands of two or more GPUs each (config ``training.hsdp: auto``): there a 2-D mesh (shard
-    inside an island, replicate across) differs from both FSDP and DDP. Also whether HSDP was added, and why
-    (or why not), for plan.json's ``hsdp`` list."""
+                       world_size: int) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """``training.strategies`` under the default condition, with ``hsdp`` and ``zero3_hpz`` added on a GPU node whose
+    ranks span two or more NVLink islands of two or more GPUs each (config ``training.hsdp: auto``,
+    ``training.hpz: auto``): there a 2-D mesh (shard inside an island, replicate across) differs from both FSDP and
+    DDP, and hpZ's secondary partition inside an island (backward's all-gather stays in it) from ZeRO-3. Also whether
+    each was added, and why (or why not), for plan.json's ``hsdp`` and ``hpz`` lists."""
     strategies = list(config["training"]["strategies"])
-    if "hsdp" in strategies:
-        return strategies, {"added": False, "reason": "training.strategies lists hsdp already"}
-    if config["training"].get("hsdp", "auto") != "auto":
-        return strategies, {"added": False, "reason": "config training.hsdp is off"}
-    if _gpu_count(topology) == 0:
-        return strategies, {"added": False, "reason": "CPU processes of one host have no islands to shard inside"}
+    added = []
+    for strategy, key in (("hsdp", "hsdp"), ("zero3_hpz", "hpz")):
+        value = config["training"].get(key, "auto")
+        if value not in ("auto", "off"):
+            raise UserError(f"config key training.{key}: {value!r} is not a known value; expected auto or off")
+        if strategy in strategies:
+            why = {"added": False, "reason": f"training.strategies lists {strategy} already"}
+        elif value == "off":
+            why = {"added": False, "reason": f"config training.{key} is off"}
+        else:
+            why = island_split(topology, place, world_size, strategy)
+            if why["added"]:
+                strategies.append(strategy)
+        added.append(why)
+    return strategies, added[0], added[1]
+
+
+def island_split(topology: dict[str, Any], place: Placement, world_size: int, strategy: str,
+                 groups: list[int] | None = None) -> dict[str, Any]:
+    """Whether ``strategy`` (``hsdp`` or ``zero3_hpz``) differs from its flat neighbour over these ranks (``groups``:
+    each rank's island, emulated switch or node; default: the topology's NVLink islands) and its ``shard_size``, or why not."""
+    hsdp = strategy == "hsdp"
+    if _gpu_count(topology) == 0 and groups is None:
+        return {"added": False, "reason": "CPU processes of one host have no islands to " + ("shard" if hsdp else "partition")
+                                          + " inside"}
     if world_size < 2:
-        return strategies, {"added": False, "reason": "training runs on one GPU: nothing to shard or replicate"}
-    shard = hsdp_shard_size(rank_groups(topology, place.devices, world_size))
+        return {"added": False, "reason": "training runs on one GPU: nothing to shard or replicate"}
+    shard = hsdp_shard_size(groups or rank_groups(topology, place.devices, world_size))
     if shard == world_size:
-        return strategies, {"added": False, "reason": f"all {world_size} ranks are in one NVLink island: HSDP would be FSDP"}
+        return {"added": False, "reason": f"all {world_size} ranks are in one NVLink island: " + (
+            "HSDP would be FSDP" if hsdp else "hpZ's secondary partition would repeat ZeRO-3's own (a degenerate zero3_hpz)")}
     if shard == 1:
-        return strategies, {"added": False, "reason": f"the NVLink islands do not split the {world_size} ranks into equal groups of two "
-                                                     "or more: HSDP would be DDP"}
-    return strategies + ["hsdp"], {"added": True, "shard_size": shard,
-                                   "reason": f"{world_size // shard} NVLink islands of {shard} ranks: shard inside each, "
-                                             "replicate across (a 2-D mesh)"}
+        return {"added": False, "reason": f"the NVLink islands do not split the {world_size} ranks into equal groups of two "
+                                          "or more: " + ("HSDP would be DDP" if hsdp else
+                                                          "hpZ would be ZeRO-3 (DeepSpeed's partition size 1 is hpZ off)")}
+    reason = (f"{world_size // shard} NVLink islands of {shard} ranks: "
+              + ("shard inside each, replicate across (a 2-D mesh)" if hsdp else
+                 "ZeRO-3 with a secondary parameter partition inside each island (partition size "
+                 f"{shard}: backward's all-gather stays inside it)"))
+    return {"added": True, "shard_size": shard, "reason": reason}
 
 
 def extra_label(extra: dict[str, Any]) -> dict[str, Any]:
@@ -258,6 +283,11 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         groups = groups or rank_groups(topology, place.devices, n)
         fields = {**shared_training, "model": model_name, **(sizing or {})}
         ids = []
+        if "zero3_hpz" in strategies:  # trained only where its partition differs from ZeRO-3; plan.json hpz says which
+            why = island_split(topology, place, n, "zero3_hpz", groups if "emulated" in extra else None)
+            hpz.append({"world_size": n, "condition": condition.name, "placement": place.name, **why})
+            if not why["added"]:
+                strategies = [s for s in strategies if s != "zero3_hpz"]
         for strategy in strategies:
             job_id = f"{strategy}-{fields['model']}-ws{n}-{id_place or place.name}{suffix}"
             ids.append(job_id)
@@ -267,16 +297,19 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
                 "job_id": job_id, "strategy": strategy, "world_size": n, "nodes": 1,
                 "nproc_per_node": n, **_placement_fields(place), "env": _job_env(topology, condition.transport),
                 "transport": condition.transport, **fields, **extra,
-                **({"shard_size": hsdp_shard_size(groups)} if strategy == "hsdp" else {}),
+                **({"shard_size": hsdp_shard_size(groups)} if strategy in GROUPED_STRATEGIES else {}),
             }))
         conditions.append({"condition": condition.name, "planned": True, "model": fields["model"], "world_size": n,
                            **_placement_fields(place), "transport": condition.transport,
                            "strategies": list(strategies), "jobs": ids, **extra_label(extra)})
 
     hsdp: list[dict[str, Any]] = []
+    hpz: list[dict[str, Any]] = []
     for n in train_sizes:
-        strategies, why = default_strategies(topology, config, by_size[n][0], n)
+        strategies, why, why_hpz = default_strategies(topology, config, by_size[n][0], n)
         hsdp.append({"world_size": n, **why})
+        if not why_hpz["added"] and "zero3_hpz" not in strategies:  # else train() says where it is planned, or why not
+            hpz.append({"world_size": n, "condition": "default", **why_hpz})
         train(Condition("default", n, by_size[n][0]), strategies)
     scales = [{"scale": "communication", "planned": True, "model": model_name}]
     scale = memory_bound(topology, config, max(train_sizes), model_name) if on_gpu else (
@@ -327,6 +360,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         "training_conditions": conditions,
         "scales": scales,
         "hsdp": hsdp,
+        "hpz": hpz,
     }
     plan["search"], plan["best"] = search_section(config, training, conditions)
     if shape is not None:

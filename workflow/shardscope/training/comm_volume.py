@@ -10,6 +10,9 @@ collective once. With Ψ parameters (ZeRO paper, section 7):
 * ``zero3``, ``fsdp``: all-gather of the parameters in forward and again in backward,
   reduce-scatter of the gradients: 3Ψ;
 * ``fsdp_grad_op``: parameters gathered once (kept from forward to backward): 2Ψ.
+* ``zero3_hpz`` (ZeRO++'s hpZ, Wang et al. 2023): ZeRO-3's 3Ψ, but backward's all-gather of the
+  parameters runs inside one group of ``p`` ranks (an NVLink island) from the secondary partition,
+  so only 2Ψ crosses the groups.
 
 Each Ψ is counted in bytes of the dtype it travels in: gradients in the reduce dtype,
 gathered parameters in the compute dtype.
@@ -34,7 +37,8 @@ frameworks and confirmed by the measured bytes (``tests/training/test_comm_bytes
 * DeepSpeed ZeRO-3 keeps a gathered parameter whose next use is within
   ``stage3_max_reuse_distance`` (1e9 elements) of parameters fetched: a model of at most
   5e8 parameters is not gathered again in backward (2Ψ); above that it is not modeled
-  (between 2Ψ and 3Ψ).
+  (between 2Ψ and 3Ψ). The same holds under hpZ: a small model's backward gathers nothing,
+  from the secondary partition either.
 * Everything else moves the paper's volume (FSDP2 pads each parameter to a multiple of the
   world size, a few bytes more).
 
@@ -56,14 +60,14 @@ VOLUME_FACTOR = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "broadca
 PAPER_TERMS = {
     "ddp": (2, 0), "zero0": (2, 0),
     "zero1": (1, 1), "zero2": (1, 1),
-    "zero3": (1, 2), "fsdp": (1, 2),
+    "zero3": (1, 2), "fsdp": (1, 2), "zero3_hpz": (1, 2),
     "fsdp_grad_op": (1, 1),
 }
 #: Per strategy, what this code's frameworks move (see above); None where not modeled.
 IMPLEMENTATION_TERMS = {**PAPER_TERMS, "zero1": (2, 1), "zero2": (2, 1)}
 #: Per strategy: whether (the gradient term, the parameter term) is moved after every micro-batch of an accumulated step.
 PER_MICRO_BATCH = {"ddp": (False, False), "zero0": (False, False), "zero1": (False, False), "zero2": (True, False),
-                   "zero3": (True, True), "fsdp": (True, True), "fsdp_grad_op": (True, True)}
+                   "zero3": (True, True), "zero3_hpz": (True, True), "fsdp": (True, True), "fsdp_grad_op": (True, True)}
 #: DeepSpeed's ``stage3_max_reuse_distance`` default (elements).
 ZERO3_MAX_REUSE_ELEMENTS = 1_000_000_000
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
@@ -82,7 +86,7 @@ def paper_volume(strategy: str, n_params: int, reduce_dtype: str, gather_dtype: 
 def implementation_volume(strategy: str, n_params: int, reduce_dtype: str, gather_dtype: str | None) -> dict[str, Any] | None:
     """Bytes this code's ``strategy`` moves per rank per step as its framework implements it (modeled); None if not modeled."""
     terms = IMPLEMENTATION_TERMS[strategy]
-    if strategy == "zero3":
+    if strategy in ("zero3", "zero3_hpz"):
         if 2 * n_params > ZERO3_MAX_REUSE_ELEMENTS:
             return None
         terms = (1, 1)

@@ -36,7 +36,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
 
 
 def _shard_group(args: argparse.Namespace) -> int | None:
-    """``--shard-group``: HSDP's shard-group size, a divisor of ``--gpus`` (None: all of them)."""
+    """``--shard-group``: HSDP's shard-group size or hpZ's partition size, a divisor of ``--gpus`` (None: all of them)."""
     if args.shard_group is None:
         return None
     group = _positive_int("--shard-group", args.shard_group)
@@ -100,7 +100,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
             from shardscope.training.memory_peak import OptimizerAssumption
 
             kwargs["optimizer"] = OptimizerAssumption(offload="cpu")
-        if row["strategy"] == "hsdp":
+        if row["strategy"] in ("hsdp", "zero3_hpz"):
             kwargs["shard_group"] = row["shard_group"]
         peak = predict_peak(row["strategy"], cfg, args.gpus, shape, **kwargs)
         row["peak"] = peak.to_dict()
@@ -127,8 +127,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from shardscope.training.launch import cuda_available, launch, worker_args
 
     job = _train_job(args)
+    if args.shard_size is not None and (args.shard_size < 1 or (args.nproc * args.nodes) % args.shard_size):
+        raise UserError(f"--shard-size must be a positive divisor of the {args.nproc * args.nodes} ranks, got {args.shard_size}")
     flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile,
-                        reduce_dtype=args.reduce_dtype, buckets=args.buckets)
+                        reduce_dtype=args.reduce_dtype, buckets=args.buckets, shard_size=args.shard_size)
     described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
     return launch(args.nproc, flags, described, args.out, args.log, cpu=args.cpu or not cuda_available(),
                   nodes=args.nodes)
@@ -140,7 +142,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b) or a JSON object of dimensions")
     p.add_argument("--strategy", default="all", help="a strategy or 'all'")
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs the model is sharded over")
-    p.add_argument("--shard-group", help="hsdp: GPUs of one shard group, a divisor of --gpus (default: all of them)")
+    p.add_argument("--shard-group", help="hsdp: GPUs of one shard group; zero3_hpz: GPUs of one secondary parameter "
+                                         "partition; a divisor of --gpus (default: all of them)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="sets the default bytes per parameter")
     p.add_argument("--no-master-weights", action="store_true",
                    help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (the seed article's 87 GB)")
@@ -162,7 +165,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_memory)
 
     p = sub.add_parser("train", help="launch one training job under torchrun; failures become outcome rows")
-    p.add_argument("--strategy", required=True, help="ddp, fsdp, fsdp_grad_op or zero0..zero3")
+    p.add_argument("--strategy", required=True, help="ddp, fsdp, fsdp_grad_op, zero0..zero3, hsdp or zero3_hpz")
     p.add_argument("--model", required=True, help="preset name or a JSON object of dimensions")
     p.add_argument("--nproc", type=int, required=True, help="ranks on each node (one per GPU)")
     p.add_argument("--nodes", type=int, default=1,
@@ -186,6 +189,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
     p.add_argument("--optimizer", default="adamw",
                    help="adamw, or adamw_bf16_states (bf16 master and moments: zero1-3 with --dtype bfloat16)")
+    p.add_argument("--shard-size", type=int, help="hsdp: ranks of one shard group; zero3_hpz: ranks of one secondary "
+                                                  "partition (a divisor of the world size; default: the ranks of one node)")
     p.add_argument("--placement", default="local", help="placement label stored with the result (default local)")
     p.add_argument("--job-id", help="job id stored with the result")
     p.add_argument("--cpu", action="store_true", help="run on CPU processes with gloo even where GPUs exist")

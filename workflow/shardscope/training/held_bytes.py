@@ -75,11 +75,12 @@ def count_storages(tensors: Iterable[torch.Tensor], exclude: set[tuple[int, int]
 
 
 def model_param_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
-    """Parameter tensors a rank holds: ZeRO-3 partitions plus any gathered/persistent data."""
+    """Parameter tensors a rank holds: ZeRO-3 partitions (and hpZ's secondary partitions) plus any gathered/persistent data."""
     for p in model.parameters():
-        ds_tensor = getattr(p, "ds_tensor", None)
-        if ds_tensor is not None:
-            yield ds_tensor
+        for attr in ("ds_tensor", "ds_secondary_tensor"):
+            ds_tensor = getattr(p, attr, None)
+            if ds_tensor is not None:
+                yield ds_tensor
         if p.numel() > 0:
             yield p
 

@@ -28,14 +28,18 @@ from shardscope.training.memory_peak import CHECKPOINTING, whole_peak
 #: The seed article's case (Mistral-7B, 8 x 80 GB, seq 4096).
 SEED_CASE = {"model": "mistral-7b", "gpus": 8, "capacity_bytes": 80_000_000_000, "seq_len": 4096, "micro_batch": 1,
              "dtype": "bfloat16"}
+#: The seed case's strategies: all but ``zero3_hpz``, whose partition needs islands the seed's node has not
+#: (over all 8 GPUs its secondary partition would only repeat ZeRO-3's own).
+SEED_STRATEGIES = tuple(s for s in STRATEGIES if s != "zero3_hpz")
 
 
 def case_row(case: str, strategy: str, model: str | dict[str, Any], model_name: str, gpus: int, seq_len: int,
              micro_batch: int, dtype: str, checkpointing: str, capacity_bytes: int | None,
-             device: str = "gpu") -> dict[str, Any]:
-    """One case's modeled terms, whole peak and whether it fits ``capacity_bytes`` (None: unknown memory)."""
+             device: str = "gpu", shard_group: int | None = None) -> dict[str, Any]:
+    """One case's modeled terms, whole peak and whether it fits ``capacity_bytes`` (None: unknown memory);
+    ``shard_group``: an hsdp job's shard group or a zero3_hpz job's partition."""
     terms = whole_peak(strategy, model if isinstance(model, str) else _config(model), gpus, seq_len, micro_batch,
-                       checkpointing, dtype=dtype, device=device)
+                       checkpointing, dtype=dtype, device=device, shard_group=shard_group)
     return {"memory_case": case, "strategy": strategy, "model": model_name, "gpus": gpus, "dtype": dtype, "micro_batch": micro_batch,
             "seq_len": seq_len, "checkpointing": checkpointing, "device": device, **{c: int(getattr(terms, c)) for c in TERM_COLUMNS},
             "peak_phase": terms.peak_phase, "capacity_bytes": capacity_bytes,
@@ -48,7 +52,7 @@ def _config(spec: dict[str, Any]) -> Any:
     return resolve_model(spec)[1]
 
 
-def seed_case_rows(strategies: tuple[str, ...] = STRATEGIES) -> list[dict[str, Any]]:
+def seed_case_rows(strategies: tuple[str, ...] = SEED_STRATEGIES) -> list[dict[str, Any]]:
     """The seed article's Mistral-7B case, per strategy, without and with full checkpointing."""
     c = SEED_CASE
     return [case_row("seed_mistral", s, c["model"], c["model"], c["gpus"], c["seq_len"], c["micro_batch"], c["dtype"], mode,
@@ -72,7 +76,8 @@ def planned_case_rows(plan: Mapping[str, Any], capacity_bytes: int | None) -> li
         spec = profile.get("model") if profile.get("model") is not None else job.get("model")
         try:
             rows.append(case_row("planned", key[0], spec, key[1], key[2], int(profile["seq_len"]), int(profile["micro_batch"]),
-                                 str(profile.get("dtype") or "bfloat16"), "none", capacity_bytes, device))
+                                 str(profile.get("dtype") or "bfloat16"), "none", capacity_bytes, device,
+                                 job.get("shard_size")))
         except (KeyError, TypeError, ValueError):
             continue
     return rows

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardscope.contracts.models import ModelConfig
+from shardscope.contracts.names import GROUPED_STRATEGIES
 from shardscope.training.memory_peak import OptimizerAssumption, PeakTerms, StepShape, predict_peak, settings_of_run
 
 #: (measured key in a rank's record, modeled attribute of :class:`PeakTerms`)
@@ -45,8 +46,8 @@ def job_optimizer(job: dict[str, Any]) -> OptimizerAssumption:
 
 
 def job_shard_group(job: dict[str, Any]) -> int | None:
-    """HSDP's shard-group size as the job recorded it; None for every other strategy."""
-    return int(job["shard_size"]) if job.get("strategy") == "hsdp" and job.get("shard_size") else None
+    """HSDP's shard-group size (or ``zero3_hpz``'s partition size) as the job recorded it; None for every other strategy."""
+    return int(job["shard_size"]) if job.get("strategy") in GROUPED_STRATEGIES and job.get("shard_size") else None
 
 
 def _modeled_value(terms: PeakTerms, name: str) -> int:
@@ -161,7 +162,8 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     for name in MEMORY_MODELS:
         try:
             # the implementation's states come from model_states (the run's optimizer variant, HSDP's shard group)
-            states = predict_memory(cfg.param_count(), strategy, gpus, dtype) if name == "ZeRO paper" else None
+            states = predict_memory(cfg.param_count(), strategy, gpus, dtype,
+                                    hpz_partition=shard_group if strategy == "zero3_hpz" else None) if name == "ZeRO paper" else None
             terms = predict_peak(strategy, cfg, gpus, shape, held=states, optimizer=optimizer, device=device, fair=fair,
                                  overlap_comm=overlap_comm, shard_group=shard_group)
         except ValueError:

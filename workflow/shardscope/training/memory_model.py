@@ -3,7 +3,9 @@
 For Ψ parameters on N GPUs with mixed-precision Adam: 16-bit parameters (2Ψ) and gradients
 (2Ψ) plus K·Ψ of optimizer state, K = 12 (fp32 master weights, momentum, variance). DDP
 holds all of it on every GPU (16Ψ); ZeRO-1 shards the optimizer state (4Ψ + 12Ψ/N), ZeRO-2
-also the gradients (2Ψ + 14Ψ/N), ZeRO-3 and FSDP also the parameters (16Ψ/N). Without a
+also the gradients (2Ψ + 14Ψ/N), ZeRO-3 and FSDP also the parameters (16Ψ/N). ZeRO-3 with
+ZeRO++'s hpZ (``zero3_hpz``) keeps a second 16-bit partition of the parameters over a group of
+``p`` GPUs (an NVLink island) beside ZeRO-3's: 16Ψ/N + 2Ψ/p (Wang et al., 2023). Without a
 master copy (K = 8) Mistral-7B under DDP needs 2+2+8 bytes x 7.24 B = 87 GB, the seed
 article's figure; with it, 116 GB. Activations, buffers and the whole peak are modeled in
 :mod:`shardscope.training.memory_peak` on top of these model states.
@@ -31,7 +33,18 @@ SHARDED: dict[str, tuple[bool, bool, bool]] = {
     "zero3": (True, True, True),
     "fsdp": (True, True, True),
     "hsdp": (True, True, True),  # over its shard group: ``gpus`` is the group's size, not the world size
+    "zero3_hpz": (True, True, True),  # ZeRO-3's, plus the secondary parameter partition (:func:`hpz_secondary_bytes`)
 }
+
+
+def hpz_secondary_bytes(n_params: int, param_bytes: float, partition: int) -> int:
+    """Bytes of hpZ's secondary parameter partition per GPU: the parameters in their training dtype
+    (``param_bytes`` each) sharded over the ``partition`` GPUs of one group (DeepSpeed's
+    ``zero_hpz_partition_size``), held beside ZeRO-3's primary shard so that backward gathers inside the group.
+    A partition of 1 is DeepSpeed's "hpZ off": no secondary copy, 0 bytes."""
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 1:
+        raise ValueError(f"hpZ's partition size must be a positive integer, got {partition!r}")
+    return 0 if partition == 1 else int(n_params * param_bytes / partition)
 
 
 @dataclass(frozen=True)
@@ -97,11 +110,12 @@ def assumptions(dtype: str = "bfloat16", master_weights: bool = True, param_byte
 
 
 def predict_memory(n_params: int, strategy: str, gpus: int, dtype: str = "bfloat16", master_weights: bool = True,
-                   per_param: BytesPerParam | None = None) -> dict[str, Any]:
+                   per_param: BytesPerParam | None = None, hpz_partition: int | None = None) -> dict[str, Any]:
     """Per-GPU bytes of parameters, gradients and optimizer state for one strategy (modeled).
 
     ``per_param`` replaces the dtype's default bytes per parameter; the row's keys stay the same
-    whatever the assumption (the results database stores them as they are).
+    whatever the assumption (the results database stores them as they are). ``zero3_hpz`` adds its
+    secondary partition over ``hpz_partition`` GPUs (default: all ``gpus``) to the parameters.
     """
     if strategy not in SHARDED:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
@@ -112,6 +126,10 @@ def predict_memory(n_params: int, strategy: str, gpus: int, dtype: str = "bfloat
     sizes = bytes_per_param(dtype, master_weights) if per_param is None else (
         per_param.param_bytes, per_param.grad_bytes, per_param.optim_bytes)
     held = [n_params * b / (gpus if sharded else 1) for b, sharded in zip(sizes, SHARDED[strategy])]
+    if strategy == "zero3_hpz":
+        held[0] += hpz_secondary_bytes(n_params, sizes[0], gpus if hpz_partition is None else hpz_partition)
+    elif hpz_partition is not None:
+        raise ValueError(f"an hpZ partition is zero3_hpz's alone, not {strategy!r}'s")
     return {
         "strategy": strategy,
         "gpus": gpus,
@@ -134,7 +152,8 @@ def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: s
     and ``fits`` (model states only: activations and buffers come on top). With
     ``deepspeed_estimates`` the ZeRO-2/3 rows also carry DeepSpeed's own estimator's number.
     The ``hsdp`` row shards over its ``shard_group`` GPUs (all ``gpus`` when None; a divisor of
-    them) and replicates across the groups; it says so in ``shard_group``.
+    them) and replicates across the groups; the ``zero3_hpz`` row keeps its secondary parameter
+    partition over the same group; each says so in ``shard_group``.
     """
     from shardscope.training.memory_peak import hsdp_shard_group
 
@@ -148,10 +167,12 @@ def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: s
     per_param = per_param or assumptions(dtype, master_weights)
     capacity = int(gpu_memory_gb * 1e9)
     rows = []
-    for s in STRATEGIES if strategy == "all" else (strategy,):
-        row = dict(predict_memory(cfg.param_count(), s, group if s == "hsdp" else gpus, dtype, per_param=per_param),
-                   model=name, gpus=gpus)
-        if s == "hsdp":
+    # hpZ over all ``gpus`` (no smaller group) is degenerate: "all" lists it only with a group of 2 or more that splits them
+    listed = [s for s in STRATEGIES if s != "zero3_hpz" or 1 < group < gpus]
+    for s in listed if strategy == "all" else (strategy,):
+        row = dict(predict_memory(cfg.param_count(), s, group if s == "hsdp" else gpus, dtype, per_param=per_param,
+                                  hpz_partition=group if s == "zero3_hpz" else None), model=name, gpus=gpus)
+        if s in ("hsdp", "zero3_hpz"):
             row["shard_group"] = group
         row.update(bytes_per_param=per_param.to_dict(), gpu_memory_bytes=capacity, fits=row["total_bytes"] <= capacity)
         if deepspeed_estimates:

@@ -52,6 +52,10 @@ buffers (temporary, by phase)
 HSDP (``hsdp``, a shard group of ``g`` GPUs)
     FSDP inside each group, replicas across groups: model states sharded ``g`` ways, FSDP's
     buffers (:func:`hsdp_shard_group`).
+ZeRO-3 with hpZ (``zero3_hpz``, a secondary partition over ``p`` GPUs)
+    ZeRO-3's states and buffers, plus the secondary parameter partition, alive through the
+    whole step: the parameters in the training dtype over ``p`` GPUs
+    (:func:`shardscope.training.memory_model.hpz_secondary_bytes`).
 overhead
     what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
     fraction of the modeled peak, *calibrated* from a measured run
@@ -67,10 +71,9 @@ from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import STRATEGIES
 from shardscope.training.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 
-#: Strategies the memory model answers for: the worker's, and HSDP (shard inside a group of
-#: ``shard_group`` GPUs, replicate across groups). ``contracts.names.STRATEGIES`` has no "hsdp" in this
-#: branch (issue 17 adds it to the worker and contracts), so the model accepts it here on its own.
-MODELED_STRATEGIES = tuple(dict.fromkeys((*STRATEGIES, "hsdp")))
+#: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
+#: ``shard_group`` GPUs, replicate across groups) and ZeRO-3 with hpZ (secondary partition over ``shard_group``).
+MODELED_STRATEGIES = STRATEGIES
 ATTENTION_KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_bf16_states", "adamw_8bit")
@@ -433,20 +436,20 @@ class PeakTerms:
 
 
 def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states: str,
-                 optimizer: OptimizerAssumption) -> dict[str, int]:
+                 optimizer: OptimizerAssumption, hpz_partition: int | None = None) -> dict[str, int]:
     """Parameter, gradient and optimizer bytes: the ZeRO paper's (``paper``) or this code's (``implementation``) model.
 
     The optimizer assumption replaces Adam's fp32 moments (8 B/param) by its own and drops the
-    optimizer state from the GPU when offloaded to the CPU.
+    optimizer state from the GPU when offloaded to the CPU. ``hpz_partition``: ``zero3_hpz``'s partition size.
     """
     from shardscope.training.memory_model import predict_memory
     from shardscope.training.modeled import implementation_memory
 
     n = cfg.param_count()
     if states == "implementation":
-        held = implementation_memory(n, strategy, gpus, dtype)
+        held = implementation_memory(n, strategy, gpus, dtype, hpz_partition)
     elif states == "paper":
-        held = predict_memory(n, strategy, gpus, dtype)
+        held = predict_memory(n, strategy, gpus, dtype, hpz_partition=hpz_partition)
     else:
         raise ValueError(f"model states must be 'paper' or 'implementation', got {states!r}")
     optim = held["optim_bytes"]
@@ -481,7 +484,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     e.g. from the user's bytes-per-parameter assumption; else ``states`` picks the model.
     ``fair`` (reduce dtype, bucket policy) and ``overlap_comm`` are the run's recorded settings
     (:func:`settings_of_run`); by default the worker's defaults (DeepSpeed's own buckets, its per-stage
-    ``overlap_comm``). ``shard_group`` is HSDP's shard-group size (see :func:`hsdp_shard_group`).
+    ``overlap_comm``). ``shard_group`` is HSDP's shard-group size (see :func:`hsdp_shard_group`), or
+    hpZ's partition size of ``zero3_hpz`` (all ``gpus`` when None). ``held``, when given, includes hpZ's secondary partition.
     """
     fair = fair or FairSettings()
     if strategy not in MODELED_STRATEGIES:
@@ -493,8 +497,14 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm)
         return replace(terms, strategy="hsdp", assumptions={**terms.assumptions, "gpus": gpus, "shard_group": group,
                                                             "replicas": gpus // group})
+    if strategy == "zero3_hpz":
+        group = hsdp_shard_group(gpus, shard_group, "hpZ's partition size")
+        if held is None:
+            held = model_states(strategy, cfg, gpus, shape.dtype, states, optimizer or OptimizerAssumption(), hpz_partition=group)
+        terms = predict_peak("zero3", cfg, gpus, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm)
+        return replace(terms, strategy="zero3_hpz", assumptions={**terms.assumptions, "hpz_partition": group})
     if shard_group is not None:
-        raise ValueError(f"a shard-group size is HSDP's alone, not {strategy!r}'s")
+        raise ValueError(f"a shard-group size is HSDP's or zero3_hpz's alone, not {strategy!r}'s")
     if not 0 <= overhead_fraction < 1:
         raise ValueError(f"overhead fraction must be in [0, 1), got {overhead_fraction!r}")
     optimizer = optimizer or OptimizerAssumption()
@@ -550,8 +560,9 @@ def _nonzero(**terms: int) -> dict[str, int]:
     return {name: value for name, value in terms.items() if value}
 
 
-def hsdp_shard_group(gpus: int, shard_group: int | None) -> int:
-    """HSDP's shard-group size on ``gpus`` GPUs: ``shard_group`` (a divisor of ``gpus``), or all of them when None.
+def hsdp_shard_group(gpus: int, shard_group: int | None, what: str = "HSDP's shard-group size") -> int:
+    """HSDP's shard-group size on ``gpus`` GPUs: ``shard_group`` (a divisor of ``gpus``), or all of them when None
+    (``what`` names it in the error: hpZ's partition size is checked the same way).
 
     HSDP shards parameters, gradients and optimizer state inside each group of ``shard_group``
     GPUs (FSDP within the group) and replicates them across the ``gpus / shard_group`` groups
@@ -562,7 +573,7 @@ def hsdp_shard_group(gpus: int, shard_group: int | None) -> int:
     if shard_group is None:
         return gpus
     if isinstance(shard_group, bool) or not isinstance(shard_group, int) or shard_group < 1 or gpus % shard_group:
-        raise ValueError(f"HSDP's shard-group size must be a positive divisor of the {gpus} GPUs, got {shard_group!r}")
+        raise ValueError(f"{what} must be a positive divisor of the {gpus} GPUs, got {shard_group!r}")
     return shard_group
 
 
@@ -587,7 +598,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                shard_group: int | None = None) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
-    ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group) training
+    ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
     ``model`` (a preset name or its dimensions) at ``seq_len`` tokens and ``micro_batch``
     sequences per GPU, activation checkpointing ``none`` or ``full``, in ``dtype``. Returns
     every term (:class:`PeakTerms`); ``.peak_bytes`` is the peak, and

@@ -23,6 +23,9 @@ Two models, both labelled *modeled*, with their assumptions written out:
       partitions, so ZeRO-1 holds gradients of 1/N like ZeRO-2.
     * DeepSpeed in bf16 keeps bf16 parameters and gradients (2 bytes each) plus the fp32
       master in the optimizer: ZeRO-0 is exactly the paper's 2 + 2 + 12 unsharded.
+    * DeepSpeed ZeRO-3 with hpZ (``zero3_hpz``) holds ZeRO-3's bytes plus its secondary
+      partition: the parameters in the training dtype over the ``p`` ranks of one group
+      (``ds_secondary_tensor``, 4/p fp32, 2/p bf16 bytes per parameter).
     * FSDP2 without resharding after forward (``fsdp_grad_op``) still reshards after backward,
       so after backward (where bytes are counted) its parameters are 1/N, as under ``fsdp``;
       the full parameters exist only between forward and backward (they show in peak memory).
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardscope.training.memory_model import SHARDED, assumptions, predict_memory
+from shardscope.training.memory_model import SHARDED, assumptions, hpz_secondary_bytes, predict_memory
 
 #: (param, grad, optim) bytes per parameter and whether each is sharded, per (strategy, dtype),
 #: as the strategies in :mod:`shardscope.training.strategies` hold them after backward.
@@ -44,6 +47,7 @@ _FP32 = {
     "zero1": ((4, False), (4, True), (12, True)),
     "zero2": ((4, False), (4, True), (12, True)),
     "zero3": ((4, True), (4, True), (12, True)),
+    "zero3_hpz": ((4, True), (4, True), (12, True)),  # ZeRO-3's, and the secondary partition (implementation_memory)
     "fsdp": ((4, True), (4, True), (8, True)),
     "fsdp_grad_op": ((4, True), (4, True), (8, True)),
     "hsdp": ((4, True), (4, True), (8, True)),  # FSDP2 inside one shard group (sharded over the group's ranks)
@@ -54,6 +58,7 @@ _BF16 = {
     "zero1": ((2, False), (2, True), (12, True)),
     "zero2": ((2, False), (2, True), (12, True)),
     "zero3": ((2, True), (2, True), (12, True)),
+    "zero3_hpz": ((2, True), (2, True), (12, True)),  # ZeRO-3's, and the secondary partition (implementation_memory)
     "fsdp": ((4, True), (4, True), (8, True)),
     "fsdp_grad_op": ((4, True), (4, True), (8, True)),
     "hsdp": ((4, True), (4, True), (8, True)),  # FSDP2 inside one shard group (sharded over the group's ranks)
@@ -63,12 +68,16 @@ IMPLEMENTATION: dict[str, dict[str, tuple[tuple[int, bool], ...]]] = {"float32":
 _KEYS = ("param_bytes", "grad_bytes", "optim_bytes")
 
 
-def implementation_memory(n_params: int, strategy: str, world_size: int, dtype: str) -> dict[str, Any]:
-    """Per-rank bytes this code's ``strategy`` is expected to hold after backward (modeled)."""
+def implementation_memory(n_params: int, strategy: str, world_size: int, dtype: str,
+                          hpz_partition: int | None = None) -> dict[str, Any]:
+    """Per-rank bytes this code's ``strategy`` is expected to hold after backward (modeled); ``zero3_hpz``
+    with its secondary parameter partition over ``hpz_partition`` ranks (default: all of them)."""
     if dtype not in IMPLEMENTATION or strategy not in IMPLEMENTATION[dtype]:
         raise ValueError(f"no implementation model for strategy {strategy!r} in {dtype!r}")
     parts = IMPLEMENTATION[dtype][strategy]
     held = {key: int(n_params * b / (world_size if sharded else 1)) for key, (b, sharded) in zip(_KEYS, parts)}
+    if strategy == "zero3_hpz":
+        held["param_bytes"] += hpz_secondary_bytes(n_params, parts[0][0], hpz_partition or world_size)
     return {**held, "total_bytes": sum(held.values()),
             "bytes_per_param": {key: b for key, (b, _) in zip(_KEYS, parts)},
             "sharded": {key: sharded for key, (_, sharded) in zip(_KEYS, parts)}}
@@ -87,18 +96,20 @@ def measured_max(ranks: list[dict[str, Any]]) -> dict[str, int]:
     return {**held, "total_bytes": sum(held.values())}
 
 
-def modeled_block(strategy: str, n_params: int, world_size: int, dtype: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Both models for this run, and measured / modeled per category (largest rank), all labelled.
+def modeled_block(strategy: str, n_params: int, world_size: int, dtype: str, ranks: list[dict[str, Any]],
+                  hpz_partition: int | None = None) -> dict[str, Any]:
+    """Both models for this run, and measured / modeled per category (largest rank), all labelled
+    (``hpz_partition``: a ``zero3_hpz`` run's secondary partition size).
 
     Why both: the ZeRO paper's model is the one users reason with; the implementation model
     says what the code really keeps, so a ratio far from 1 against it is a finding (or a bug).
     """
     measured = measured_max(ranks)
     paper_assumption = assumptions(dtype)
-    paper = predict_memory(n_params, strategy, world_size, dtype, per_param=paper_assumption)
+    paper = predict_memory(n_params, strategy, world_size, dtype, per_param=paper_assumption, hpz_partition=hpz_partition)
     paper_block = {key: paper[key] for key in (*_KEYS, "total_bytes")}
     paper_block.update(bytes_per_param=paper_assumption.to_dict(),
                        sharded=dict(zip(_KEYS, SHARDED[strategy])), measured_over_modeled=_ratios(measured, paper))
-    implementation = implementation_memory(n_params, strategy, world_size, dtype)
+    implementation = implementation_memory(n_params, strategy, world_size, dtype, hpz_partition)
     implementation["measured_over_modeled"] = _ratios(measured, implementation)
     return {"method": "modeled", "measured_max_rank": measured, "zero_paper": paper_block, "implementation": implementation}

@@ -2,8 +2,10 @@
 
 ``ddp`` (torch DDP), ``fsdp`` (FSDP2 ``fully_shard``, full shard), ``fsdp_grad_op`` (FSDP2
 without resharding after forward, ZeRO-2-like), ``hsdp`` (FSDP2 on a 2-D mesh: parameters
-sharded inside groups of ``shard_size`` ranks, replicated across the groups) and
-``zero0``..``zero3`` (the DeepSpeed engine). Mixed precision is bf16 compute with fp32 master weights where the dtype is bf16.
+sharded inside groups of ``shard_size`` ranks, replicated across the groups),
+``zero0``..``zero3`` (the DeepSpeed engine) and ``zero3_hpz`` (ZeRO-3 with ZeRO++'s hierarchical
+partitioning: a second, 16-bit copy of the parameters sharded inside groups of ``shard_size`` ranks,
+from which backward gathers inside the group). Mixed precision is bf16 compute with fp32 master weights where the dtype is bf16.
 
 Each strategy runs at its framework's recommended settings and says so in
 :attr:`Prepared.settings` (stored with every result; :mod:`shardscope.training.fairness`
@@ -215,19 +217,25 @@ def prepare_fsdp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: 
 
 
 def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: OptimConfig,
-                     fair: FairSettings | None = None, grad_accum: int = 1) -> dict[str, Any]:
+                     fair: FairSettings | None = None, grad_accum: int = 1, hpz_partition: int | None = None) -> dict[str, Any]:
     """The DeepSpeed config JSON of a ZeRO ``stage`` run; saved verbatim with the results.
 
     ``overlap_comm`` is left unset so DeepSpeed picks its own per-stage default (on for ZeRO-3
     only); bucket and prefetch sizes are DeepSpeed's defaults or, with ``fair.buckets ==
     "equal"``, DDP's 25 MiB (:mod:`shardscope.training.fairness`); gradients are reduced in
     ``communication_data_type``. Every parameter is partitioned under ZeRO-3 (persistence 0).
+    ``hpz_partition`` (ZeRO-3 only) sets ZeRO++'s ``zero_hpz_partition_size``: the ranks of one
+    secondary parameter partition (:func:`hpz_partition_size`).
     """
     from shardscope.training.optimizer_states import deepspeed_bf16_settings
 
     fair = fair or FairSettings()
     reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
     zero: dict[str, Any] = {"stage": stage, "contiguous_gradients": True, "stage3_param_persistence_threshold": 0}
+    if hpz_partition is not None:
+        if stage != 3:
+            raise ValueError(f"hpZ's secondary partition is ZeRO-3's, not stage {stage}'s")
+        zero["zero_hpz_partition_size"] = hpz_partition
     if fair.buckets == "equal":
         sizes = deepspeed_bucket_elements(fair, reduce_dtype, _dtype_name(dtype))
         zero.update(reduce_bucket_size=sizes["reduce"], allgather_bucket_size=sizes["allgather"],
@@ -253,6 +261,23 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
     }
 
 
+def hpz_partition_size(world_size: int, shard_size: int | None) -> int:
+    """hpZ's secondary partition on ``world_size`` ranks: ``shard_size`` consecutive ranks (an island's or a node's).
+
+    DeepSpeed cuts groups of ``zero_hpz_partition_size`` consecutive ranks and keeps in each rank
+    a 16-bit shard of the parameters over its group beside ZeRO-3's primary shard over all
+    ranks. A size of 1 is DeepSpeed's "hpZ off"; a size equal to the world size is accepted by
+    DeepSpeed but degenerate (the secondary shard duplicates the primary one and backward gathers
+    over every rank, as ZeRO-3 does): both are refused here, so a ``zero3_hpz`` result always
+    differs from ``zero3``. Raises ValueError otherwise when it does not divide the world size.
+    """
+    size = world_size if shard_size is None else shard_size
+    if size < 2 or size >= world_size or world_size % size:
+        raise ValueError(f"--shard-size {size}: hpZ's partition must divide the world size {world_size} "
+                         "into two or more groups of two or more ranks")
+    return size
+
+
 def deepspeed_settings(engine: Any, stage: int, dtype: torch.dtype, fair: FairSettings) -> dict[str, Any]:
     """The settings block of a DeepSpeed run, read back from the engine (what DeepSpeed resolved, not what was asked)."""
     zero = engine._config.zero_config
@@ -260,23 +285,29 @@ def deepspeed_settings(engine: Any, stage: int, dtype: torch.dtype, fair: FairSe
     reduce_bytes = 2 if fair.resolved_reduce_dtype(_dtype_name(dtype)) == "bfloat16" else 4
     prefetch = (f"stage3_prefetch_bucket_size={zero.prefetch_bucket_size} elements" if stage == 3 and zero.prefetch_bucket_size
                 else "none (ZeRO-0..2 gather nothing before use)")
-    return fair.describe(f"zero{stage}", _dtype_name(dtype), param_dtype=_dtype_name(dtype),
-                         gather_dtype=_dtype_name(dtype) if stage > 0 else None, overlap_comm=bool(zero.overlap_comm),
-                         prefetch=prefetch, reduce_bucket_bytes=int(zero.reduce_bucket_size) * reduce_bytes,
-                         allgather_bucket_bytes=int(zero.allgather_bucket_size) * wire if stage in (1, 2) else None,
-                         comm_hook=None)
+    hpz = int(zero.zero_hpz_partition_size)
+    settings = fair.describe("zero3_hpz" if hpz > 1 else f"zero{stage}", _dtype_name(dtype), param_dtype=_dtype_name(dtype),
+                             gather_dtype=_dtype_name(dtype) if stage > 0 else None, overlap_comm=bool(zero.overlap_comm),
+                             prefetch=prefetch, reduce_bucket_bytes=int(zero.reduce_bucket_size) * reduce_bytes,
+                             allgather_bucket_bytes=int(zero.allgather_bucket_size) * wire if stage in (1, 2) else None,
+                             comm_hook=None)
+    if hpz > 1:
+        settings["hpz_partition_size"] = hpz
+    return settings
 
 
 def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: OptimConfig, stage: int, micro_batch: int,
-                      seed: int = 0, fair: FairSettings | None = None, grad_accum: int = 1) -> Prepared:
+                      seed: int = 0, fair: FairSettings | None = None, grad_accum: int = 1,
+                      hpz_partition: int | None = None) -> Prepared:
     """The DeepSpeed engine with ZeRO ``stage`` (0 = plain data parallel through DeepSpeed), accumulating
-    ``grad_accum`` micro-batches per optimizer step (:mod:`shardscope.training.accumulation`)."""
+    ``grad_accum`` micro-batches per optimizer step (:mod:`shardscope.training.accumulation`); with
+    ``hpz_partition`` ZeRO-3's hpZ (``zero3_hpz``)."""
     if not ctx.is_cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
 
     fair = fair or FairSettings()
-    ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, fair, grad_accum)
+    ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, fair, grad_accum, hpz_partition)
     if stage == 3:
         with deepspeed.zero.Init(config_dict_or_path=ds_cfg):  # partitions each layer as it is built
             model = seeded_model(cfg, seed)
@@ -292,14 +323,15 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
         engine.backward(loss)
         return loss.detach()
 
-    return Prepared(f"zero{stage}", engine.module, opt, forward_backward, engine.step, deepspeed_config=ds_cfg,
-                    settings=deepspeed_settings(engine, stage, dtype, fair))
+    settings = deepspeed_settings(engine, stage, dtype, fair)
+    return Prepared(settings["strategy"], engine.module, opt, forward_backward, engine.step, deepspeed_config=ds_cfg,
+                    settings=settings)
 
 
 def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, micro_batch: int, optim: OptimConfig | None = None,
             seed: int = 0, fair: FairSettings | None = None, shard_size: int | None = None, grad_accum: int = 1) -> Prepared:
     """Build the model under ``strategy`` on this rank's device, its weights drawn from ``seed``, under ``fair``'s policy
-    (``shard_size``: the ranks of one HSDP shard group; all ranks when None)."""
+    (``shard_size``: the ranks of one HSDP shard group, all ranks when None; or of one hpZ secondary partition)."""
     optim = optim or OptimConfig()
     fair = fair or FairSettings()
     if strategy == "ddp":
@@ -311,4 +343,7 @@ def prepare(strategy: str, cfg: ModelConfig, ctx: DistContext, dtype: torch.dtyp
                             shard_size=shard_size, hybrid=True)
     if strategy in ("zero0", "zero1", "zero2", "zero3"):
         return prepare_deepspeed(cfg, ctx, dtype, optim, int(strategy[-1]), micro_batch, seed, fair, grad_accum)
+    if strategy == "zero3_hpz":
+        return prepare_deepspeed(cfg, ctx, dtype, optim, 3, micro_batch, seed, fair, grad_accum,
+                                 hpz_partition=hpz_partition_size(ctx.world_size, shard_size))
     raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")

@@ -32,7 +32,7 @@ from shardscope.training.accumulation import accumulating
 from shardscope.training.comm_bytes import count_step_collectives
 from shardscope.training.host_calls import PythonCallCounter
 from shardscope.training.comm_volume import comm_block
-from shardscope.contracts.names import TRANSPORTS
+from shardscope.contracts.names import GROUPED_STRATEGIES, TRANSPORTS
 from shardscope.training.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
 from shardscope.training.held_bytes import measure_held_bytes
 from shardscope.training.job import TrainJob
@@ -75,7 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--comm-profile", action="store_true", help="profile one extra step for the share of time in communication")
     p.add_argument("--placement", default="local")
     p.add_argument("--shard-size", type=int, default=None,
-                   help="hsdp: ranks of one shard group (consecutive ranks; default: the ranks of one node)")
+                   help="hsdp: ranks of one shard group; zero3_hpz: ranks of one secondary parameter partition "
+                        "(consecutive ranks; default: the ranks of one node)")
     p.add_argument("--transport", choices=TRANSPORTS, default="default",
                    help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
     p.add_argument("--activation-checkpointing", choices=MODES, default="none", help="full: every block recomputed in backward")
@@ -199,7 +200,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "world_size": ctx.world_size,
             "placement": args.placement,
             "transport": args.transport,
-            "shard_size": shard_size if args.strategy == "hsdp" else None,
+            "shard_size": shard_size if args.strategy in GROUPED_STRATEGIES else None,
             "dtype": args.dtype,
             "micro_batch": args.micro_batch,
             "grad_accum": args.grad_accum,
@@ -231,7 +232,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "host_calls_per_step": host_calls.calls,
             "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
                                      settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None, args.grad_accum),
-            "modeled": dict(modeled_block(modeled_as, cfg.param_count(), modeled_ranks, args.dtype, per_rank),
+            "modeled": dict(modeled_block(modeled_as, cfg.param_count(), modeled_ranks, args.dtype, per_rank,
+                                          hpz_partition=settings.get("hpz_partition_size")),
                             **({"modeled_as": f"fsdp over one shard group of {shard_size} ranks (the cross-group "
                                               "all-reduce of each shard's gradients is not in the volumes)"}
                                if args.strategy == "hsdp" else {})),
