@@ -68,6 +68,13 @@ def test_hpz_is_auto_or_off(config: dict[str, Any], value: Any) -> None:
     _reject(config, "training.hpz", repr(value))
 
 
+@pytest.mark.parametrize("key", ["hsdp", "hpz"])
+def test_an_unquoted_off_switches_hsdp_and_hpz_off(config: dict[str, Any], key: str) -> None:
+    config["training"][key] = yaml.safe_load("off")  # YAML 1.1: an unquoted off is the boolean false
+    assert config["training"][key] is False
+    validate_config(config, SCHEMA)
+
+
 def test_hpz_is_a_known_strategy(config: dict[str, Any]) -> None:
     config["training"]["strategies"].append("zero3_hpz")
     validate_config(config, SCHEMA)

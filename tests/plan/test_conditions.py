@@ -225,8 +225,11 @@ def test_hpz_is_planned_with_the_island_as_its_partition(plans: dict[str, dict[s
     assert [j["strategy"] for j in cpu["training"]] == cpu_config["training"]["strategies"]  # no hsdp, no zero3_hpz
     assert cpu["hpz"][0]["added"] is False and "no islands" in cpu["hpz"][0]["reason"]
     off = copy.deepcopy(cpu_config)
-    off["training"]["hpz"] = "off"
-    assert not any(j["strategy"] == "zero3_hpz" for j in make_plan(plan_topology("nvl_pairs"), off, NO_PEER)["training"])
+    for value in ("off", False):  # False: an unquoted `hpz: off` in YAML
+        off["training"]["hpz"] = value
+        planned = make_plan(plan_topology("nvl_pairs"), off, NO_PEER)
+        assert not any(j["strategy"] == "zero3_hpz" for j in planned["training"])
+        assert "training.hpz is off" in planned["hpz"][0]["reason"]
 
 
 def test_listed_hpz_is_left_out_where_its_partition_is_degenerate(config: dict[str, Any]) -> None:

@@ -194,6 +194,7 @@ def default_strategies(topology: dict[str, Any], config: dict[str, Any], place: 
     added = []
     for strategy, key in (("hsdp", "hsdp"), ("zero3_hpz", "hpz")):
         value = config["training"].get(key, "auto")
+        value = "off" if value is False else value  # YAML 1.1 reads an unquoted `off` as false
         if value not in ("auto", "off"):
             raise UserError(f"config key training.{key}: {value!r} is not a known value; expected auto or off")
         if strategy in strategies:
