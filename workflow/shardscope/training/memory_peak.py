@@ -199,17 +199,48 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
             "peak": max(forward_end, blocks), "per_block": per_block, "kept_per_block": kept, "recomputed": recomputed}
 
 
-def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
-    """Gradients alive inside one block's backward: of the MLP's hidden product (``T·f``) and of the block's output (``T·h``).
+def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str) -> list[dict[str, int]]:
+    """The two largest moments inside one block's SwiGLU backward (``down(silu(gate(x)) * up(x))``), between operators.
 
-    Measured on the tiny model at 2 x 64 tokens in fp32, 2 ranks: FSDP's buffers in the blocks'
-    backward exceed its unsharded root and blocks by 327,172 B, with or without checkpointing
-    (this term: 327,680 B); under full checkpointing, where the blocks' backward is the peak, the
-    single-process peak is the largest activations plus this term within 0.05%.
+    Traced operator by operator with the tensor tracker (tiny model, 2 x 128 tokens, where
+    ``T != h`` tells a ``T·f`` gradient from an ``h·f`` weight gradient; at ``T = h`` they are
+    the same size and any count of them fits). With the gradient flowing into the block
+    (``T·h``, in the residual's dtype) alive throughout:
+
+    ``after_product_grad`` (the product's backward has made its first output): ``down``'s weight
+    gradient, the gradient of the product (``T·f``) and of silu's output (``T·f``); the product
+    itself (saved only by ``down``) is freed. ``after_gate_weight_grad``: all three weight
+    gradients, the gradient of ``up``'s input (``T·h``) and of ``gate``'s output (``T·f``); gate's,
+    up's, silu's outputs and the product are freed (4 ``T·f``). Each weight gradient exists
+    as autograd's output only until its ``AccumulateGrad`` runs, which the engine runs as soon
+    as it is ready: strategies that copy it into a bucket (DDP, ZeRO-2/3) drop it then; FSDP
+    (unsharded gradients until the block's reduce-scatter) and ZeRO-1 (full gradients until
+    the end of backward) keep it. Each moment: ``weight_grads``, ``activation_grads`` and
+    ``freed`` (activations of the block gone by then).
     """
-    e_mlp = 4 if policy == "fp32" else 2  # autocast's matmul outputs are bf16
+    t, h, f = shape.tokens, cfg.d_model, cfg.d_ff
+    e_act = 4 if policy == "fp32" else 2  # matmul and SwiGLU outputs (bf16 under autocast too)
     e_residual = 2 if policy == "bf16" else 4
-    return shape.tokens * (cfg.d_ff * e_mlp + cfg.d_model * e_residual)
+    e_grad = 4 if policy in ("fp32", "autocast") else 2
+    flowing = t * h * e_residual
+    return [{"weight_grads": h * f * e_grad, "activation_grads": flowing + 2 * t * f * e_act, "freed": t * f * e_act},
+            {"weight_grads": 3 * h * f * e_grad, "activation_grads": flowing + t * h * e_act + t * f * e_act,
+             "freed": 4 * t * f * e_act}]
+
+
+def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, weight_grads_kept: bool) -> dict[str, int]:
+    """The largest moment of one block's MLP backward (:func:`mlp_backward_moments`): its gradient buffers and the activations freed.
+
+    ``weight_grads_kept``: whether the strategy keeps the weight gradients beside them (FSDP,
+    ZeRO-1), else they are copied away as they appear (DDP's bucket views, ZeRO-2/3's bucket).
+    Returns ``block_grads`` (the activations' gradients and, when kept, the weight gradients)
+    and ``freed``.
+    """
+    def parts(moment: dict[str, int]) -> dict[str, int]:
+        return {"block_grads": moment["activation_grads"] + (moment["weight_grads"] if weight_grads_kept else 0),
+                "freed": moment["freed"]}
+    candidates = [parts(m) for m in mlp_backward_moments(cfg, shape, policy)]
+    return max(candidates, key=lambda c: c["block_grads"] - c["freed"])
 
 
 def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
@@ -291,8 +322,10 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
                      fair: FairSettings | None = None, overlap_comm: bool | None = None) -> dict[str, dict[str, int]]:
     """Buffers each phase holds besides the activations, by name (see the module docstring).
 
-    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward:
-    the log-softmax output consumed, the logits' gradient alive) and ``backward_blocks`` (inside
+    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward, just
+    after its matmul's: the log-softmax output, the logits' gradient and the head's input freed,
+    the head weight's gradient and its input's alive; traced on the tiny model at 2 x 128
+    tokens, where ``T·V`` and ``V·h`` differ) and ``backward_blocks`` (inside
     the blocks' backward, the output side's activations gone). ``fair`` and ``overlap_comm``
     are the run's settings (DeepSpeed's bucket sizes follow from them; defaults: the worker's).
     """
@@ -302,11 +335,12 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     block = block_params(cfg) * e_param
     root = root_params(cfg) * e_param
     forward: dict[str, int] = {"logits": logits_bytes(cfg, shape, policy)}
-    head: dict[str, int] = {"logits_grad": shape.tokens * cfg.vocab_size * 4}
+    # the moment after the head's matmul backward, before its AccumulateGrad: the logits' gradient is
+    # freed with the head's input, and the head weight's gradient is still autograd's output, beside
+    # the gradient of the head's input (added in predict_peak) -- every strategy alike
+    head: dict[str, int] = {"head_weight_grad": cfg.vocab_size * cfg.d_model * e_grad}
     blocks: dict[str, int] = {}
-    if strategy in ("ddp", "zero0"):  # autograd's head gradient before it is copied into the bucket view
-        head["head_weight_grad"] = cfg.vocab_size * cfg.d_model * e_grad
-    elif strategy in ("zero1", "zero2"):
+    if strategy in ("zero1", "zero2"):
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     elif strategy == "fsdp":
@@ -370,31 +404,57 @@ def zero3_backward_end(cfg: ModelConfig, e_param: int, e_reduce: int, bucket: in
             "embedding_gathered": cfg.vocab_size * cfg.d_model * e_param, "activations": 0}
 
 
+def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], root: int, block: int,
+                         e_grad: int) -> dict[str, int]:
+    """FSDP2's largest moment inside the blocks' backward: over the ``L`` blocks in backward order, the largest.
+
+    Alive throughout: the root's unsharded parameters (the root is not resharded until its
+    post-backward at the very end) and its unsharded gradients of the head and final norm
+    (``V·h + h``: a tied head's share accumulates into the embedding's gradient, just as big).
+    In block ``j`` of the backward (``j = 0`` the last block of the model): its unsharded
+    parameters (one block); the next block's all-gather output, prefetched by FSDP2's default
+    backward prefetch at this block's pre-backward and copied out only at the next's, unless
+    ``j`` is the last (``j < L - 1``); the previous block's reduce-scatter input, which FSDP2
+    keeps (``reduce_scatter_state``) until the next reduce-scatter, unless ``j = 0``; the MLP
+    backward's gradients with its weight gradients kept (:func:`block_backward_temporaries`);
+    and the activations of the ``L - j`` blocks not done, less what the MLP backward has freed.
+    Traced with the tensor tracker, fp32, 2 ranks: the tiny model (2 blocks) at 2 x 64 and
+    2 x 128 tokens peaks in ``j = 0``, with and without full checkpointing; small-gqa
+    (4 blocks) at 2 x 128 in ``j = 1`` (the previous reduce-scatter input beside the prefetch).
+    """
+    root_grads = (cfg.d_model + cfg.vocab_size * cfg.d_model) * e_grad
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
+    candidates = []
+    for j in range(cfg.n_layers):
+        parts = {"root_unsharded": root, "root_grads": root_grads, "block_unsharded": block,
+                 "prefetched_block_gather": block if j < cfg.n_layers - 1 else 0,
+                 "previous_reduce_scatter_input": block if j > 0 else 0, "block_grads": mlp["block_grads"],
+                 "activations": max(acts["blocks"] - j * acts["kept_per_block"] - mlp["freed"], 0)}
+        candidates.append({k: v for k, v in parts.items() if v or k == "activations"})
+    return max(candidates, key=lambda parts: sum(parts.values()))
+
+
 def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], bucket: int, e_grad: int,
                    bucket_elements: int) -> dict[str, int]:
     """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
 
     Stage 1 keeps every full gradient until the end of backward (it partitions only the
     optimizer state). The moment is inside block ``L - 1 - k``'s MLP backward: the head's and
-    ``k`` blocks' gradients, the MLP's three weight gradients, and the gradient flowing into the
-    block (``T·h``) alive beside the activations of the ``L - k`` blocks not yet done, less the
-    MLP's hidden product (``T·f``), freed once ``down``'s backward has run (measured exactly on
-    the tiny model, 2 ranks: 1,376,780 B of buffers beside the bucket, modeled 1,376,768); at the
-    end, all gradients and no activations.
+    ``k`` blocks' gradients beside the MLP backward's gradients, its weight gradients kept
+    (:func:`block_backward_temporaries`), and the activations of the ``L - k`` blocks not yet
+    done, less what the MLP backward has freed (measured exactly on the tiny model, 2 ranks, at
+    2 x 64 and 2 x 128 tokens); at the end, all gradients and no activations.
     """
-    e_act = 4 if policy == "fp32" else 2
     head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
-    mlp_grads = 3 * cfg.d_model * cfg.d_ff * e_grad
-    mlp_hidden = shape.tokens * cfg.d_ff * e_act
-    flowing = shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
     cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up
 
     def grads(nbytes: int) -> int:
         return min(nbytes, cap) if cap is not None else nbytes
-    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + k * block_grads + mlp_grads),
-                   "output_grad": flowing,
-                   "activations": max((cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"] - mlp_hidden, 0)}
+    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + k * block_grads),
+                   "block_grads": mlp["block_grads"],
+                   "activations": max((cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"] - mlp["freed"], 0)}
                   for k in range(cfg.n_layers)]
     candidates.append({"reduce_bucket": bucket, "full_grads_so_far": grads(cfg.param_count() * e_grad), "activations": 0})
     return max(candidates, key=lambda parts: sum(parts.values()))
@@ -511,12 +571,13 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     log_softmax = shape.tokens * cfg.vocab_size * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=False)
     phases = {
         "forward": {**buffers["forward"], "activations": acts["total"]},
         "backward": {**buffers["backward"], "head_input_grad": head_input,
                      "activations": acts["head_backward"] - log_softmax - head_input},
-        "backward_blocks": {**buffers["backward_blocks"], **_nonzero(block_grads=block_backward_temporaries(cfg, shape, policy)),
-                            "activations": acts["blocks"]},
+        "backward_blocks": {**buffers["backward_blocks"], "block_grads": mlp["block_grads"],
+                            "activations": max(acts["blocks"] - mlp["freed"], 0)},
         # DeepSpeed's reduce bucket is allocated once and stays through the step (measured: ZeRO-3 bf16 at world size 1 peaks
         # in the step with the whole 1 GB bucket alive beside the step's temporaries)
         "step": {"optimizer_temporaries": step_temp, **_nonzero(reduce_bucket=buffers["backward"].get("reduce_bucket", 0)),
@@ -524,6 +585,10 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     }
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     bucket_elements = reduce_bucket_elements(shape.dtype, fair)
+    if strategy == "fsdp":
+        e_param = 4 if policy in ("fp32", "autocast") else 2
+        phases["backward_blocks"] = fsdp_backward_blocks(cfg, shape, policy, acts, root_params(cfg) * e_param,
+                                                         block_params(cfg) * e_param, e_grad)
     if strategy == "zero1":
         phases["backward_blocks"] = zero1_backward(cfg, shape, policy, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
                                                    bucket_elements)
