@@ -116,6 +116,7 @@ class TensorMemoryTracker(TorchDispatchMode):
     def __init__(self, keep_origins: bool = False) -> None:
         super().__init__()
         self._keep_origins = keep_origins  # a debug aid (:meth:`live_at_peak`); off in the worker's normal runs
+        self._funcs: dict[int, str] = {}  # operator count -> operator, kept with the origins
         self._op = 0
         self._phase = "forward"
         self._by_id: dict[int, _Storage] = {}
@@ -206,6 +207,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         self._op += 1
         if self._keep_origins:
+            self._funcs[self._op] = str(func)
             for leaf in tree_leaves(out):
                 for storage in _storages(leaf):
                     self._register(storage, (str(func), tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")))
@@ -244,6 +246,35 @@ class TensorMemoryTracker(TorchDispatchMode):
                 live.append({"category": category, "bytes": nbytes, "phase": record.phase, "born": record.born,
                              "recomputed": record.recomputed, "op": op, "shape": shape, "dtype": dtype})
         return sorted(live, key=lambda entry: -entry["bytes"])
+
+    def timeline(self, around: int = 40) -> list[dict[str, Any]]:
+        """A debug aid: ``around`` operators either side of the transient peak, each with the bytes alive after it by category.
+
+        Each entry: the operator count, the operator (with ``keep_origins``), activations,
+        buffers, and the shapes of the storages born (``+``) and freed (``-``) at it.
+        """
+        self._poll()
+        peak_op = self._sweep(peak_op=True)
+        events: dict[int, list[tuple[str, int, str]]] = {}
+        for record in self._by_id.values():
+            category = self._classify(record)
+            if category == "state":
+                continue
+            shape = str(record.origin[1]) if record.origin else "?"
+            previous = 0
+            for op, nbytes in record.sizes:
+                events.setdefault(op, []).append((category, nbytes - previous, shape))
+                previous = nbytes
+            if record.died is not None:
+                events.setdefault(record.died, []).append((category, -previous, shape))
+        current, out = {"activations": 0, "buffers": 0}, []
+        for op in sorted(events):
+            for category, delta, _ in events[op]:
+                current[category] += delta
+            if abs(op - peak_op) <= around:
+                changes = [f"{'+' if d > 0 else '-'}{c[0]}{shape}" for c, d, shape in events[op] if d]
+                out.append({"op": op, "func": self._funcs.get(op), **current, "changes": " ".join(changes)})
+        return out
 
     def _sweep(self, peak_op: bool = False) -> Any:
         events: dict[int, list[tuple[str, int]]] = {}
@@ -372,7 +403,7 @@ def _write_live_set(folder: Path, tracker: TensorMemoryTracker) -> None:
     live = tracker.live_at_peak()
     totals = {c: sum(e["bytes"] for e in live if e["category"] == c) for c in ("activations", "buffers")}
     (folder / f"live-rank{rank}.json").write_text(json.dumps({"totals": totals, "result": tracker.result().to_dict(),
-                                                             "live": live}, indent=1))
+                                                             "live": live, "timeline": tracker.timeline()}, indent=1))
 
 
 def cuda_memory_counters(device: torch.device) -> dict[str, int]:
