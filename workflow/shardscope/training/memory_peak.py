@@ -335,10 +335,8 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
                      fair: FairSettings | None = None, overlap_comm: bool | None = None) -> dict[str, dict[str, int]]:
     """Buffers each phase holds besides the activations, by name (see the module docstring).
 
-    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward, just
-    after its matmul's: the log-softmax output, the logits' gradient and the head's input freed,
-    the head weight's gradient and its input's alive; traced on the tiny model at 2 x 128
-    tokens, where ``T·V`` and ``V·h`` differ) and ``backward_blocks`` (inside
+    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward; the
+    strategy's buffers only, the head's own gradients are :func:`head_backward`'s) and ``backward_blocks`` (inside
     the blocks' backward, the output side's activations gone). ``fair`` and ``overlap_comm``
     are the run's settings (DeepSpeed's bucket sizes follow from them; defaults: the worker's).
     """
@@ -427,9 +425,11 @@ def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: 
     keeps (``reduce_scatter_state``) until the next reduce-scatter, unless ``j = 0``; the MLP
     backward's gradients with its weight gradients kept (:func:`block_backward_temporaries`);
     and the activations of the ``L - j`` blocks not done, less what the MLP backward has freed.
-    Traced with the tensor tracker, fp32, 2 ranks: the tiny model (2 blocks) at 2 x 64 and
-    2 x 128 tokens peaks in ``j = 0``, with and without full checkpointing; small-gqa
-    (4 blocks) at 2 x 128 in ``j = 1`` (the previous reduce-scatter input beside the prefetch).
+    Traced with the tensor tracker, fp32, 2 ranks, each within 4 B: the tiny model (2 blocks) at
+    2 x 64 and 2 x 128 tokens peaks in ``j = 0``, with and without full checkpointing; small-gqa
+    (4 blocks) in ``j = 1`` (the previous reduce-scatter input beside the prefetch) at 2 x 64
+    and, with full checkpointing, at 2 x 128, and in ``j = 0`` at 2 x 128 without (where all
+    activations are still alive).
     """
     root_grads = (cfg.d_model + cfg.vocab_size * cfg.d_model) * e_grad
     mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
