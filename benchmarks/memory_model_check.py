@@ -1,7 +1,7 @@
 """The memory model against the tensor tracker: strategies x model sizes x sequence lengths on CPU.
 
     .venv/bin/python benchmarks/memory_model_check.py [--strategies ddp,zero1,...] [--seqs 64,128] [--out FILE]
-        [--checkpointing none,full] [--dtype float32] [--optimizer adamw] [--keep DIR | --from-docs DIR]
+        [--checkpointing none,full] [--dtype float32] [--optimizer adamw] [--keep DIR [--reuse] [--live] | --from-docs DIR]
 
 Runs each job through ``shardscope train`` (2 CPU ranks, gloo, 1 warmup + 1 timed step, which
 also runs the tracked step; ``zero3_hpz`` on 4 ranks with partition 2, as 2 ranks leave it no
@@ -40,11 +40,16 @@ def job_name(strategy: str, model: str, seq: int, checkpointing: str, dtype: str
 
 
 def run_job(tmp: Path, strategy: str, model: str, seq: int, micro_batch: int, checkpointing: str = "none",
-            dtype: str = "float32", optimizer: str = "adamw") -> dict | None:
-    """One ``shardscope train`` job of ``model`` (a key of MODELS) on 2 CPU ranks; its result document (None: it failed, said why)."""
+            dtype: str = "float32", optimizer: str = "adamw", live: bool = False) -> dict | None:
+    """One ``shardscope train`` job of ``model`` (a key of MODELS) on 2 CPU ranks; its result document (None: it failed, said why).
+
+    ``live``: each rank also writes what was alive at its tracked peak to ``live/<job>/`` (the tracker's debug aid).
+    """
     name = job_name(strategy, model, seq, checkpointing, dtype, optimizer)
     out, log = tmp / f"{name}.json", tmp / "logs" / f"{name}.log"
     env = dict(os.environ, SHARDSCOPE_THREADS_PER_RANK="1")
+    if live:
+        env["SHARDSCOPE_TRACKER_LIVE"] = str(tmp / "live" / name)
     ranks = ["--nproc", "4", "--shard-size", "2"] if strategy == "zero3_hpz" else ["--nproc", "2"]
     cmd = [sys.executable, "-m", "shardscope", "train", "--strategy", strategy, "--model", MODELS[model], *ranks,
            "--warmup", "1", "--steps", "1", "--seq-len", str(seq), "--micro-batch", str(micro_batch), "--cpu",
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the rows as JSON here")
     p.add_argument("--keep", help="keep every job's result document in this folder")
     p.add_argument("--reuse", action="store_true", help="with --keep: compare a job's document already there instead of rerunning it")
+    p.add_argument("--live", action="store_true", help="each job's ranks also write their live set at the peak to <keep>/live/<job>/")
     p.add_argument("--from-docs", help="compare the documents a --keep run left in this folder instead of running jobs")
     args = p.parse_args(argv)
     rows, fraction, worst, checked, calibrated_on = [], None, 0.0, 0, None
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                         doc = json.loads((Path(args.from_docs) / f"{name}.json").read_text())
                     else:
                         doc = run_job(Path(tmp), strategy, model, seq, args.micro_batch, checkpointing, args.dtype,
-                                      args.optimizer)
+                                      args.optimizer, live=args.live)
                     if doc is None:
                         per_strategy[(strategy, checkpointing)] = worst = float("inf")
                         continue

@@ -30,8 +30,10 @@ buffers (temporary, by phase)
     forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's gathered flat
     buffer and its unsharded embedding/head copies; ``fsdp_grad_op`` keeps every unit unsharded
     plus one gather buffer.
-    backward, the head's (the log-softmax output consumed): the logits' gradient; DDP the
-    head weight's gradient before it is copied into its bucket view; ZeRO-1/2 the reduce
+    backward, the head's: the larger of two moments of its matmul's backward, the logits'
+    gradient beside its first gradient, or both its gradients with the logits' gradient freed
+    (:func:`head_backward`; DeepSpeed's bucket, allocated at the first gradient hook, only
+    beside the second); ZeRO-1/2 the reduce
     bucket; ZeRO-3 every parameter reused within ``stage3_max_reuse_distance`` (1e9 elements)
     still gathered, plus the bucket; inside the blocks ZeRO-3 has released the head's and the
     final norm's (:func:`zero3_released_before_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
@@ -40,9 +42,11 @@ buffers (temporary, by phase)
     (DeepSpeed's ``torch.empty(reduce_bucket_size)``: 2 GB in fp32 for the tiny model too);
     ZeRO-1/2 allocate it in the model's dtype (two with ``overlap_comm``, off by default for
     stages 1-2), ZeRO-3 one in the reduction dtype (:func:`zero_reduce_bucket`).
-    backward, inside the blocks (the output side's activations gone): FSDP the root unsharded
-    plus three block-sized buffers (gathered flat buffer, unsharded parameters, unsharded
-    gradients); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
+    backward, inside the blocks (the output side's activations gone): the largest moment of
+    an MLP's backward, its gradients and the activations it has freed
+    (:func:`block_backward_temporaries`); FSDP, in the block that peaks, the root unsharded with
+    its head/norm gradients, the block unsharded, the next block's prefetched gather and the
+    previous block's reduce-scatter input (:func:`fsdp_backward_blocks`); ZeRO-1 the full gradients so far, which stage 1 keeps until the end of backward
     (:func:`zero1_backward`). backward, at its end (ZeRO-2/3 when one bucket holds every
     gradient, as DeepSpeed's default 5e8 elements do for models below 5e8 parameters, reduced
     only then): ZeRO-2 every gradient whole beside the bucket, ZeRO-3 the reduce-scatter's
@@ -202,17 +206,57 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
             "peak": max(forward_end, blocks), "per_block": per_block, "kept_per_block": kept, "recomputed": recomputed}
 
 
-def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
-    """Gradients alive inside one block's backward: of the MLP's hidden product (``T·f``) and of the block's output (``T·h``).
+def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_grad_first: bool = False) -> list[dict[str, int]]:
+    """The largest moments inside one block's SwiGLU backward (``down(silu(gate(x)) * up(x))``), between operators, in time order.
 
-    Measured on the tiny model at 2 x 64 tokens in fp32, 2 ranks: FSDP's buffers in the blocks'
-    backward exceed its unsharded root and blocks by 327,172 B, with or without checkpointing
-    (this term: 327,680 B); under full checkpointing, where the blocks' backward is the peak, the
-    single-process peak is the largest activations plus this term within 0.05%.
+    Traced operator by operator with the tensor tracker (tiny model, 2 x 128 tokens, where
+    ``T != h`` tells a ``T·f`` gradient from an ``h·f`` weight gradient; at ``T = h`` they are
+    the same size). The gradient flowing into the block (``T·h``, the residual's dtype) is alive
+    throughout. torch's matmul backward makes a weight's gradient before its input's;
+    DeepSpeed ZeRO-3's own linear (``zero3_linear_wrap``) the input's first
+    (``input_grad_first``). The moments, each with the weight gradients alive if the strategy
+    keeps them (``weight_grads_kept``: FSDP until the block's reduce-scatter, ZeRO-1 until the end
+    of backward) or only until their ``AccumulateGrad`` copies them away (``weight_grads_transient``:
+    DDP's bucket views, ZeRO-2/3's buckets), the activations' gradients, and the block's
+    activations ``freed`` by then:
+
+    ``down_weight_grad`` (torch) or ``product_grad`` (ZeRO-3): ``down``'s first output made, the
+    product still alive; ``down_done``: the product's gradient (``T·f``) and ``down``'s weight
+    gradient made, the product (saved only by ``down``) freed; ``silu_output_grad``: the product's
+    backward has made the gradient of silu's output (``T·f``), ``down``'s weight gradient copied
+    away unless kept; ``gate_weight_grad``: all three weight gradients made, the gradients of
+    ``up``'s input (``T·h``) and ``gate``'s output (``T·f``) alive, gate's, up's, silu's outputs and
+    the product freed (4 ``T·f``).
     """
-    e_mlp = 4 if policy == "fp32" else 2  # autocast's matmul outputs are bf16
+    t, h, f = shape.tokens, cfg.d_model, cfg.d_ff
+    e_act = 4 if policy == "fp32" else 2  # matmul and SwiGLU outputs (bf16 under autocast too)
     e_residual = 2 if policy == "bf16" else 4
-    return shape.tokens * (cfg.d_ff * e_mlp + cfg.d_model * e_residual)
+    e_grad = 4 if policy in ("fp32", "autocast") else 2
+    flowing, hidden, weight = t * h * e_residual, t * f * e_act, h * f * e_grad
+    first = ({"weight_grads_kept": 0, "weight_grads_transient": 0, "activation_grads": flowing + hidden, "freed": 0}
+             if input_grad_first else
+             {"weight_grads_kept": weight, "weight_grads_transient": weight, "activation_grads": flowing, "freed": 0})
+    return [first,
+            {"weight_grads_kept": weight, "weight_grads_transient": weight, "activation_grads": flowing + hidden, "freed": hidden},
+            {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 2 * hidden, "freed": hidden},
+            {"weight_grads_kept": 3 * weight, "weight_grads_transient": weight,
+             "activation_grads": flowing + t * h * e_act + hidden, "freed": 4 * hidden}]
+
+
+def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, weight_grads_kept: bool,
+                               input_grad_first: bool = False) -> dict[str, int]:
+    """The largest moment of one block's MLP backward (:func:`mlp_backward_moments`): its gradient buffers and the activations freed.
+
+    ``weight_grads_kept``: whether the strategy keeps the weight gradients (FSDP, ZeRO-1) or
+    copies each away once made (DDP, ZeRO-2/3). Returns ``block_grads`` (the gradients alive)
+    and ``freed``. Where two moments hold the same bytes the earlier one is the peak, as the
+    tracker reports the first moment that reaches its maximum (so at ``T·f = h·f`` DDP's peak is
+    ``down``'s weight gradient beside the flowing one, the product still alive).
+    """
+    key = "weight_grads_kept" if weight_grads_kept else "weight_grads_transient"
+    candidates = [{"block_grads": m["activation_grads"] + m[key], "freed": m["freed"]}
+                  for m in mlp_backward_moments(cfg, shape, policy, input_grad_first)]
+    return max(candidates, key=lambda c: c["block_grads"] - c["freed"])  # max keeps the first of equals
 
 
 def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
@@ -294,22 +338,19 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
                      fair: FairSettings | None = None, overlap_comm: bool | None = None) -> dict[str, dict[str, int]]:
     """Buffers each phase holds besides the activations, by name (see the module docstring).
 
-    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward:
-    the log-softmax output consumed, the logits' gradient alive) and ``backward_blocks`` (inside
+    Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward; the
+    strategy's buffers only, the head's own gradients are :func:`head_backward`'s) and ``backward_blocks`` (inside
     the blocks' backward, the output side's activations gone). ``fair`` and ``overlap_comm``
     are the run's settings (DeepSpeed's bucket sizes follow from them; defaults: the worker's).
     """
     fair = fair or FairSettings()
     e_param = 4 if policy in ("fp32", "autocast") else 2
-    e_grad = e_param
     block = block_params(cfg) * e_param
     root = root_params(cfg) * e_param
     forward: dict[str, int] = {"logits": logits_bytes(cfg, shape, policy)}
-    head: dict[str, int] = {"logits_grad": shape.tokens * cfg.vocab_size * 4}
+    head: dict[str, int] = {}  # the head's own gradients: head_backward
     blocks: dict[str, int] = {}
-    if strategy in ("ddp", "zero0"):  # autograd's head gradient before it is copied into the bucket view
-        head["head_weight_grad"] = cfg.vocab_size * cfg.d_model * e_grad
-    elif strategy in ("zero1", "zero2"):
+    if strategy in ("zero1", "zero2"):
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     elif strategy == "fsdp":
@@ -373,31 +414,59 @@ def zero3_backward_end(cfg: ModelConfig, e_param: int, e_reduce: int, bucket: in
             "embedding_gathered": cfg.vocab_size * cfg.d_model * e_param, "activations": 0}
 
 
+def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], root: int, block: int,
+                         e_grad: int) -> dict[str, int]:
+    """FSDP2's largest moment inside the blocks' backward: over the ``L`` blocks in backward order, the largest.
+
+    Alive throughout: the root's unsharded parameters (the root is not resharded until its
+    post-backward at the very end) and its unsharded gradients of the head and final norm
+    (``V·h + h``: a tied head's share accumulates into the embedding's gradient, just as big).
+    In block ``j`` of the backward (``j = 0`` the last block of the model): its unsharded
+    parameters (one block); the next block's all-gather output, prefetched by FSDP2's default
+    backward prefetch at this block's pre-backward and copied out only at the next's, unless
+    ``j`` is the last (``j < L - 1``); the previous block's reduce-scatter input, which FSDP2
+    keeps (``reduce_scatter_state``) until the next reduce-scatter, unless ``j = 0``; the MLP
+    backward's gradients with its weight gradients kept (:func:`block_backward_temporaries`);
+    and the activations of the ``L - j`` blocks not done, less what the MLP backward has freed.
+    Traced with the tensor tracker, fp32, 2 ranks, each within 4 B: the tiny model (2 blocks) at
+    2 x 64 and 2 x 128 tokens peaks in ``j = 0``, with and without full checkpointing; small-gqa
+    (4 blocks) in ``j = 1`` (the previous reduce-scatter input beside the prefetch) at 2 x 64
+    and, with full checkpointing, at 2 x 128, and in ``j = 0`` at 2 x 128 without (where all
+    activations are still alive).
+    """
+    root_grads = (cfg.d_model + cfg.vocab_size * cfg.d_model) * e_grad
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
+    candidates = []
+    for j in range(cfg.n_layers):
+        parts = {"root_unsharded": root, "root_grads": root_grads, "block_unsharded": block,
+                 "prefetched_block_gather": block if j < cfg.n_layers - 1 else 0,
+                 "previous_reduce_scatter_input": block if j > 0 else 0, "block_grads": mlp["block_grads"],
+                 "activations": max(acts["blocks"] - j * acts["kept_per_block"] - mlp["freed"], 0)}
+        candidates.append({k: v for k, v in parts.items() if v or k == "activations"})
+    return max(candidates, key=lambda parts: sum(parts.values()))
+
+
 def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], bucket: int, e_grad: int,
                    bucket_elements: int) -> dict[str, int]:
     """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
 
     Stage 1 keeps every full gradient until the end of backward (it partitions only the
     optimizer state). The moment is inside block ``L - 1 - k``'s MLP backward: the head's and
-    ``k`` blocks' gradients, the MLP's three weight gradients, and the gradient flowing into the
-    block (``T·h``) alive beside the activations of the ``L - k`` blocks not yet done, less the
-    MLP's hidden product (``T·f``), freed once ``down``'s backward has run (measured exactly on
-    the tiny model, 2 ranks: 1,376,780 B of buffers beside the bucket, modeled 1,376,768); at the
-    end, all gradients and no activations.
+    ``k`` blocks' gradients beside the MLP backward's gradients, its weight gradients kept
+    (:func:`block_backward_temporaries`), and the activations of the ``L - k`` blocks not yet
+    done, less what the MLP backward has freed (measured exactly on the tiny model, 2 ranks, at
+    2 x 64 and 2 x 128 tokens); at the end, all gradients and no activations.
     """
-    e_act = 4 if policy == "fp32" else 2
     head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
-    mlp_grads = 3 * cfg.d_model * cfg.d_ff * e_grad
-    mlp_hidden = shape.tokens * cfg.d_ff * e_act
-    flowing = shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
     cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up
 
     def grads(nbytes: int) -> int:
         return min(nbytes, cap) if cap is not None else nbytes
-    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + k * block_grads + mlp_grads),
-                   "output_grad": flowing,
-                   "activations": max((cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"] - mlp_hidden, 0)}
+    candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + k * block_grads),
+                   "block_grads": mlp["block_grads"],
+                   "activations": max((cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"] - mlp["freed"], 0)}
                   for k in range(cfg.n_layers)]
     candidates.append({"reduce_bucket": bucket, "full_grads_so_far": grads(cfg.param_count() * e_grad), "activations": 0})
     return max(candidates, key=lambda parts: sum(parts.values()))
@@ -521,19 +590,24 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     log_softmax = shape.tokens * cfg.vocab_size * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
+    e_grad = 4 if policy in ("fp32", "autocast") else 2
+    input_first = strategy == "zero3"  # DeepSpeed ZeRO-3 replaces F.linear by its own, the input's gradient first
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=False, input_grad_first=input_first)
     phases = {
         "forward": {**buffers["forward"], "activations": acts["total"]},
-        "backward": {**buffers["backward"], "head_input_grad": head_input,
-                     "activations": acts["head_backward"] - log_softmax - head_input},
-        "backward_blocks": {**buffers["backward_blocks"], **_nonzero(block_grads=block_backward_temporaries(cfg, shape, policy)),
-                            "activations": acts["blocks"]},
+        "backward": head_backward(buffers["backward"], cfg, shape, acts, log_softmax, head_input, e_grad, input_first),
+        "backward_blocks": {**buffers["backward_blocks"], "block_grads": mlp["block_grads"],
+                            "activations": max(acts["blocks"] - mlp["freed"], 0)},
         # DeepSpeed's reduce bucket is allocated once and stays through the step (measured: ZeRO-3 bf16 at world size 1 peaks
         # in the step with the whole 1 GB bucket alive beside the step's temporaries)
         "step": {"optimizer_temporaries": step_temp, **_nonzero(reduce_bucket=buffers["backward"].get("reduce_bucket", 0)),
                  "activations": 0},
     }
-    e_grad = 4 if policy in ("fp32", "autocast") else 2
     bucket_elements = reduce_bucket_elements(shape.dtype, fair)
+    if strategy == "fsdp":
+        e_param = 4 if policy in ("fp32", "autocast") else 2
+        phases["backward_blocks"] = fsdp_backward_blocks(cfg, shape, policy, acts, root_params(cfg) * e_param,
+                                                         block_params(cfg) * e_param, e_grad)
     if strategy == "zero1":
         phases["backward_blocks"] = zero1_backward(cfg, shape, policy, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
                                                    bucket_elements)
@@ -554,6 +628,32 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                                   "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
                                   "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
                                   "activations_at_forward_end": acts["total"], "activation_peak": acts["peak"]}, **held)
+
+
+def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, acts: dict[str, int], log_softmax: int,
+                  head_input: int, e_grad: int, input_grad_first: bool = False) -> dict[str, int]:
+    """The head's backward: the larger of its two moments between operators, beside the strategy's buffers then.
+
+    Traced operator by operator (tiny model, 2 x 128 tokens; small-gqa, 2 x 64): the
+    log-softmax's backward frees the log-softmax output as the logits' gradient (``4·T·V``)
+    appears. The head's matmul backward then makes one gradient with the logits' gradient and
+    the head's input still alive (``first_grad_made``): the weight's (``V·h``, autograd's output
+    until its ``AccumulateGrad``) in torch's order, the input's (``T·h``) under ZeRO-3's own
+    linear (``input_grad_first``); then the other, the logits' gradient and the head's input
+    freed with it (``both_grads_made``). DeepSpeed allocates its reduce bucket at the first
+    gradient hook, which runs only after that matmul's backward, so the bucket is alive at the
+    second moment only (measured: ZeRO-2 and ZeRO-3 at 2 x 128 on the tiny model peak there,
+    the head's weight gradient beside the 2 GB bucket). bf16's fp32 copy of the logits'
+    gradient is not counted.
+    """
+    weight_grad, input_grad = cfg.vocab_size * cfg.d_model * e_grad, head_input
+    before_bucket = {k: v for k, v in buffers.items() if k != "reduce_bucket"}
+    first = {"head_input_grad": input_grad} if input_grad_first else {"head_weight_grad": weight_grad}
+    first_grad_made = {**before_bucket, "logits_grad": shape.tokens * cfg.vocab_size * 4, **first,
+                       "activations": acts["head_backward"] - log_softmax}
+    both_grads_made = {**buffers, "head_weight_grad": weight_grad, "head_input_grad": input_grad,
+                       "activations": acts["head_backward"] - log_softmax - head_input}
+    return max((first_grad_made, both_grads_made), key=lambda parts: sum(parts.values()))
 
 
 def _nonzero(**terms: int) -> dict[str, int]:

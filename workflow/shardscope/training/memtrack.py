@@ -44,10 +44,12 @@ one operator) is not seen: the numbers are *tracked tensor memory*.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,10 +82,12 @@ class TrackedStep:
 
 
 class _Storage:
-    __slots__ = ("ref", "phase", "born", "died", "sizes", "state", "recomputed", "param", "collective")
+    __slots__ = ("ref", "phase", "born", "died", "sizes", "state", "recomputed", "param", "collective", "origin")
 
-    def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, recomputed: bool = False) -> None:
+    def __init__(self, ref: weakref.ref, phase: str, born: int, nbytes: int, recomputed: bool = False,
+                 origin: Any = None) -> None:
         self.ref, self.phase, self.born, self.died = ref, phase, born, None
+        self.origin = origin  # (operator, shape, dtype) that created it; only kept when the live set is asked for
         self.sizes: list[tuple[int, int]] = [(born, nbytes)]
         self.state = False
         self.recomputed = recomputed
@@ -109,8 +113,10 @@ class TensorMemoryTracker(TorchDispatchMode):
     :meth:`phase` at each boundary and :meth:`mark_forward_end` when forward returns.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_origins: bool = False) -> None:
         super().__init__()
+        self._keep_origins = keep_origins  # a debug aid (:meth:`live_at_peak`); off in the worker's normal runs
+        self._funcs: dict[int, str] = {}  # operator count -> operator, kept with the origins
         self._op = 0
         self._phase = "forward"
         self._by_id: dict[int, _Storage] = {}
@@ -159,7 +165,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             if record.ref() in self._state:
                 record.state = True
 
-    def _register(self, storage: torch.UntypedStorage) -> None:
+    def _register(self, storage: torch.UntypedStorage, origin: Any = None) -> None:
         key = id(storage)
         if key in self._live:
             return
@@ -170,7 +176,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         from shardscope.training.checkpointing import in_recompute
 
         record = _Storage(weakref.ref(storage, self._dead_callback(key)), self._phase, self._op, storage.nbytes(),
-                          recomputed=self._phase == "backward" and in_recompute())
+                          recomputed=self._phase == "backward" and in_recompute(), origin=origin)
         # A storage first seen after backward but held as state (an optimizer moment updated in
         # place in the step) is state, not a step temporary.
         record.state = storage in self._state
@@ -200,8 +206,14 @@ class TensorMemoryTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         self._op += 1
-        for storage in _storages(out):
-            self._register(storage)
+        if self._keep_origins:
+            self._funcs[self._op] = str(func)
+            for leaf in tree_leaves(out):
+                for storage in _storages(leaf):
+                    self._register(storage, (str(func), tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")))
+        else:
+            for storage in _storages(out):
+                self._register(storage)
         if getattr(func, "namespace", None) == "c10d":  # a collective: it holds its tensors until it completes
             for storage in _storages((args, kwargs, out)):
                 record = self._live.get(id(storage))
@@ -215,7 +227,56 @@ class TensorMemoryTracker(TorchDispatchMode):
         self._poll()
         return self._sweep()
 
-    def _sweep(self) -> TrackedStep:
+    def live_at_peak(self) -> list[dict[str, Any]]:
+        """Every non-state storage alive at the transient peak, largest first: a debug aid, for finding what a memory term misses.
+
+        Each entry: category, bytes then, the phase it was born in and its operator count, and
+        (when the tracker was made with ``keep_origins``) the operator, shape and dtype that made it.
+        """
+        self._poll()
+        peak_op = self._sweep(peak_op=True)
+        live = []
+        for record in self._by_id.values():
+            category = self._classify(record)
+            if category == "state" or record.born > peak_op or (record.died is not None and record.died <= peak_op):
+                continue
+            nbytes = [size for op, size in record.sizes if op <= peak_op][-1]
+            if nbytes:
+                op, shape, dtype = record.origin or (None, None, None)
+                live.append({"category": category, "bytes": nbytes, "phase": record.phase, "born": record.born,
+                             "recomputed": record.recomputed, "op": op, "shape": shape, "dtype": dtype})
+        return sorted(live, key=lambda entry: -entry["bytes"])
+
+    def timeline(self, around: int = 40) -> list[dict[str, Any]]:
+        """A debug aid: ``around`` operators either side of the transient peak, each with the bytes alive after it by category.
+
+        Each entry: the operator count, the operator (with ``keep_origins``), activations,
+        buffers, and the shapes of the storages born (``+``) and freed (``-``) at it.
+        """
+        self._poll()
+        peak_op = self._sweep(peak_op=True)
+        events: dict[int, list[tuple[str, int, str]]] = {}
+        for record in self._by_id.values():
+            category = self._classify(record)
+            if category == "state":
+                continue
+            shape = str(record.origin[1]) if record.origin else "?"
+            previous = 0
+            for op, nbytes in record.sizes:
+                events.setdefault(op, []).append((category, nbytes - previous, shape))
+                previous = nbytes
+            if record.died is not None:
+                events.setdefault(record.died, []).append((category, -previous, shape))
+        current, out = {"activations": 0, "buffers": 0}, []
+        for op in sorted(events):
+            for category, delta, _ in events[op]:
+                current[category] += delta
+            if abs(op - peak_op) <= around:
+                changes = [f"{'+' if d > 0 else '-'}{c[0]}{shape}" for c, d, shape in events[op] if d]
+                out.append({"op": op, "func": self._funcs.get(op), **current, "changes": " ".join(changes)})
+        return out
+
+    def _sweep(self, peak_op: bool = False) -> Any:
         events: dict[int, list[tuple[str, int]]] = {}
         for record in self._by_id.values():
             category = self._classify(record)
@@ -228,7 +289,7 @@ class TensorMemoryTracker(TorchDispatchMode):
             if record.died is not None:
                 events.setdefault(record.died, []).append((category, -previous))
         current = {"activations": 0, "buffers": 0}
-        best = (-1, 0, 0, "forward")
+        best, best_op = (-1, 0, 0, "forward"), 0
         act_peak = 0
         fwd_buf_peak = 0
         backward_start = self._phase_starts.get("backward", self._op + 1)
@@ -241,6 +302,9 @@ class TensorMemoryTracker(TorchDispatchMode):
                 fwd_buf_peak = max(fwd_buf_peak, current["buffers"])
             if total > best[0]:
                 best = (total, current["activations"], current["buffers"], self._phase_at(op))
+                best_op = op
+        if peak_op:
+            return best_op
         total, act, buf, phase = best
         return TrackedStep(activation_bytes=act, buffer_bytes=buf, transient_peak_bytes=max(total, 0),
                            activation_peak_bytes=act_peak, forward_buffer_peak_bytes=fwd_buf_peak, peak_phase=phase)
@@ -296,11 +360,13 @@ def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]
 
     Runs outside the timed loop (the tracker slows every operator), so step times are not
     distorted. Forward's end is found with a forward hook on the decoder, registered for this
-    step only.
+    step only. A debug aid: with ``SHARDSCOPE_TRACKER_LIVE=DIR`` set, each rank writes what is
+    alive at its peak (:meth:`TensorMemoryTracker.live_at_peak`) to ``DIR/live-rank<N>.json``.
     """
     from shardscope.training.held_bytes import held_bytes_and_storages
 
-    tracker = TensorMemoryTracker()
+    live_dir = os.environ.get("SHARDSCOPE_TRACKER_LIVE")
+    tracker = TensorMemoryTracker(keep_origins=bool(live_dir))
     decoder = decoder_of(prepared.model)
 
     def forward_done(*_: Any) -> None:
@@ -321,7 +387,23 @@ def tracked_step(prepared: Any, tokens: torch.Tensor) -> tuple[TrackedStep, Any]
     finally:
         handle.remove()
         stop_listening()
+    if live_dir:
+        _write_live_set(Path(live_dir), tracker)
     return tracker.result(), held
+
+
+def _write_live_set(folder: Path, tracker: TensorMemoryTracker) -> None:
+    """This rank's live set at its peak, with the totals by category, as JSON (see :func:`tracked_step`)."""
+    import json
+
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    folder.mkdir(parents=True, exist_ok=True)
+    live = tracker.live_at_peak()
+    totals = {c: sum(e["bytes"] for e in live if e["category"] == c) for c in ("activations", "buffers")}
+    (folder / f"live-rank{rank}.json").write_text(json.dumps({"totals": totals, "result": tracker.result().to_dict(),
+                                                             "live": live, "timeline": tracker.timeline()}, indent=1))
 
 
 def cuda_memory_counters(device: torch.device) -> dict[str, int]:
