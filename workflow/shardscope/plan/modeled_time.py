@@ -64,7 +64,7 @@ def modeled_seconds(plan: Mapping[str, Any], topology: Mapping[str, Any], search
         return None, "the cost model prices single-node GPU jobs only, and this plan has multi-node or emulated jobs"
     try:
         doc = plan_predictions(topology, plan)
-    except UserError as exc:
+    except (UserError, ValueError) as exc:  # an estimate that cannot be made never stops the plan
         return None, f"the cost model cannot price this plan ({exc})"
     times = {(r["op"], int(r["world_size"]), r["transport"], int(r["size_bytes"])): float(r["time_s"])
              for r in doc["collectives"]}
