@@ -29,9 +29,9 @@ def test_a_cpu_plan_counts_its_jobs_and_adds_the_measured_constants():
     assert est.sentence() in summarize(_plan("cpu"), "t.json")
 
 
-def test_a_gpu_plan_claims_no_time_it_has_not_measured():
-    est = estimate(_plan("gpu"))
-    assert est.jobs == 5 and est.seconds is None and "no job time measured on a gpu node" in est.sentence()
+def test_a_gpu_plan_without_a_topology_claims_no_time():
+    est = estimate(_plan("gpu"))  # the modeled estimate needs the topology (tests/plan/test_modeled_estimate.py)
+    assert est.jobs == 5 and est.seconds is None and "no topology was given for the cost model" in est.sentence()
 
 
 def test_each_job_knows_which_of_how_many_it_is():

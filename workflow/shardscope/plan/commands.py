@@ -71,10 +71,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         write_job_files(plan, args.jobs_dir)
     from shardscope.plan.summary import estimate
 
-    print(f"shardscope: plan: {estimate(plan).sentence()}", file=sys.stderr)  # the pipeline's plan.log starts with it
+    estimated = estimate(plan, topology)  # on GPUs modeled from the topology, on CPU measured constants
+    print(f"shardscope: plan: {estimated.sentence()}", file=sys.stderr)  # the pipeline's plan.log starts with it
     for skip in plan["skipped"]:
         print(f"shardscope: {skip['reason'].rstrip('.')}.", file=sys.stderr)  # one sentence per skipped stage
-    print(dump_json(plan) if to_stdout else summarize(plan, args.topology), end="")
+    print(dump_json(plan) if to_stdout else summarize(plan, args.topology, estimated), end="")
     return 0
 
 

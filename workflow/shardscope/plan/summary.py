@@ -59,19 +59,25 @@ def job_kind(job: Mapping[str, Any]) -> str:
     return "peer" if job.get("kind") == "nccl_tests" else "collective"
 
 
-def estimate(plan: Mapping[str, Any]) -> Estimate:
-    """The number of planned jobs and, on CPU, the pipeline's wall-clock from :data:`CPU_JOB_SECONDS`.
+def estimate(plan: Mapping[str, Any], topology: Mapping[str, Any] | None = None) -> Estimate:
+    """The number of planned jobs and the pipeline's wall-clock on this node.
 
-    Measuring jobs run one at a time (the ``measure`` resource), so their times add up. On GPUs no
-    per-job time has been measured here, so no time is claimed.
+    Measuring jobs run one at a time (the ``measure`` resource), so their times add up. On CPU the
+    time comes from :data:`CPU_JOB_SECONDS` (measured); on GPUs, where no job time has been measured,
+    from the cost model on ``topology`` (:mod:`shardscope.plan.modeled_time`, modeled and said so);
+    without a topology no time is claimed.
     """
     jobs = [job for job in planned_jobs(dict(plan)) if isinstance(job, dict)]
     searched = [(entry, max_trials(entry["micro_batches"])) for entry in plan.get("search") or []]
     searched += [(entry, 1) for entry in plan.get("best") or []]  # one run per condition at its search's best
     extra = sum(n for _, n in searched)
     if plan.get("device") != "cpu":
-        return Estimate(len(jobs), None, f"no job time measured on a {plan.get('device')} node yet "
-                                         "(benchmarks/pipeline_time.py measures one)", extra)
+        if topology is None:
+            return Estimate(len(jobs), None, "no topology was given for the cost model to price the jobs", extra)
+        from shardscope.plan.modeled_time import modeled_seconds
+
+        seconds, basis = modeled_seconds(plan, topology, searched, CPU_FIXED_SECONDS)
+        return Estimate(len(jobs), seconds, basis, extra)
     seconds = CPU_FIXED_SECONDS + sum(CPU_JOB_SECONDS[job_kind(job)] for job in jobs)
     seconds += sum(n * CPU_JOB_SECONDS[job_kind(entry)] for entry, n in searched)
     return Estimate(len(jobs), seconds, CPU_BASIS, extra)
@@ -98,8 +104,9 @@ def _stage_line(name: str, jobs: list[Mapping[str, Any]], key: str, label: str) 
     return f"  {name:<12} {len(jobs):>3} jobs  {label} {what}; world sizes {', '.join(map(str, sizes)) or '-'}"
 
 
-def summarize(plan: Mapping[str, Any], topology_name: str) -> str:
-    """The human summary of ``plan`` (a ``shardscope.plan/1`` document) made from ``topology_name``."""
+def summarize(plan: Mapping[str, Any], topology_name: str, estimated: Estimate | None = None) -> str:
+    """The human summary of ``plan`` (a ``shardscope.plan/1`` document) made from ``topology_name``; its last
+    sentence is ``estimated`` (default: :func:`estimate` of the plan alone)."""
     collectives, training = plan.get("collectives", []), plan.get("training", [])
     lines = [f"plan for {topology_name}: {plan['device']} fabric {plan['fabric']}, world sizes "
              f"{', '.join(map(str, plan['world_sizes'])) or 'none'}; "
@@ -124,6 +131,6 @@ def summarize(plan: Mapping[str, Any], topology_name: str) -> str:
             devices = place.get("cuda_visible_devices") or ",".join(map(str, place.get("devices", [])))
             where = f"GPUs {devices}" if devices else f"{place['world_size']} CPU processes"
             lines.append(f"  {place['world_size']:>4}  {place['placement']:<14} {where:<28} {place.get('slowest_link') or '-'}")
-    lines.append(estimate(plan).sentence())
+    lines.append((estimated or estimate(plan)).sentence())
     lines.append("JSON: --json (stdout) or --out FILE (what the pipeline reads)")
     return "\n".join(lines) + "\n"
