@@ -13,7 +13,8 @@ from shardscope.costmodel.step import StepAssumptions
 from shardscope.errors import UserError
 
 JSON_KEYS = {"method", "model", "gpus", "nodes", "fabric", "gpu", "memory_bytes", "placement", "allreduce_busbw_gbps",
-             "bottleneck", "ranking", "recommended", "decision", "nvl_groups", "explanation", "assumptions", "notes"}
+             "bottleneck", "ranking", "recommended", "decision", "nvl_groups", "explanation", "assumptions", "notes",
+             "shard_size"}
 
 
 def test_ranking_puts_fitting_strategies_first_by_step_time() -> None:
@@ -110,3 +111,51 @@ def test_an_unnamed_gpu_names_the_flags_to_use() -> None:
 def test_cpu_topology_is_a_user_error() -> None:
     with pytest.raises(UserError, match="no GPUs"):
         advise({"gpus": [], "links": [], "fabric": "cpu"}, "tiny", 2)
+
+
+NVL_PAIRS = "topo/10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
+NVSWITCH = "topo/01-hgx-h200-nvswitch-nv18-12nics.txt"
+
+
+def test_on_nvl_pairs_advise_ranks_hpz_and_hsdp_with_the_island_as_partition() -> None:
+    advice = advise(topology(NVL_PAIRS), "llama-1b", 8)
+    steps = {p.strategy: p.step_time_s for p in advice.ranking}
+    assert {"zero3_hpz", "hsdp"} <= set(steps) and advice.shard_size == 2 and advice.to_dict()["shard_size"] == 2
+    assert any("4 islands of 2" in n and "zero3_hpz 2" in n for n in advice.notes)
+    # backward's all-gather over one NVLink pair instead of across PCIe: faster than plain ZeRO-3 / FSDP
+    assert steps["zero3_hpz"] < 0.9 * steps["zero3"] and steps["hsdp"] < 0.9 * steps["fsdp"]
+
+
+def test_on_nvl_pairs_island_messages_are_timed_on_one_islands_gpus() -> None:
+    from shardscope.costmodel.advise import setup, step_predictions
+    from shardscope.costmodel.collectives import Job, predict_collective
+
+    a = StepAssumptions(overlap=0.0)
+    where = setup(topology(NVL_PAIRS), 8)
+    island = Job(where.machine, where.placement.members[:2])
+    replicas = Job(where.machine, where.placement.members[::2])
+    preds = {p.strategy: p for p in step_predictions(where, "llama-1b", 8, ("zero3", "zero3_hpz", "hsdp"), a)[2]}
+    for strategy in ("zero3_hpz", "hsdp"):
+        expected = sum(m.count * predict_collective(m.op, m.size_bytes,
+                                                    island if m.island else replicas if m.replicas else where.job).time_s
+                       for m in preds[strategy].messages)
+        assert preds[strategy].comm_time_s == pytest.approx(expected)
+    pair = predict_collective("all_gather", 2**26, island)
+    assert pair.time_s < predict_collective("all_gather", 2**26, where.job).time_s and pair.bottleneck == "nvlink"
+
+
+def test_on_an_nvswitch_node_hpz_and_hsdp_are_left_out_and_equal_their_flat_neighbours() -> None:
+    doc = topology(NVSWITCH)
+    plain = advise(doc, "llama-1b", 8)
+    assert {p.strategy for p in plain.ranking} == set(DEFAULT_STRATEGIES) and plain.shard_size is None
+    asked = {p.strategy: p.step_time_s for p in advise(doc, "llama-1b", 8, strategies=("zero3", "zero3_hpz", "fsdp", "hsdp"),
+                                                      shard_sizes={"zero3_hpz": 4, "hsdp": 4}).ranking}
+    assert asked["zero3_hpz"] == pytest.approx(asked["zero3"], rel=0.05)  # a group of 4 on one NVSwitch: little gain
+    assert asked["hsdp"] == pytest.approx(asked["fsdp"], rel=0.05)
+    whole = {p.strategy: p.step_time_s for p in advise(doc, "llama-1b", 8, strategies=("zero3", "zero3_hpz")).ranking}
+    assert whole["zero3_hpz"] == pytest.approx(whole["zero3"])  # no islands: its partition is the whole node
+
+
+def test_a_shard_size_that_does_not_divide_the_gpus_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="positive divisor of the 8 GPUs"):
+        advise(topology(NVL_PAIRS), "llama-1b", 8, shard_sizes={"hsdp": 3})

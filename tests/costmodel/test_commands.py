@@ -119,3 +119,16 @@ def test_predict_plan_labels_its_step_constants(capsys: pytest.CaptureFixture[st
     code, out, _ = _run(capsys, "predict", "plan", "--topology", str(topo), "--plan", str(tmp_path / "plan.json"))
     assert code == 0
     assert "note: step times assume MFU 0.45 and overlap 0.5, the step model's constants (no calibration" in out
+
+
+def test_advise_lists_hpz_on_nvl_pairs_and_takes_a_shard_size(capsys: pytest.CaptureFixture[str]) -> None:
+    topo = str(DATA / "topo" / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt")
+    code, out, _ = _run(capsys, "advise", "--model", "llama-1b", "--topology", topo, "--gpus", "8")
+    assert code == 0 and "zero3_hpz  step" in out and "hsdp  step" in out
+    assert "note: hsdp and zero3_hpz ranked too: the 8 ranks split into 4 islands of 2" in out
+    code, out, _ = _run(capsys, "advise", "--model", "llama-1b", "--topology", topo, "--gpus", "8", "--shard-size", "4",
+                        "--json")
+    assert code == 0 and json.loads(out)["shard_size"] == 4
+    code, out, _ = _run(capsys, "advise", "--model", "llama-1b", "--topology", str(DATA / "topo" / TOPO_FILES[0]),
+                        "--gpus", "8")
+    assert code == 0 and "zero3_hpz" not in out and "hsdp" not in out

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 from shardscope.costmodel.step import (
+    Message,
+    RecordedCollective,
     StepAssumptions,
     messages_for,
     predict_step,
+    recorded_messages,
     whole_peak_bytes,
     unit_params,
 )
@@ -27,7 +30,8 @@ def test_units_cover_every_parameter() -> None:
 
 @pytest.mark.parametrize(("strategy", "all_reduce", "reduce_scatter", "all_gather"), [
     ("ddp", 1, 0, 0), ("zero0", 1, 0, 0), ("zero1", 0, 1, 1), ("zero2", 0, 1, 1),
-    ("zero3", 0, 1, 2), ("fsdp", 0, 1, 2), ("fsdp_grad_op", 0, 1, 1), ("zero3_hpz", 0, 1, 2)])
+    ("zero3", 0, 1, 2), ("fsdp", 0, 1, 2), ("fsdp_grad_op", 0, 1, 1), ("zero3_hpz", 0, 1, 2),
+    ("hsdp", 0, 1, 2)])
 def test_zero_paper_volumes(strategy: str, all_reduce: int, reduce_scatter: int, all_gather: int) -> None:
     """DDP: one all-reduce of Ψ (2Ψ moved); ZeRO-1/2: RS + AG of Ψ; ZeRO-3/FSDP: 2 AG + 1 RS (3Ψ)."""
     e = StepAssumptions().comm_bytes
@@ -64,6 +68,42 @@ def test_hpz_gathers_inside_the_island_in_backward_and_holds_its_secondary_parti
     assert world.comm_time_s == pytest.approx(plain.comm_time_s)  # without an island timer: ZeRO-3's, an upper bound
     secondary = 2 * PSI // 2  # bf16 parameters over the 2 GPUs of an island
     assert world.memory_total_bytes - plain.memory_total_bytes == pytest.approx(secondary, rel=1e-6)
+
+
+def test_hsdp_gathers_again_in_backward_inside_its_shard_group_and_all_reduces_across_groups() -> None:
+    """FSDP2 on a 2-D mesh: FSDP's per-unit messages inside the shard group, plus each unit's gradient shard
+    (Ψ_unit / shard group, padded up) all-reduced across the replica groups in backward."""
+    a = StepAssumptions(reduce_bytes=4)
+    units = unit_params(CFG)
+    hsdp = messages_for("hsdp", CFG, a, gpus=8, shard_group=2)
+    backward_gathers = [m for m in hsdp if m.op == "all_gather" and m.phase == "backward"]
+    assert [m.size_bytes for m in backward_gathers] == [p * a.comm_bytes for p in units]
+    assert all(m.island for m in hsdp if m.op in ("all_gather", "reduce_scatter"))
+    reduces = [m for m in hsdp if m.op == "all_reduce"]
+    assert [m.size_bytes for m in reduces] == [-(-p // 2) * 4 for p in units]
+    assert all(m.replicas and not m.island and m.phase == "backward" for m in reduces)
+    fsdp = messages_for("fsdp", CFG, a)
+    assert [(m.op, m.size_bytes, m.phase) for m in hsdp if not m.replicas] == [(m.op, m.size_bytes, m.phase) for m in fsdp]
+    # one shard group holding every rank: FSDP's messages, nothing across groups
+    assert not [m for m in messages_for("hsdp", CFG, a, gpus=8, shard_group=8) if m.replicas]
+    with pytest.raises(ValueError, match="not both"):
+        Message("all_reduce", 8, 1, "backward", island=True, replicas=True)
+
+
+def test_hsdp_times_each_group_of_messages_with_its_own_timer() -> None:
+    a = StepAssumptions(overlap=0.0, seq_len=2048)
+    step = predict_step("hsdp", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.01, 80 * 10**9, a, shard_group=2,
+                        island_time=lambda op, size: 0.001, replica_time=lambda op, size: 0.1)
+    inside = sum(m.count for m in step.messages if m.island)
+    across = sum(m.count for m in step.messages if m.replicas)
+    assert inside == 3 * len(unit_params(CFG)) and across == len(unit_params(CFG))
+    assert step.comm_time_s == pytest.approx(inside * 0.001 + across * 0.1)
+
+
+def test_recorded_hsdp_all_reduce_is_issued_across_the_groups() -> None:
+    recorded = [RecordedCollective("all_reduce", 17, 1000), RecordedCollective("all_gather", 34, 4000)]
+    out = recorded_messages("hsdp", CFG, StepAssumptions(), recorded, gpus=8, shard_group=2)
+    assert {(m.op, m.replicas, m.island) for m in out} == {("all_reduce", True, False), ("all_gather", False, True)}
 
 
 def test_compute_from_flops_per_token() -> None:

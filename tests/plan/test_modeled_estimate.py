@@ -115,3 +115,19 @@ def test_plan_prints_the_modeled_estimate_first_in_its_log_and_in_its_summary(tm
     first = proc.stderr.splitlines()[0]
     assert first.startswith("shardscope: plan: ") and "estimated wall-clock on this node about" in first
     assert "modeled by the cost model" in first and first.removeprefix("shardscope: plan: ") in proc.stdout
+
+
+def test_plan_predictions_time_hpz_and_hsdp_inside_their_planned_islands(config: dict[str, Any]) -> None:
+    """On NVL pairs the planner adds hsdp and zero3_hpz with shard size 2; their modeled steps (collectives inside
+    one pair timed on one pair's GPUs) beat fsdp's and zero3's, which cross PCIe."""
+    from shardscope.costmodel.documents import plan_predictions
+
+    topo = topology("nvl_pairs")
+    plan = make_plan(topo, config, NO_PEER)
+    assert {j.get("shard_size") for j in plan["training"] if j["strategy"] in ("hsdp", "zero3_hpz")} == {2}
+    rows = {(r["strategy"], r["model"]): r for r in plan_predictions(topo, plan)["strategies"] if r["gpus"] == 8}
+    models = {m for s, m in rows if s == "zero3_hpz"}
+    assert models
+    for model in models:
+        assert rows["zero3_hpz", model]["step_time_s"] < rows["zero3", model]["step_time_s"]
+        assert rows["hsdp", model]["step_time_s"] < rows["fsdp", model]["step_time_s"]

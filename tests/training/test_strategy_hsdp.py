@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from shardscope.plan.conditions import emulated_groups, hsdp_shard_size
+from shardscope.contracts.groups import hsdp_shard_size
+from shardscope.plan.conditions import emulated_groups
 from shardscope.training.model import PRESETS
 from shardscope.training.strategies import hsdp_mesh_shape
 

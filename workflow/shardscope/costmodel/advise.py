@@ -5,15 +5,22 @@ The recommendation (ties included) is :func:`shardscope.costmodel.decision.decid
 
 The job is placed on the best GPUs of the node (:mod:`.placement`); a job larger than one node
 spans identical nodes joined by their NICs. Every number is modeled (``method: modeled``).
+
+Where the placed ranks split into islands (equal blocks of consecutive ranks on one NVLink island or,
+across nodes, one node: :func:`shardscope.contracts.groups.hsdp_shard_size`, as the planner cuts them),
+``zero3_hpz`` and ``hsdp`` are ranked too, with the island's ranks as hpZ's partition and HSDP's shard
+group; their collectives inside one island are timed on one island's GPUs and HSDP's all-reduce across
+the groups on one GPU of each (:func:`group_timers`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardscope.costmodel.calibrate import Calibration
+from shardscope.contracts.groups import hsdp_shard_size
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
 from shardscope.costmodel.decision import Decision, decide
 from shardscope.costmodel.machine import Machine, build_machine
@@ -27,7 +34,7 @@ from shardscope.costmodel.step import StepAssumptions, StepPrediction, predict_s
 from shardscope.errors import UserError
 from shardscope.contracts.models import ModelConfig, resolve_model
 from shardscope.training.peak_flops import peak_flops
-from shardscope.contracts.names import STRATEGIES
+from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
 
 #: The strategies the question is about; ``--strategies`` adds ``fsdp_grad_op`` or ``zero0``.
 DEFAULT_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
@@ -58,6 +65,69 @@ class CollectiveTimer:
         return cal.time_s(size_bytes, self._peak[op])
 
 
+def _no_communication(op: str, size_bytes: int) -> float:
+    """A collective of one rank moves nothing."""
+    return 0.0
+
+
+def _timer(job: Job, calibrations: Mapping[str, Calibration] | None) -> Callable[[str, int], float]:
+    return CollectiveTimer(job, calibrations) if job.world_size > 1 else _no_communication
+
+
+def group_timers(machine: Machine, members: Sequence[int], nodes: int, shard: int,
+                 calibrations: Mapping[str, Calibration] | None = None
+                 ) -> tuple[Callable[[str, int], float], Callable[[str, int], float]]:
+    """(inside one island, across the replica groups) timers of a job on ``members`` of each of ``nodes`` nodes,
+    cut into groups of ``shard`` consecutive ranks (node-major, ``members`` order in a node).
+
+    The island timer times a job of one group's GPUs (the first ``shard`` members, or whole nodes where a
+    group spans several), the replica timer one of a GPU of each group; a group of one rank communicates in no time.
+    """
+    per_node = len(members)
+    if shard <= per_node:
+        island = Job(machine, tuple(members[:shard]))
+        replicas = Job(machine, tuple(members[::shard]), nodes=nodes)
+    else:
+        island = Job(machine, tuple(members), nodes=shard // per_node)
+        replicas = Job(machine, tuple(members[:1]), nodes=per_node * nodes // shard)
+    return _timer(island, calibrations), _timer(replicas, calibrations)
+
+
+def rank_islands(doc: Mapping[str, Any], machine: Machine, members: Sequence[int], nodes: int) -> list[int]:
+    """Each rank's island, node-major: the topology's ``islands`` (else the NVLink-connected GPUs) inside a node,
+    each node's its own."""
+    islands = [list(i) for i in doc.get("islands") or []] or _linked_components(machine)
+    index = {g: i for i, isl in enumerate(islands) for g in isl}
+    span = len(islands) + len(machine.gpus)
+    return [node * span + index.get(g, len(islands) + i) for node in range(nodes) for i, g in enumerate(members)]
+
+
+def _linked_components(machine: Machine) -> list[list[int]]:
+    """GPUs joined by NVLink, directly or through others (one group on an NVSwitch)."""
+    if machine.fabric == "nvswitch":
+        return [list(machine.gpus)]
+    left, out = list(machine.gpus), []
+    while left:
+        group, frontier = {left[0]}, [left[0]]
+        while frontier:
+            g = frontier.pop()
+            for h in left:
+                if h not in group and machine.nvlinked(g, h):
+                    group.add(h)
+                    frontier.append(h)
+        out.append(sorted(group))
+        left = [g for g in left if g not in group]
+    return out
+
+
+def island_shard_size(doc: Mapping[str, Any], machine: Machine, members: Sequence[int], nodes: int) -> int | None:
+    """Ranks of one island of the placed job (hpZ's partition, HSDP's shard group), or None where the islands
+    do not split it (all ranks in one, or no two consecutive ranks sharing one)."""
+    groups = rank_islands(doc, machine, members, nodes)
+    shard = hsdp_shard_size(groups)
+    return shard if 1 < shard < len(groups) else None
+
+
 @dataclass(frozen=True)
 class Setup:
     """The machine a job is modeled on: where it is placed and how its collectives are timed."""
@@ -70,6 +140,8 @@ class Setup:
     job: Job
     timer: CollectiveTimer
     source: str
+    shard_size: int | None = None
+    """Ranks of one island of the placed job (:func:`island_shard_size`); None where islands do not split it."""
 
 
 def setup(doc: Mapping[str, Any], gpus: int, *, gpu_name: str | None = None, memory_bytes: int | None = None,
@@ -89,12 +161,31 @@ def setup(doc: Mapping[str, Any], gpus: int, *, gpu_name: str | None = None, mem
     nodes, per_node = _split(gpus, machine, source)
     placement = best_placement(machine, per_node)
     job = Job(machine, placement.members, nodes=nodes)
-    return Setup(machine, peak, nodes, per_node, placement, job, CollectiveTimer(job, calibrations), source)
+    return Setup(machine, peak, nodes, per_node, placement, job, CollectiveTimer(job, calibrations), source,
+                 island_shard_size(doc, machine, placement.members, nodes))
+
+
+def _grouped(where: Setup, strategy: str, members: Sequence[int], gpus: int,
+             shard_sizes: Mapping[str, int] | None) -> dict[str, Any]:
+    """predict_step's ``shard_group``, ``island_time`` and ``replica_time`` for ``strategy`` on ``members``:
+    the given shard size, else the placement's island; nothing for a flat strategy or where there is neither."""
+    shard = (shard_sizes or {}).get(strategy) or where.shard_size
+    if strategy not in GROUPED_STRATEGIES or shard is None:
+        return {}
+    if isinstance(shard, bool) or not isinstance(shard, int) or shard < 1 or gpus % shard:
+        raise UserError(f"the shard size of {strategy} must be a positive divisor of the {gpus} GPUs, got {shard!r}")
+    island, replicas = group_timers(where.machine, members, where.nodes, shard, where.timer.calibrations)
+    return {"shard_group": shard, "island_time": island, "replica_time": replicas}
 
 
 def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strategies: Sequence[str] = DEFAULT_STRATEGIES,
-                     assumptions: StepAssumptions | None = None) -> tuple[str, ModelConfig, list[StepPrediction]]:
-    """(model name, shape, the cost model's step of each strategy) for ``model`` on ``gpus`` GPUs of ``where``."""
+                     assumptions: StepAssumptions | None = None, shard_sizes: Mapping[str, int] | None = None
+                     ) -> tuple[str, ModelConfig, list[StepPrediction]]:
+    """(model name, shape, the cost model's step of each strategy) for ``model`` on ``gpus`` GPUs of ``where``.
+
+    ``hsdp`` and ``zero3_hpz`` take their shard size from ``shard_sizes`` (a plan's jobs), else the placement's
+    island, and time their collectives inside one island and across the groups on those GPUs (:func:`group_timers`).
+    """
     assumptions = assumptions or StepAssumptions()
     try:
         name, cfg = resolve_model(model)
@@ -104,7 +195,8 @@ def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strat
     if bad or not strategies:
         raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
     return name, cfg, [predict_step(s, name, cfg, gpus, where.peak_flops, where.timer, where.machine.memory_bytes,
-                                    assumptions) for s in strategies]
+                                    assumptions, **_grouped(where, s, where.placement.members, gpus, shard_sizes))
+                       for s in strategies]
 
 
 @dataclass(frozen=True)
@@ -125,6 +217,8 @@ class Advice:
     assumptions: StepAssumptions
     decision: Decision
     notes: tuple[str, ...] = field(default_factory=tuple)
+    shard_size: int | None = None
+    """hpZ's partition and HSDP's shard group where either was ranked with one (the placement's island, or given)."""
 
     def __post_init__(self) -> None:
         if not self.ranking:
@@ -157,6 +251,7 @@ class Advice:
                 "largest_group": comp.largest_group},
             "explanation": " ".join(self.explanation),
             "assumptions": self.assumptions.to_dict(),
+            "shard_size": self.shard_size,
             "notes": list(self.notes),
         }
 
@@ -205,19 +300,27 @@ def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machin
 
 def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gpu_name: str | None = None,
            memory_bytes: int | None = None, peak_tflops: float | None = None, nic_gbps: float | None = None,
-           strategies: Sequence[str] = DEFAULT_STRATEGIES, assumptions: StepAssumptions | None = None,
+           strategies: Sequence[str] | None = None, assumptions: StepAssumptions | None = None,
            calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
-           nics: int | None = None) -> Advice:
+           nics: int | None = None, shard_sizes: Mapping[str, int] | None = None) -> Advice:
     """Rank ``strategies`` for ``model`` on ``gpus`` GPUs of the machine in ``doc`` (a topology.json).
 
-    The recommendation is :func:`shardscope.costmodel.decision.decide`'s, the same as the decision map's and the report's.
+    ``strategies`` None: :data:`DEFAULT_STRATEGIES`, plus ``zero3_hpz`` and ``hsdp`` where islands split the
+    placed ranks (a note says so). ``shard_sizes``: hpZ's partition / HSDP's shard group per strategy (default:
+    the island's ranks). The recommendation is :func:`shardscope.costmodel.decision.decide`'s, the same as the
+    decision map's and the report's.
     """
     assumptions = assumptions or StepAssumptions()
     where = setup(doc, gpus, gpu_name=gpu_name, memory_bytes=memory_bytes, peak_tflops=peak_tflops, nic_gbps=nic_gbps,
                   calibrations=calibrations, source=source, nics=nics)
-    name, cfg, predictions = step_predictions(where, model, gpus, strategies, assumptions)
+    notes = where.machine.notes
+    if strategies is None:
+        strategies = DEFAULT_STRATEGIES
+        if where.shard_size or shard_sizes:
+            strategies += GROUPED_STRATEGIES
+            notes += (_grouped_note(where, gpus, shard_sizes),)
+    name, cfg, predictions = step_predictions(where, model, gpus, strategies, assumptions, shard_sizes)
     machine, nodes, per_node, placement, job = where.machine, where.nodes, where.per_node, where.placement, where.job
-    peak = where.peak_flops
     decision = decide(predictions, machine.memory_bytes, assumptions.usable_fraction)
     by_name = {p.strategy: p for p in predictions}
     ranking = [by_name[r.strategy] for r in decision.ranking]
@@ -225,15 +328,26 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
     best = by_name[decision.recommended] if decision.recommended else ranking[0]
     pinned = across = None
     if comp is not None and comp.inside and comp.across:
-        pinned = _step_on(comp.inside, machine, best.strategy, name, cfg, gpus, peak, assumptions, calibrations)
-        across = _step_on(comp.across, machine, best.strategy, name, cfg, gpus, peak, assumptions, calibrations)
+        pinned = _step_on(where, comp.inside, best.strategy, name, cfg, gpus, assumptions, shard_sizes)
+        across = _step_on(where, comp.across, best.strategy, name, cfg, gpus, assumptions, shard_sizes)
     busbw = peak_busbw_gbps("all_reduce", job) if gpus > 1 else 0.0
     first = _first_sentence(decision, best, ranking, placement, nodes, busbw)
     sentences = (first, _fit_sentence(ranking, machine),
                  _group_sentence(per_node, comp, machine, best.strategy, pinned, across, nodes, placement))
     return Advice(model=name, gpus=gpus, nodes=nodes, machine=machine, placement=placement, allreduce_busbw_gbps=busbw,
                   ranking=tuple(ranking), comparison=comp, pinned_step_s=pinned, across_step_s=across,
-                  explanation=sentences, assumptions=assumptions, decision=decision, notes=machine.notes)
+                  explanation=sentences, assumptions=assumptions, decision=decision, notes=notes,
+                  shard_size=next((g["shard_group"] for s in strategies
+                                   if (g := _grouped(where, s, placement.members, gpus, shard_sizes))), None))
+
+
+def _grouped_note(where: Setup, gpus: int, shard_sizes: Mapping[str, int] | None) -> str:
+    """Why ``hsdp`` and ``zero3_hpz`` are ranked by default, and with which shard sizes."""
+    given = dict(shard_sizes or {})
+    sizes = ", ".join(f"{s} {given.get(s) or where.shard_size}" for s in GROUPED_STRATEGIES)
+    why = (f"the {gpus} ranks split into {gpus // where.shard_size} islands of {where.shard_size}" if where.shard_size
+           else "a shard size was given")
+    return f"{' and '.join(GROUPED_STRATEGIES)} ranked too: {why} (shard group / hpZ partition in ranks: {sizes})"
 
 
 def _first_sentence(decision: Decision, best: StepPrediction, ranking: Sequence[StepPrediction], placement: Placement,
@@ -267,7 +381,10 @@ def _split(gpus: int, machine: Machine, source: str) -> tuple[int, int]:
     return gpus // machine.gpu_count, machine.gpu_count
 
 
-def _step_on(placement: Placement, machine: Machine, strategy: str, name: str, cfg: ModelConfig, gpus: int,
-             peak: float, assumptions: StepAssumptions, calibrations: Mapping[str, Calibration] | None) -> float:
-    timer = CollectiveTimer(Job(machine, placement.members), calibrations)
-    return predict_step(strategy, name, cfg, gpus, peak, timer, machine.memory_bytes, assumptions).step_time_s
+def _step_on(where: Setup, placement: Placement, strategy: str, name: str, cfg: ModelConfig, gpus: int,
+             assumptions: StepAssumptions, shard_sizes: Mapping[str, int] | None) -> float:
+    """The modeled step of ``strategy`` with the job placed on ``placement`` instead (its islands cut the same way)."""
+    machine = where.machine
+    timer = CollectiveTimer(Job(machine, placement.members), where.timer.calibrations)
+    return predict_step(strategy, name, cfg, gpus, where.peak_flops, timer, machine.memory_bytes, assumptions,
+                        **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s

@@ -84,6 +84,7 @@ def _calibrations(paths: list[str] | None, machine: Any, transport: str = "defau
 
 
 def _cmd_advise(args: argparse.Namespace) -> int:
+    from shardscope.contracts.names import GROUPED_STRATEGIES
     from shardscope.costmodel.advise import advise
     from shardscope.costmodel.documents import (
         predictions_document,
@@ -103,13 +104,14 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
-    strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    strategies = None if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    shard_sizes = None if args.shard_size is None else dict.fromkeys(GROUPED_STRATEGIES, args.shard_size)
     machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source,
                             nics=args.nics)
     calibrations = _calibrations(args.calibrate, machine)
     result = advise(doc, args.model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
                     nic_gbps=args.nic_gbps, strategies=strategies, assumptions=assumptions, calibrations=calibrations,
-                    source=source, nics=args.nics)
+                    source=source, nics=args.nics, shard_sizes=shard_sizes)
     if args.out:
         topo_hash = topology_hash(doc)
         sweep = predict_sweep(result.machine, ("all_reduce", "all_gather", "reduce_scatter"), [args.gpus], DEFAULT_SIZES,
@@ -299,6 +301,7 @@ def _cmd_accuracy(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``advise`` and ``predict collectives`` to the ``shardscope`` parser."""
+    from shardscope.contracts.names import GROUPED_STRATEGIES
     from shardscope.costmodel.advise import DEFAULT_STRATEGIES
     from shardscope.costmodel.step import (
         DEFAULT_MFU,
@@ -311,7 +314,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs in the job (whole nodes when more than one node)")
     p.add_argument("--memory-gib", type=_positive(float, "--memory-gib"), help="GPU memory in GiB (overrides the topology and GPU table)")
     p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="dense bf16 peak TFLOP/s when the GPU is not in the table")
-    p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="comma-separated strategies to rank")
+    p.add_argument("--strategies", help=f"comma-separated strategies to rank (default: {','.join(DEFAULT_STRATEGIES)}, "
+                                         f"and {','.join(GROUPED_STRATEGIES)} where NVLink islands or nodes split the GPUs)")
+    p.add_argument("--shard-size", type=_positive(int, "--shard-size"),
+                   help="ranks of one HSDP shard group and one hpZ partition (default: one island's)")
     p.add_argument("--micro-batch", type=_positive(int, "--micro-batch"), default=1, help="sequences per GPU per step")
     p.add_argument("--seq-len", type=_positive(int, "--seq-len"), help="tokens per sequence (default: the model's, at most 4096)")
     p.add_argument("--mfu", type=_fraction, help=f"model FLOPs utilisation of compute (default: calibrated, else {DEFAULT_MFU})")

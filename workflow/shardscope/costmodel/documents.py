@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shardscope.collectives.factors import algbw_gbps, busbw_gbps
+from shardscope.contracts.names import GROUPED_STRATEGIES
 from shardscope.costmodel.advise import Advice
 from shardscope.costmodel.calibrate import Calibration
 from shardscope.costmodel.collectives import CollectivePrediction, Job
@@ -152,7 +153,8 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
     Collectives: each planned op, world size and transport over the planned message sizes, on
     the best GPUs for that world size (on the ``cpu`` fabric these are the model's gloo
     placeholders, which the document's ``topology.notes`` say). Strategies: each planned
-    strategy at each training world size with the planned model and sizing; not on the
+    strategy at each training world size with the planned model and sizing (``hsdp`` and ``zero3_hpz``
+    with their planned ``shard_size``, their collectives inside one island timed on one island's GPUs); not on the
     ``cpu`` fabric (the step model needs a GPU's peak FLOP/s) or when the advisor refuses,
     and ``plan.strategies_note`` then says why. Why: the pipeline stores these next to the
     measurements of the same jobs, so modeled and measured overlay on one key.
@@ -193,7 +195,11 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
             for (n, model, micro_batch, seq_len), group in sorted(by_size.items()):
                 names = tuple(dict.fromkeys(str(j["strategy"]) for j in group))
                 sized = dataclasses.replace(assumptions, micro_batch=micro_batch, seq_len=seq_len or assumptions.seq_len)
-                advice = advise(topology, model, n, strategies=names, assumptions=sized, source=source)
+                # hsdp's shard group and zero3_hpz's partition as planned (the first job's; else advise's island)
+                shards = {s: int(j["shard_size"]) for j in reversed(group)
+                          if (s := str(j["strategy"])) in GROUPED_STRATEGIES and j.get("shard_size")}
+                advice = advise(topology, model, n, strategies=names, assumptions=sized, source=source,
+                                shard_sizes=shards)
                 # the plan's model name, so predictions join the training runs of the same jobs
                 strategies += [dict(row, model=str(group[0]["model"])) for row in strategy_rows(advice, topo_hash)]
         except UserError as exc:

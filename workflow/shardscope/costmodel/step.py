@@ -17,8 +17,16 @@ each collective timed by :mod:`shardscope.costmodel.collectives`:
   reduce-scatter of its gradients in backward (3Ψ);
 - ``fsdp_grad_op``: all-gather per unit in forward, reduce-scatter in backward (2Ψ).
 - ``zero3_hpz`` (ZeRO-3 with hpZ): ZeRO-3's 3Ψ, its backward all-gather from the secondary partition
-  inside one island (``Message.island``): timed by ``island_time`` (a timer of one island's
-  ranks) where the caller gives one, else by the job's own timer, an upper bound.
+  inside one island (``Message.island``).
+- ``hsdp`` (FSDP2 on a 2-D mesh, ``reshard_after_forward``): FSDP's per-unit all-gather in forward
+  and again in backward and reduce-scatter in backward, all inside one shard group of ``shard_group``
+  ranks (``Message.island``), then an all-reduce of each unit's gradient shard (Ψ/shard_group) across
+  the ``gpus / shard_group`` replica groups (``Message.replicas``; none when one group holds every rank).
+
+A message inside one island is timed by ``island_time`` (a timer of one island's ranks), one across
+the replica groups by ``replica_time`` (a timer of one rank of each group), where the caller gives
+them (:func:`shardscope.costmodel.advise.setup` builds both from the placement), else by the job's own
+timer: an upper bound for the island's, an estimate for the replicas'.
 
 Where a training run recorded the bytes of every collective of one step (``summary.comm_bytes``,
 the ``training_comm`` table: calls and summed size per op), :func:`recorded_messages` replaces
@@ -48,7 +56,7 @@ from typing import Any
 
 from shardscope.collectives.factors import OPS
 from shardscope.contracts.models import ModelConfig
-from shardscope.contracts.names import STRATEGIES
+from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
 
 #: Model FLOPs utilisation assumed for compute: PaLM reports 46.2% MFU training 540B on TPU v4
 #: (Chowdhery et al. 2022, Table 3); Megatron-LM/torchtitan Llama runs report 40–50% on H100.
@@ -138,11 +146,16 @@ class Message:
     phase: str
     """``forward``, ``backward`` or ``after_step`` (cannot overlap)."""
     island: bool = False
-    """Issued inside one group of ranks (an NVLink island), not over all of them: hpZ's backward all-gather."""
+    """Issued inside one group of ranks (an NVLink island), not over all of them: hpZ's backward all-gather,
+    HSDP's shard-group collectives."""
+    replicas: bool = False
+    """Issued across the groups, one rank of each: HSDP's all-reduce of the gradient shards."""
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
             raise ValueError(f"unknown collective {self.op!r}")
+        if self.island and self.replicas:
+            raise ValueError("a message runs inside one island or across the replica groups, not both")
         if self.size_bytes < 1 or self.count < 1:
             raise ValueError(f"a message needs a positive size and count, got {self.size_bytes} x {self.count}")
         if self.phase not in PHASES:
@@ -212,8 +225,13 @@ def _buckets(op: str, total_bytes: int, bucket: int, phase: str) -> list[Message
     return out + ([Message(op, rest, 1, phase)] if rest else [])
 
 
-def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions) -> list[Message]:
-    """The collectives one step of ``strategy`` issues (see the module docstring)."""
+def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int | None = None,
+                 shard_group: int | None = None) -> list[Message]:
+    """The collectives one step of ``strategy`` issues (see the module docstring).
+
+    ``gpus`` and ``shard_group`` matter to ``hsdp`` only: with ``gpus // shard_group`` above 1 its
+    gradient shards are all-reduced across the replica groups; ``shard_group`` None is all ``gpus`` (FSDP's messages).
+    """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     e, g = a.comm_bytes, a.gradient_bytes
@@ -226,10 +244,17 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions) -> list[Me
         return (_buckets("reduce_scatter", grads, a.deepspeed_bucket_elements * g, "backward")
                 + _buckets("all_gather", params, a.deepspeed_bucket_elements * e, "after_step"))
     units = unit_params(cfg)
-    out = [Message("all_gather", p * e, 1, "forward") for p in units]
-    if strategy in ("zero3", "fsdp", "zero3_hpz"):
-        out += [Message("all_gather", p * e, 1, "backward", island=strategy == "zero3_hpz") for p in units]
-    return out + [Message("reduce_scatter", p * g, 1, "backward") for p in units]
+    hsdp = strategy == "hsdp"
+    out = [Message("all_gather", p * e, 1, "forward", island=hsdp) for p in units]
+    if strategy in ("zero3", "fsdp", "zero3_hpz", "hsdp"):
+        out += [Message("all_gather", p * e, 1, "backward", island=strategy in GROUPED_STRATEGIES) for p in units]
+    out += [Message("reduce_scatter", p * g, 1, "backward", island=hsdp) for p in units]
+    shard = shard_group or gpus
+    if hsdp and gpus and shard and gpus // shard > 1:
+        # FSDP2's HSDP: after the reduce-scatter inside the shard group, each rank's gradient shard
+        # (its unit's parameters / shard_group, padded up) is all-reduced across the replica groups
+        out += [Message("all_reduce", -(-p // shard) * g, 1, "backward", replicas=True) for p in units]
+    return out
 
 
 def _default_phase(strategy: str, op: str) -> str:
@@ -243,25 +268,26 @@ def _default_phase(strategy: str, op: str) -> str:
 
 
 def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
-                      recorded: list[RecordedCollective] | tuple[RecordedCollective, ...]) -> list[Message]:
+                      recorded: list[RecordedCollective] | tuple[RecordedCollective, ...],
+                      gpus: int | None = None, shard_group: int | None = None) -> list[Message]:
     """The messages of one step from what a training run recorded, in the phases ``strategy`` issues each op in.
 
     Each op's recorded bytes and calls are split over phases as :func:`messages_for` splits that
     op's bytes (ZeRO-3/FSDP all-gathers: forward and backward alike); an op the modeled schedule
     does not issue goes to :func:`_default_phase`. Message size = the phase's bytes / its calls.
     """
-    modeled: dict[str, dict[tuple[str, bool], int]] = {}
-    for m in messages_for(strategy, cfg, a):
-        modeled.setdefault(m.op, {}).setdefault((m.phase, m.island), 0)
-        modeled[m.op][(m.phase, m.island)] += m.size_bytes * m.count
+    modeled: dict[str, dict[tuple[str, bool, bool], int]] = {}
+    for m in messages_for(strategy, cfg, a, gpus, shard_group):
+        modeled.setdefault(m.op, {}).setdefault((m.phase, m.island, m.replicas), 0)
+        modeled[m.op][(m.phase, m.island, m.replicas)] += m.size_bytes * m.count
     out = []
     for rec in recorded:
-        phases = modeled.get(rec.op) or {(_default_phase(strategy, rec.op), False): 1}
+        phases = modeled.get(rec.op) or {(_default_phase(strategy, rec.op), False, False): 1}
         total = sum(phases.values())
-        for (phase, island), weight in phases.items():
+        for (phase, island, replicas), weight in phases.items():
             calls = max(1, round(rec.calls * weight / total))
             size = max(1, round(rec.size_bytes * weight / total / calls))
-            out.append(Message(rec.op, size, calls, phase, island))
+            out.append(Message(rec.op, size, calls, phase, island, replicas))
     return out
 
 
@@ -278,11 +304,13 @@ def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumpti
 
 
 def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float],
-                     island_time: Callable[[str, int], float] | None = None) -> dict[str, float]:
-    """Seconds of communication issued in each phase (a message inside one island timed by ``island_time`` when given)."""
+                     island_time: Callable[[str, int], float] | None = None,
+                     replica_time: Callable[[str, int], float] | None = None) -> dict[str, float]:
+    """Seconds of communication issued in each phase: a message inside one island timed by ``island_time``, one
+    across the replica groups by ``replica_time`` where given, the rest (and those without a timer) by ``collective_time``."""
     per_phase: dict[str, float] = {}
     for m in messages:
-        timer = island_time if m.island and island_time is not None else collective_time
+        timer = (island_time if m.island else replica_time if m.replicas else None) or collective_time
         per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * timer(m.op, m.size_bytes)
     return per_phase
 
@@ -298,15 +326,16 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
                  a: StepAssumptions | None = None,
                  recorded: list[RecordedCollective] | tuple[RecordedCollective, ...] | None = None,
                  host_calls: int | None = None, island_time: Callable[[str, int], float] | None = None,
-                 shard_group: int | None = None) -> StepPrediction:
+                 shard_group: int | None = None, replica_time: Callable[[str, int], float] | None = None) -> StepPrediction:
     """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call.
 
     ``recorded``: the bytes a measured run of the same job moved per step (:func:`recorded_messages`);
     without it, the modeled volumes in the reduce dtype (:func:`messages_for`). ``host_calls``: the
     Python function calls per step such a run recorded, each costing ``a.host_call_s``; None: no host
     term beyond the per-collective-call one (the count is measured, not modeled). ``island_time`` times
-    the collectives issued inside one island (zero3_hpz's backward all-gather; default: ``collective_time``),
-    ``shard_group`` is an hsdp job's shard group or a zero3_hpz job's partition (its memory).
+    the collectives issued inside one island (zero3_hpz's backward all-gather, hsdp's shard-group ones) and
+    ``replica_time`` those across the replica groups (hsdp's all-reduce); default: ``collective_time``.
+    ``shard_group`` is an hsdp job's shard group or a zero3_hpz job's partition (its messages and memory).
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
@@ -317,8 +346,9 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     if gpus < 2:
         messages: list[Message] = []
     else:
-        messages = recorded_messages(strategy, cfg, a, recorded) if recorded else messages_for(strategy, cfg, a)
-    per_phase = phase_comm_times(messages, collective_time, island_time)
+        messages = (recorded_messages(strategy, cfg, a, recorded, gpus, shard_group) if recorded
+                    else messages_for(strategy, cfg, a, gpus, shard_group))
+    per_phase = phase_comm_times(messages, collective_time, island_time, replica_time)
     calls = sum(m.count for m in messages)
     if host_calls is not None and host_calls < 0:
         raise ValueError(f"host_calls must be non-negative, got {host_calls}")

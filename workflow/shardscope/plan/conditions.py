@@ -152,19 +152,6 @@ def cpu_skips(wanted: set[str], emulated_problem: str | None) -> list[Skipped]:
     return [Skipped(name, why) for name in CONDITIONS[1:] if name in wanted]
 
 
-def hsdp_shard_size(groups: list[int]) -> int:
-    """Ranks of one HSDP shard group: the largest count that divides the world size with every block of
-    that many consecutive ranks inside one group (an NVLink island, a node, an emulated switch).
-
-    ``groups`` names each rank's group, in rank order. All in one group: every rank (HSDP is FSDP
-    there); no two neighbours sharing one: 1 (every rank replicates the whole state)."""
-    n = len(groups)
-    for size in range(n, 0, -1):
-        if n % size == 0 and all(len(set(groups[i:i + size])) == 1 for i in range(0, n, size)):
-            return size
-    return 1
-
-
 def rank_groups(topology: dict[str, Any], devices: tuple[int, ...], world_size: int) -> list[int]:
     """Each rank's NVLink island (GPUs in ``devices`` order); one group for CPU processes on one host."""
     island = {g: i for i, isl in enumerate(topology.get("islands", [])) for g in isl}

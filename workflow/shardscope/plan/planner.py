@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardscope.contracts.groups import hsdp_shard_size
 from shardscope.contracts.jobs import CollectiveJob, TrainingJob
 from shardscope.contracts.names import GROUPED_STRATEGIES
 from shardscope.errors import UserError
@@ -63,7 +64,6 @@ from shardscope.plan.conditions import (
     emulated_groups,
     emulated_strategies,
     gpu_conditions,
-    hsdp_shard_size,
     rank_groups,
 )
 from shardscope.plan.machine import MachineProbe, emulated_section, emulated_sizing, peer_section
