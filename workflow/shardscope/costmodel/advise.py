@@ -24,6 +24,7 @@ from shardscope.contracts.groups import hsdp_shard_size
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
 from shardscope.costmodel.decision import Decision, decide
 from shardscope.costmodel.machine import Machine, build_machine
+from shardscope.topology.model import Link, nvlink_islands
 from shardscope.costmodel.placement import (
     GroupComparison,
     Placement,
@@ -103,21 +104,11 @@ def rank_islands(doc: Mapping[str, Any], machine: Machine, members: Sequence[int
 
 
 def _linked_components(machine: Machine) -> list[list[int]]:
-    """GPUs joined by NVLink, directly or through others (one group on an NVSwitch)."""
+    """GPUs joined by NVLink, directly or through others (one group on an NVSwitch): the topology's own islands."""
     if machine.fabric == "nvswitch":
         return [list(machine.gpus)]
-    left, out = list(machine.gpus), []
-    while left:
-        group, frontier = {left[0]}, [left[0]]
-        while frontier:
-            g = frontier.pop()
-            for h in left:
-                if h not in group and machine.nvlinked(g, h):
-                    group.add(h)
-                    frontier.append(h)
-        out.append(sorted(group))
-        left = [g for g in left if g not in group]
-    return out
+    links = [Link(min(a, b), max(a, b), "NV", nvlinks=1) for (a, b), gbps in machine.nvlink_gbps.items() if gbps > 0 and a != b]
+    return nvlink_islands(list(machine.gpus), links)
 
 
 def island_shard_size(doc: Mapping[str, Any], machine: Machine, members: Sequence[int], nodes: int) -> int | None:
@@ -165,15 +156,24 @@ def setup(doc: Mapping[str, Any], gpus: int, *, gpu_name: str | None = None, mem
                  island_shard_size(doc, machine, placement.members, nodes))
 
 
+def _shard_of(where: Setup, strategy: str, gpus: int, shard_sizes: Mapping[str, int] | None) -> int | None:
+    """``strategy``'s shard group / hpZ partition: the given size, else the placement's island; None for a flat
+    strategy or where there is neither. A size that does not divide the GPUs is a :class:`UserError`."""
+    shard = (shard_sizes or {}).get(strategy) or where.shard_size
+    if strategy not in GROUPED_STRATEGIES or shard is None:
+        return None
+    if isinstance(shard, bool) or not isinstance(shard, int) or shard < 1 or gpus % shard:
+        raise UserError(f"the shard size of {strategy} must be a positive divisor of the {gpus} GPUs, got {shard!r}")
+    return shard
+
+
 def _grouped(where: Setup, strategy: str, members: Sequence[int], gpus: int,
              shard_sizes: Mapping[str, int] | None) -> dict[str, Any]:
     """predict_step's ``shard_group``, ``island_time`` and ``replica_time`` for ``strategy`` on ``members``:
     the given shard size, else the placement's island; nothing for a flat strategy or where there is neither."""
-    shard = (shard_sizes or {}).get(strategy) or where.shard_size
-    if strategy not in GROUPED_STRATEGIES or shard is None:
+    shard = _shard_of(where, strategy, gpus, shard_sizes)
+    if shard is None:
         return {}
-    if isinstance(shard, bool) or not isinstance(shard, int) or shard < 1 or gpus % shard:
-        raise UserError(f"the shard size of {strategy} must be a positive divisor of the {gpus} GPUs, got {shard!r}")
     island, replicas = group_timers(where.machine, members, where.nodes, shard, where.timer.calibrations)
     return {"shard_group": shard, "island_time": island, "replica_time": replicas}
 
@@ -337,8 +337,7 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
     return Advice(model=name, gpus=gpus, nodes=nodes, machine=machine, placement=placement, allreduce_busbw_gbps=busbw,
                   ranking=tuple(ranking), comparison=comp, pinned_step_s=pinned, across_step_s=across,
                   explanation=sentences, assumptions=assumptions, decision=decision, notes=notes,
-                  shard_size=next((g["shard_group"] for s in strategies
-                                   if (g := _grouped(where, s, placement.members, gpus, shard_sizes))), None))
+                  shard_size=next((g for s in strategies if (g := _shard_of(where, s, gpus, shard_sizes))), None))
 
 
 def _grouped_note(where: Setup, gpus: int, shard_sizes: Mapping[str, int] | None) -> str:
