@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from shardscope.cli import gpu_count
-from shardscope.contracts.names import BUCKET_POLICIES, REDUCE_DTYPES
+from shardscope.contracts.names import BUCKET_POLICIES, GROUPED_STRATEGIES, REDUCE_DTYPES
 from shardscope.errors import UserError
 from shardscope.fileio import dump_json
 
@@ -100,7 +100,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
             from shardscope.training.memory_peak import OptimizerAssumption
 
             kwargs["optimizer"] = OptimizerAssumption(offload="cpu")
-        if row["strategy"] in ("hsdp", "zero3_hpz"):
+        if row["strategy"] in GROUPED_STRATEGIES:
             kwargs["shard_group"] = row["shard_group"]
         peak = predict_peak(row["strategy"], cfg, args.gpus, shape, **kwargs)
         row["peak"] = peak.to_dict()
