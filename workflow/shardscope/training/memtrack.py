@@ -234,7 +234,7 @@ class TensorMemoryTracker(TorchDispatchMode):
         (when the tracker was made with ``keep_origins``) the operator, shape and dtype that made it.
         """
         self._poll()
-        peak_op = self._sweep(peak_op=True)
+        peak_op = self._scan(self._events())[1]
         live = []
         for record in self._by_id.values():
             category = self._classify(record)
@@ -254,47 +254,45 @@ class TensorMemoryTracker(TorchDispatchMode):
         buffers, and the shapes of the storages born (``+``) and freed (``-``) at it.
         """
         self._poll()
-        peak_op = self._sweep(peak_op=True)
-        events: dict[int, list[tuple[str, int, str]]] = {}
-        for record in self._by_id.values():
-            category = self._classify(record)
-            if category == "state":
-                continue
-            shape = str(record.origin[1]) if record.origin else "?"
-            previous = 0
-            for op, nbytes in record.sizes:
-                events.setdefault(op, []).append((category, nbytes - previous, shape))
-                previous = nbytes
-            if record.died is not None:
-                events.setdefault(record.died, []).append((category, -previous, shape))
+        events = self._events()
+        peak_op = self._scan(events)[1]
         current, out = {"activations": 0, "buffers": 0}, []
         for op in sorted(events):
             for category, delta, _ in events[op]:
                 current[category] += delta
             if abs(op - peak_op) <= around:
-                changes = [f"{'+' if d > 0 else '-'}{c[0]}{shape}" for c, d, shape in events[op] if d]
+                changes = [f"{'+' if d > 0 else '-'}{c[0]}{str(r.origin[1]) if r.origin else '?'}"
+                           for c, d, r in events[op] if d]
                 out.append({"op": op, "func": self._funcs.get(op), **current, "changes": " ".join(changes)})
         return out
 
-    def _sweep(self, peak_op: bool = False) -> Any:
-        events: dict[int, list[tuple[str, int]]] = {}
+    def _sweep(self) -> TrackedStep:
+        return self._scan(self._events())[0]
+
+    def _events(self) -> dict[int, list[tuple[str, int, _Storage]]]:
+        """Operator count -> each non-state storage's change in bytes then (born, resized, freed), with its category."""
+        events: dict[int, list[tuple[str, int, _Storage]]] = {}
         for record in self._by_id.values():
             category = self._classify(record)
             if category == "state":
                 continue
             previous = 0
             for op, nbytes in record.sizes:
-                events.setdefault(op, []).append((category, nbytes - previous))
+                events.setdefault(op, []).append((category, nbytes - previous, record))
                 previous = nbytes
             if record.died is not None:
-                events.setdefault(record.died, []).append((category, -previous))
+                events.setdefault(record.died, []).append((category, -previous, record))
+        return events
+
+    def _scan(self, events: dict[int, list[tuple[str, int, _Storage]]]) -> tuple[TrackedStep, int]:
+        """The step's peaks from :meth:`_events`, and the operator count of the transient peak."""
         current = {"activations": 0, "buffers": 0}
         best, best_op = (-1, 0, 0, "forward"), 0
         act_peak = 0
         fwd_buf_peak = 0
         backward_start = self._phase_starts.get("backward", self._op + 1)
         for op in sorted(events):
-            for category, delta in events[op]:
+            for category, delta, _ in events[op]:
                 current[category] += delta
             total = current["activations"] + current["buffers"]
             act_peak = max(act_peak, current["activations"])
@@ -303,11 +301,10 @@ class TensorMemoryTracker(TorchDispatchMode):
             if total > best[0]:
                 best = (total, current["activations"], current["buffers"], self._phase_at(op))
                 best_op = op
-        if peak_op:
-            return best_op
         total, act, buf, phase = best
         return TrackedStep(activation_bytes=act, buffer_bytes=buf, transient_peak_bytes=max(total, 0),
-                           activation_peak_bytes=act_peak, forward_buffer_peak_bytes=fwd_buf_peak, peak_phase=phase)
+                           activation_peak_bytes=act_peak, forward_buffer_peak_bytes=fwd_buf_peak,
+                           peak_phase=phase), best_op
 
     def _classify(self, record: _Storage) -> str:
         if record.state:
