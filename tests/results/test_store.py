@@ -214,3 +214,34 @@ def test_one_pass_validation_names_each_bad_file_and_row(tmp_path):
     assert f"{paths[-1]}: table training_steps, row 2, column step_time_s: failed greater_than(0)" in str(info.value)
     assert str(info.value).startswith("1 problem(s)")
     assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_a_reader_in_another_process_neither_blocks_a_collect_nor_sees_half_of_it(tmp_path):
+    """The property the copy-and-rename write is for (benchmarks/collect_floor.py weighs its cost).
+
+    A process holding the database open read-only keeps reading the whole file it opened, while
+    a collect in this process loads new runs without waiting for it; a reader opening afterwards
+    sees every new run.
+    """
+    import subprocess
+    import sys
+
+    db = tmp_path / "r.duckdb"
+    collect(db, write_docs(tmp_path / "first", [training_doc("ddp")]))
+    reader = subprocess.Popen(
+        [sys.executable, "-c", "import sys, duckdb\n"
+         "con = duckdb.connect(sys.argv[1], read_only=True)\n"
+         "count = lambda: con.execute('SELECT count(*) FROM runs').fetchone()[0]\n"
+         "print(count(), flush=True)\n"
+         "sys.stdin.readline()\n"
+         "print(count(), flush=True)", str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "1"  # the reader holds the file open from here on
+        summary = collect(db, write_docs(tmp_path / "more", [training_doc(s) for s in ("zero1", "fsdp")]))
+        assert summary["new_runs"] == 2
+        out, _ = reader.communicate("\n", timeout=60)
+    finally:
+        reader.kill()
+    assert out.strip() == "1"
+    assert query_db(db, "SELECT count(*) FROM runs")[0][0] == 3
