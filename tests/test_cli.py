@@ -291,10 +291,14 @@ def test_version() -> None:
         (["train", "--strategy", "ddp", "--model", "tiny", "--nproc", "2", "--dtype", "fp8", "--out", "o", "--log", "l"],
          ["train:", "--dtype", "fp8"]),
         (["topology", "show", "--format", "yaml"], ["topology show:", "--format"]),
-        (["figures", "--db", "x", "--out", "y", "--colour"], ["unrecognized arguments: --colour"]),
+        (["figures", "--db", "x", "--out", "y", "--colour"],
+         ["figures: unrecognized arguments: --colour", "(see shardscope figures --help)"]),
+        (["predict", "plan", "--topology", "t", "--plan", "p", "--fast"],
+         ["predict plan: unrecognized arguments: --fast", "(see shardscope predict plan --help)"]),
         (["nope"], ["invalid choice: 'nope'"]),
     ],
-    ids=["no-action", "no-db-action", "missing-flags", "bad-choice", "bad-format", "unknown-flag", "unknown-command"],
+    ids=["no-action", "no-db-action", "missing-flags", "bad-choice", "bad-format", "unknown-flag", "unknown-flag-nested",
+         "unknown-command"],
 )
 def test_argparse_errors_are_one_line_with_exit_2(args: list[str], fragments: list[str]) -> None:
     assert_user_error(shardscope(*args), *fragments)

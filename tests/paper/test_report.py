@@ -166,3 +166,12 @@ def test_gpu_database_report_has_emulated_slowdowns_modeled_steps_and_doctor_war
     # Doctor: the warn/fail findings of the latest run, with what to do.
     doctor = text[text.index("Node checks"):text.index("Recommendations")]
     assert "gpuhost pcie_acs warn" in doctor and "gpuhost nccl_env warn" in doctor and "NCCL_P2P_DISABLE=1" in doctor
+
+
+def test_paper_finds_the_source_trees_template_from_any_folder(tmp_path, monkeypatch):
+    """``shardscope paper`` without --source, run outside the repository, renders the source tree's template."""
+    from shardscope.cli import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["paper", "--db", "r.duckdb", "--figures", "f", "--out", "o.html"])
+    assert Path(args.source) == TEMPLATE

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from shardscope.buildenv import environment_first_on_path, extensions_dir
 from shardscope.errors import UserError
@@ -39,6 +39,22 @@ class Parser(argparse.ArgumentParser):
         command = self.prog.removeprefix("shardscope").strip()
         where = f"{command}: " if command else ""
         self.exit(2, f"shardscope: error: {where}{message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse's, but an unknown flag is reported by the subcommand it was given to (its prog and --help)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost subcommand's parser that ``parsed`` went through (this parser if it has none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if sub is not None:
+                    return sub._chosen(parsed) if isinstance(sub, Parser) else sub
+        return self
 
     def _subcommand_choices(self) -> list[str]:
         """The names of this parser's subcommands, if it has any."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _cmd_paper(args: argparse.Namespace) -> int:
@@ -18,12 +19,23 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_template() -> Path:
+    """The source tree's ``paper/report.md``, found from the package itself so ``paper`` works from any folder.
+
+    Without a source tree beside the package (an install from a wheel), ``paper/report.md`` of the
+    current folder, as before.
+    """
+    found = Path(__file__).resolve().parents[3] / "paper" / "report.md"
+    return found if found.is_file() else Path("paper/report.md")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands to the ``shardscope`` parser."""
     p = sub.add_parser("paper", help="render the report from paper/ with numbers and figures from the database")
     p.add_argument("--db", required=True, help="the results database")
     p.add_argument("--figures", required=True, help="folder written by `shardscope figures`")
-    p.add_argument("--source", default="paper/report.md", help="the report template (default paper/report.md)")
+    p.add_argument("--source", default=str(default_template()),
+                   help="the report template (default: paper/report.md of the source tree shardscope runs from)")
     p.add_argument("--out", required=True, help="the HTML report to write")
     ref = p.add_mutually_exclusive_group()
     ref.add_argument("--reference-db", help="attach the reference stage's database and list its public runs beside ours")

@@ -32,7 +32,7 @@ from shardscope.errors import UserError
 #: starting one Python process per rank that imports torch (and DeepSpeed), a CUDA context per rank, NCCL's
 #: communicator init, building the model (random weights; the Mistral-7B-shaped one is ~7 B parameters) and the
 #: framework's wrapping (DDP buckets, FSDP2 sharding, the DeepSpeed engine), and writing the result. Not measured
-#: (no GPU here): the same work on this project's 2-core CPU node takes 8 to 14 s per job (``CPU_JOB_SECONDS``,
+#: (no GPU here): the same work on this project's 2-core CPU node takes 3 to 6 s per job (``CPU_JOB_SECONDS``,
 #: gloo and a tiny model, most of it start); CUDA and NCCL init and the larger models add to that, so 30 s is taken,
 #: rounded up. The estimate grows by this much per job; ``benchmarks/pipeline_time.py`` on a GPU node measures it.
 GPU_JOB_START_SECONDS = 30.0

@@ -15,17 +15,19 @@ from shardscope.plan.jobs import planned_jobs
 
 #: Seconds one job of each kind took on this machine kind (2 CPU cores, gloo, config/config.yaml's
 #: ``cpu`` section), measured by ``benchmarks/pipeline_time.py`` on 2026-12-02 on a machine with
-#: nothing else running (load average 0.97 at the start, 1.39 at the end): the mean per kind of one
-#: 155 s run, with DeepSpeed's C++ op already built for the environment (building it once costs about
-#: a minute more). A peer (nccl-tests) job is taken to cost a collective job. Constants measured, not
-#: modeled; used only for plans on CPU (device ``cpu``).
+#: nothing else running (load average 0.20 at the start of the first run, 1.29 at the end of the
+#: second): the mean per kind of two 54 s runs, with DeepSpeed's C++ op already built for the
+#: environment (building it once costs about 30 s more). Snakemake logs whole seconds, so a kind's
+#: mean is over every job of it in both runs. A peer (nccl-tests) job is taken to cost a collective
+#: job. Constants measured, not modeled; used only for plans on CPU (device ``cpu``). An earlier
+#: session's machine took three times as long (155 s): the estimate is for a machine like this one.
 CPU_JOB_SECONDS: dict[str, float] = {
-    "collective": 8.3, "train:ddp": 11.0, "train:zero": 13.3, "train:fsdp": 13.5, "peer": 8.3,
+    "collective": 2.8, "train:ddp": 4.5, "train:zero": 5.0, "train:fsdp": 5.0, "peer": 2.8,
 }
 #: The stages every run has besides the planned jobs (topology, plan, reference runs, predictions,
 #: doctor, verdicts, collect, step calibration, figures, paper): the wall time the planned jobs leave,
-#: same run.
-CPU_FIXED_SECONDS = 39.0
+#: same runs (54 s less the jobs' 43 s).
+CPU_FIXED_SECONDS = 11.0
 CPU_BASIS = ("per-job-kind seconds measured on an idle 2-core CPU node by benchmarks/pipeline_time.py, "
              "not modeled")
 

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from shardscope.cli import gpu_count
-from shardscope.contracts.names import BUCKET_POLICIES, GROUPED_STRATEGIES, REDUCE_DTYPES
+from shardscope.contracts.names import BUCKET_POLICIES, GROUPED_STRATEGIES, REDUCE_DTYPES, STRATEGIES
 from shardscope.errors import UserError
 from shardscope.fileio import dump_json
 
@@ -140,13 +140,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands to the ``shardscope`` parser."""
     p = sub.add_parser("memory", help="analytic per-GPU memory per strategy: model states, activations, buffers, the whole peak")
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b) or a JSON object of dimensions")
-    p.add_argument("--strategy", default="all", help="a strategy or 'all'")
+    p.add_argument("--strategy", default="all", help=f"one of {', '.join(STRATEGIES)}, or 'all' (the default)")
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs the model is sharded over")
     p.add_argument("--shard-group", help="hsdp: GPUs of one shard group; zero3_hpz: GPUs of one secondary parameter "
                                          "partition; a divisor of --gpus (default: all of them)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="sets the default bytes per parameter")
     p.add_argument("--no-master-weights", action="store_true",
-                   help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (the seed article's 87 GB)")
+                   help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (Mistral-7B's model states unsharded, as under DDP: 87 GB)")
     p.add_argument("--param-bytes", type=float, help="override bytes per parameter for the parameters")
     p.add_argument("--grad-bytes", type=float, help="override bytes per parameter for the gradients")
     p.add_argument("--optimizer-bytes", type=float, help="override bytes per parameter for the optimizer state")
