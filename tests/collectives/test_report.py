@@ -185,3 +185,14 @@ def test_busbw_in_the_table_is_the_documents_not_recomputed() -> None:
     line = next(line for line in format_report(doc, "x").splitlines() if line.strip()[:1].isdigit())
     assert line.split()[11] == "12.35"
     assert busbw_gbps("all_reduce", 2, 1024, doc["rows"][0]["time_s"]) != pytest.approx(12.345)
+
+
+@pytest.mark.parametrize(("env", "line"), [
+    ({"comm_library": "nccl 2.21.5", "backend": "nccl", "torch": "2.6.0"}, "nccl 2.21.5, torch 2.6.0"),
+    ({"comm_library": "gloo (torch 2.13.0+cpu)", "backend": "gloo", "torch": "2.13.0+cpu"}, "gloo (torch 2.13.0+cpu)"),
+    ({"comm_library": "rccl 2.18.3", "backend": "nccl", "torch": "2.6.0"}, "rccl 2.18.3 on nccl, torch 2.6.0"),
+])
+def test_the_comm_line_says_library_backend_and_torch_once(env, line):
+    from shardscope.collectives.report import _comm
+
+    assert _comm(env) == line

@@ -68,6 +68,13 @@ def format_time_us(time_us: float) -> str:
     return f"{time_us:7.2f}"
 
 
+def _comm(env: dict[str, Any]) -> str:
+    """``NCCL 2.21.5 on nccl, torch 2.6.0``; the backend and torch only where the library's name does not say them already."""
+    library, backend, torch = (str(env.get(k)) for k in ("comm_library", "backend", "torch"))
+    text = library if library.lower().startswith(backend.lower()) and backend != "None" else f"{library} on {backend}"
+    return text if torch in library else f"{text}, torch {torch}"
+
+
 def format_report(doc: dict[str, Any], source: str) -> str:
     """The nccl-tests-shaped table of one collective job document (text ending in a newline)."""
     job, env, rows = doc["job"], doc.get("env") or {}, doc["rows"]
@@ -76,7 +83,7 @@ def format_report(doc: dict[str, Any], source: str) -> str:
     lines = [
         (f"# shardscope collectives report: job {job.get('job_id')}: {op} measured with torch.distributed "
          f"(nccl-tests equivalent: {BINARIES.get(op, op)}), {world_size} ranks"),
-        (f"# comm {env.get('comm_library')} on {env.get('backend')}, torch {env.get('torch')}, "
+        (f"# comm {_comm(env)}, "
          f"timing {env.get('timing', 'unknown')}, placement {job.get('placement')}, transport {job.get('transport')}, "
          f"measured {env.get('measured_at')}; from {source}"),
         (f"# nThread 1 nGpus 1 minBytes {job.get('min_bytes')} maxBytes {job.get('max_bytes')} "
