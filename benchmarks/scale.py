@@ -189,6 +189,7 @@ def bench_collect(results: Path, work: Path, sizes: list[int], one_at_a_time: in
     _, separate, _ = measure(_collect_cmd(work / "single.duckdb", paths) + ["one"])
     print(f"  {one_at_a_time} documents one call at a time (in one process): cpu {separate:.2f} s vs {one_call:.2f} s "
           f"in one call: {separate / one_call:.1f}x; target: within 2x", flush=True)
+    print("  (benchmarks/collect_floor.py splits a call into validation and writing, beside other ways to write)", flush=True)
 
 
 def machine_databases(results: Path, work: Path, count: int) -> list[Path]:
