@@ -32,12 +32,11 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import PYTHON, as_new_runs, measure, measured_docs, run_pipeline  # noqa: E402
+from scale import PYTHON, collect_cmd, as_new_runs, measure, measured_docs, run_pipeline, work_folder  # noqa: E402
 
 METHODS = ("collect", "in_place", "kept_attached", "validation_only")
 LABELS = {"collect": "collect per call (copy and rename; shipped)", "in_place": "validate + write in place",
@@ -63,8 +62,9 @@ def child(method: str, db: str, listing: str) -> None:
 
     paths = Path(listing).read_text().split()
     validate_s = write_s = 0.0
-    host = duckdb.connect()
-    host.execute("SET threads = 1")
+    host = duckdb.connect() if method in ("in_place", "kept_attached") else None  # collect has its own
+    if host is not None:
+        host.execute("SET threads = 1")
     if method == "kept_attached":
         host.execute(f"ATTACH '{db}' AS target")
         host.execute("USE target")
@@ -89,7 +89,8 @@ def child(method: str, db: str, listing: str) -> None:
         elif method == "kept_attached":
             _write_rows(host, frames)
         write_s += time.process_time() - validated
-    host.close()
+    if host is not None:
+        host.close()
     n = len(paths)
     Path(db + ".per_call.json").write_text(json.dumps({"validate_ms": 1000 * validate_s / n, "write_ms": 1000 * write_s / n}))
 
@@ -109,23 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(*args.child)
         return 0
-    work = Path(args.work or tempfile.mkdtemp(prefix="shardscope-collect-floor."))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(args.work, "shardscope-collect-floor.") as work:
         results = Path(args.results) if args.results else run_pipeline(work)
         paths = as_new_runs(measured_docs(results), args.documents + 1, work / "docs")
         base = work / "base.duckdb"
         base.unlink(missing_ok=True)
-        _, cpu, _ = measure([PYTHON, "-c", "import sys; from shardscope.results.store import collect; collect(sys.argv[1], [sys.argv[2]])",
-                             str(base), paths[0]])
+        measure(collect_cmd(base, paths[:1]) + ["all"])
         listing = work / "inputs.txt"
         listing.write_text("\n".join(paths[1:]))
         print(f"{args.documents} documents from {results}, each loaded into a database that starts with one run;"
               f" CPU seconds of each process (interpreter start and imports included)", flush=True)
         reference_db = work / "one-call.duckdb"
         shutil.copy2(base, reference_db)
-        _, one_call, _ = measure([PYTHON, "-c", "import sys; from shardscope.results.store import collect; "
-                                  "collect(sys.argv[1], open(sys.argv[2]).read().split())", str(reference_db), str(listing)])
+        _, one_call, _ = measure(collect_cmd(reference_db, paths[1:]) + ["all"])
         print(f"  {'one collect of all documents (reference)':46s} cpu {one_call:5.2f} s", flush=True)
         for method in METHODS:
             db = work / f"{method}.duckdb"
@@ -136,9 +133,6 @@ def main(argv: list[str] | None = None) -> int:
                      f"{ms['validate_ms']:5.1f} ms validation + {ms['write_ms']:5.1f} ms writing")
             print(f"  {LABELS[method]:46s} cpu {cpu:5.2f} s  {cpu / one_call:4.1f}x   per call: {split}", flush=True)
         print("  target: within 2x of the reference", flush=True)
-    finally:
-        if not args.work:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

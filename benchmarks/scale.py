@@ -20,6 +20,7 @@ number comes from running the project's own code here, in this run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -168,7 +170,8 @@ def bench_dag(results: Path, work: Path, sizes: list[int]) -> None:
     report("dry-run DAG (snakemake -n) of a plan with K jobs", rows, "jobs", "2000 jobs under 20 s")
 
 
-def _collect_cmd(db: Path, paths: list[str]) -> list[str]:
+def collect_cmd(db: Path, paths: list[str]) -> list[str]:
+    """A process collecting ``paths`` into ``db``; append "all" (one call) or "one" (a call per file)."""
     listing = db.with_suffix(".inputs")
     listing.write_text("\n".join(paths))
     code = ("import sys; from shardscope.results.store import collect; "
@@ -182,11 +185,11 @@ def bench_collect(results: Path, work: Path, sizes: list[int], one_at_a_time: in
     rows = []
     for n in sizes:
         paths = as_new_runs(docs, n, work / f"docs{n}")
-        rows.append((n, *measure(_collect_cmd(work / f"collect{n}.duckdb", paths) + ["all"])))
+        rows.append((n, *measure(collect_cmd(work / f"collect{n}.duckdb", paths) + ["all"])))
     report("collect of N documents in one call (a fresh database)", rows, "documents", "1000 documents under 15 s")
     paths = as_new_runs(docs, one_at_a_time, work / f"docs{one_at_a_time}")
-    _, one_call, _ = measure(_collect_cmd(work / "batch.duckdb", paths) + ["all"])
-    _, separate, _ = measure(_collect_cmd(work / "single.duckdb", paths) + ["one"])
+    _, one_call, _ = measure(collect_cmd(work / "batch.duckdb", paths) + ["all"])
+    _, separate, _ = measure(collect_cmd(work / "single.duckdb", paths) + ["one"])
     print(f"  {one_at_a_time} documents one call at a time (in one process): cpu {separate:.2f} s vs {one_call:.2f} s "
           f"in one call: {separate / one_call:.1f}x; target: within 2x", flush=True)
     print("  (benchmarks/collect_floor.py splits a call into validation and writing, beside other ways to write)", flush=True)
@@ -245,6 +248,18 @@ def _png_widths(folder: Path) -> dict[str, int]:
     return widths
 
 
+@contextlib.contextmanager
+def work_folder(given: str | None, prefix: str) -> Iterator[Path]:
+    """The folder ``--work`` names (kept), else a temporary one removed afterwards, also on failure."""
+    work = Path(given or tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        yield work
+    finally:
+        if not given:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the inputs, run every measurement, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -253,9 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["dag", "collect", "merge", "figures"], action="append")
     args = parser.parse_args(argv)
     only = set(args.only or ["dag", "collect", "merge", "figures"])
-    work = Path(args.work or tempfile.mkdtemp(prefix="shardscope-scale."))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(args.work, "shardscope-scale.") as work:
         results = Path(args.results) if args.results else run_pipeline(work)
         print(f"inputs from {results}; work folder {work}", flush=True)
         if "dag" in only:
@@ -273,9 +286,6 @@ def main(argv: list[str] | None = None) -> int:
                         measure([PYTHON, "-m", "shardscope", "db", "merge", str(merged[h]), *map(str, dbs[:h])])
                 reference = results / "reference" / "reference.duckdb"
                 bench_figures({h: merged[h] for h in (2, 16, 64)}, work, reference)
-    finally:
-        if not args.work:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

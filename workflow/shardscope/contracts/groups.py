@@ -6,7 +6,19 @@ model (which times their collectives inside one group), so both cut the ranks th
 
 from __future__ import annotations
 
-__all__ = ["hsdp_shard_size"]
+from collections.abc import Iterable, Sequence
+
+__all__ = ["gpu_islands", "hsdp_shard_size"]
+
+
+def gpu_islands(islands: Iterable[Iterable[int]], gpus: Sequence[int]) -> list[int]:
+    """Each of ``gpus``' island (its index in ``islands``), in ``gpus`` order: the groups :func:`hsdp_shard_size` cuts.
+
+    A GPU in no island is a group of its own (an index past every island's).
+    """
+    islands = [list(island) for island in islands]
+    index = {g: i for i, island in enumerate(islands) for g in island}
+    return [index.get(g, len(islands) + k) for k, g in enumerate(gpus)]
 
 
 def hsdp_shard_size(groups: list[int]) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardscope.costmodel.calibrate import Calibration
-from shardscope.contracts.groups import hsdp_shard_size
+from shardscope.contracts.groups import gpu_islands, hsdp_shard_size
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
 from shardscope.costmodel.decision import Decision, decide
 from shardscope.costmodel.machine import Machine, build_machine
@@ -98,9 +98,8 @@ def rank_islands(doc: Mapping[str, Any], machine: Machine, members: Sequence[int
     """Each rank's island, node-major: the topology's ``islands`` (else the NVLink-connected GPUs) inside a node,
     each node's its own."""
     islands = [list(i) for i in doc.get("islands") or []] or _linked_components(machine)
-    index = {g: i for i, isl in enumerate(islands) for g in isl}
-    span = len(islands) + len(machine.gpus)
-    return [node * span + index.get(g, len(islands) + i) for node in range(nodes) for i, g in enumerate(members)]
+    in_node, span = gpu_islands(islands, members), len(islands) + len(members)
+    return [node * span + i for node in range(nodes) for i in in_node]
 
 
 def _linked_components(machine: Machine) -> list[list[int]]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from shardscope.contracts.groups import gpu_islands
 from shardscope.plan.placement import Placement, numa_groups, placements
 
 #: Every condition name, in the order the plan lists them.
@@ -154,8 +155,7 @@ def cpu_skips(wanted: set[str], emulated_problem: str | None) -> list[Skipped]:
 
 def rank_groups(topology: dict[str, Any], devices: tuple[int, ...], world_size: int) -> list[int]:
     """Each rank's NVLink island (GPUs in ``devices`` order); one group for CPU processes on one host."""
-    island = {g: i for i, isl in enumerate(topology.get("islands", [])) for g in isl}
-    return [island.get(d, -1 - d) for d in devices] if devices else [0] * world_size
+    return gpu_islands(topology.get("islands", []), devices) if devices else [0] * world_size
 
 
 def emulated_groups(definition: dict[str, Any], placement: str) -> list[int]:
