@@ -6,7 +6,7 @@
 Runs each job through ``shardscope train`` (2 CPU ranks, gloo, 1 warmup + 1 timed step, which
 also runs the tracked step; ``zero3_hpz`` on 4 ranks with partition 2, as 2 ranks leave it no
 partition but the degenerate world size), calibrates the overhead fraction on the first job alone (marked
-``calibration run``; :func:`shardscope.training.memory_peak.calibrate_overhead`), applies that
+``calibration run``; :func:`shardscope.costmodel.memory_peak.calibrate_overhead`), applies that
 one fraction to every other job without refitting, and prints, per
 job, measured / modeled for every category and the whole tracked peak, then the worst error per
 strategy and checkpointing mode. Target: every ratio within 10% (exit status 1 when one is not).
@@ -68,8 +68,8 @@ def run_job(tmp: Path, strategy: str, model: str, seq: int, micro_batch: int, ch
 
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix, print the table, exit 1 when a ratio misses the target."""
-    from shardscope.training.memory_check import compare_job, modeled_for_job
-    from shardscope.training.memory_peak import calibrate_overhead
+    from shardscope.costmodel.memory_check import compare_job, modeled_for_job
+    from shardscope.costmodel.memory_peak import calibrate_overhead
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--strategies", default="ddp,zero1,zero2,zero3,fsdp,hsdp,zero3_hpz")

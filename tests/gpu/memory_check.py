@@ -109,8 +109,8 @@ def check_job(doc: dict, fraction: float | None, on_cuda: bool) -> tuple[dict, f
     The first job calibrates the overhead fraction on its CUDA peak (that row is then 1 by
     construction and marked ``calibration``); every later job is checked with it.
     """
-    from shardscope.training.memory_check import compare_job, modeled_for_job
-    from shardscope.training.memory_peak import calibrate_overhead
+    from shardscope.costmodel.memory_check import compare_job, modeled_for_job
+    from shardscope.costmodel.memory_peak import calibrate_overhead
 
     row = compare_job(doc, 0.0)  # the tracker counts tensors: no allocator overhead in what it sees
     ok = within(row["categories"])
@@ -132,7 +132,7 @@ def check_job(doc: dict, fraction: float | None, on_cuda: bool) -> tuple[dict, f
 
 def oom_check(args: argparse.Namespace, out_dir: Path, seq: int) -> bool:
     """One ddp job capped halfway between its modeled states and its modeled peak: outcome ``oom`` and a loadable snapshot."""
-    from shardscope.training.memory_peak import whole_peak
+    from shardscope.costmodel.memory_peak import whole_peak
 
     terms = whole_peak("ddp", args.model, 1, seq, args.micro_batch, dtype="bfloat16")
     cap = terms.state_bytes + (terms.peak_bytes - terms.state_bytes) // 2

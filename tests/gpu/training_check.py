@@ -6,7 +6,7 @@ Runs each strategy (ddp, fsdp, fsdp_grad_op, zero0..zero3) as a real one-rank jo
 launcher the pipeline uses (torchrun, NCCL, CUDA memory stats) and prints, per strategy, the
 outcome, the median step time, tokens/s, MFU, peak CUDA memory, and the bytes held in
 parameters, gradients and optimizer state measured against both analytic models
-(:mod:`shardscope.training.modeled`): ``impl`` is this code's expected bytes, ``paper`` the
+(:mod:`shardscope.costmodel.modeled`): ``impl`` is this code's expected bytes, ``paper`` the
 ZeRO paper's 2 + 2 + 12 bytes per parameter. At world size 1 nothing is sharded, so every
 strategy should hold about 16 bytes per parameter (19.8 GB for 1.24 B parameters); what
 differs is where the bytes sit (fp32 weights under DDP/FSDP, bf16 weights + fp32 master

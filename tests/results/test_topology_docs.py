@@ -119,7 +119,7 @@ def test_a_bad_topology_is_refused_and_the_database_untouched(tmp_path, nvl_topo
 
 
 def test_memory_predictions_are_filled_for_every_training_run(tmp_path):
-    from shardscope.training.memory_model import predict_memory
+    from shardscope.costmodel.memory_model import predict_memory
 
     db = tmp_path / "r.duckdb"
     failed = training_doc("zero3", outcome="oom", host="hostA")

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from shardscope.training.comm_bytes import CollectiveCounter, tensor_bytes
-from shardscope.training.comm_volume import comm_block, implementation_volume, paper_volume, volume_bytes
+from shardscope.costmodel.comm_volume import comm_block, implementation_volume, paper_volume, volume_bytes
 
 PSI = 787_072  # the tiny preset's parameters
 

@@ -35,7 +35,7 @@ def check() -> Any:
 def _cuda_doc(peak_over_model: float, counters: bool = True) -> dict[str, Any]:
     """A one-rank bf16 DDP result of the tiny model on "CUDA": tracked = modeled, CUDA peak = ``peak_over_model`` x modeled."""
     from shardscope.contracts.models import resolve_model
-    from shardscope.training.memory_check import modeled_for_job
+    from shardscope.costmodel.memory_check import modeled_for_job
 
     cfg = resolve_model("tiny")[1]
     job = {"strategy": "ddp", "model": "tiny", "model_config": cfg.to_dict(), "world_size": 1, "micro_batch": 1, "seq_len": 64,
@@ -54,7 +54,7 @@ def _cuda_doc(peak_over_model: float, counters: bool = True) -> dict[str, Any]:
 
 
 def test_overhead_is_calibrated_on_the_first_cuda_peak_and_checked_on_the_next(check: Any) -> None:
-    from shardscope.training.memory_check import modeled_for_job
+    from shardscope.costmodel.memory_check import modeled_for_job
 
     first, fraction, ok = check.check_job(_cuda_doc(1.05), None, on_cuda=True)
     assert first["calibration"] and first["cuda"]["cuda_peak_bytes"]["ratio"] == pytest.approx(1.0, abs=1e-6) and ok

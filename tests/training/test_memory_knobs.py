@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from shardscope.training.memory_check import compare_job, modeled_for_job
-from shardscope.training.memory_peak import StepShape, calibrate_overhead, predict_peak
+from shardscope.costmodel.memory_check import compare_job, modeled_for_job
+from shardscope.costmodel.memory_peak import StepShape, calibrate_overhead, predict_peak
 from shardscope.contracts.models import PRESETS
 from tests.training.conftest import run_train
 

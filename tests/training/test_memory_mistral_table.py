@@ -9,7 +9,7 @@ import yaml
 from factories import REPO, training_doc, write_docs, write_json
 
 from shardscope.results.store import collect
-from shardscope.training.memory_peak import whole_peak
+from shardscope.costmodel.memory_peak import whole_peak
 
 H200 = REPO / "tests" / "data" / "topo" / "01-hgx-h200-nvswitch-nv18-12nics.txt"
 STRATEGIES = ("ddp", "fsdp", "fsdp_grad_op", "hsdp", "zero0", "zero1", "zero2", "zero3")

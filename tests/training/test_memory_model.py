@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardscope.training.memory_model import SHARDED, BytesPerParam, assumptions, bytes_per_param, memory_table, predict_memory
+from shardscope.costmodel.memory_model import SHARDED, BytesPerParam, assumptions, bytes_per_param, memory_table, predict_memory
 from shardscope.training.strategies import STRATEGIES
 
 PSI = 7_241_732_096  # Mistral-7B; divisible by 64, so every N below divides it

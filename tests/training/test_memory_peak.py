@@ -9,7 +9,7 @@ import pytest
 
 from shardscope.cli import main
 from shardscope.contracts.models import PRESETS, ModelConfig
-from shardscope.training.memory_peak import (
+from shardscope.costmodel.memory_peak import (
     OptimizerAssumption,
     StepShape,
     activation_bytes,
@@ -198,7 +198,7 @@ def test_bad_input_names_the_flag_and_exits_2(capsys: pytest.CaptureFixture[str]
 
 
 def test_hsdp_holds_what_fsdp_on_one_shard_group_holds() -> None:
-    from shardscope.training.memory_peak import whole_peak
+    from shardscope.costmodel.memory_peak import whole_peak
 
     cfg = PRESETS["llama-1b"]
     hsdp = whole_peak("hsdp", cfg, 16, 2048, 1, shard_group=8)
@@ -216,7 +216,7 @@ def test_hsdp_holds_what_fsdp_on_one_shard_group_holds() -> None:
 
 
 def test_hpz_holds_zero3s_peak_and_its_secondary_partition() -> None:
-    from shardscope.training.memory_peak import whole_peak
+    from shardscope.costmodel.memory_peak import whole_peak
 
     cfg = PRESETS["llama-1b"]
     hpz, zero3 = whole_peak("zero3_hpz", cfg, 8, 2048, 1, shard_group=2), whole_peak("zero3", cfg, 8, 2048, 1)
@@ -229,7 +229,7 @@ def test_hpz_holds_zero3s_peak_and_its_secondary_partition() -> None:
 
 
 def test_whole_peak_is_predict_peak_for_the_named_shape_and_says_what_fits() -> None:
-    from shardscope.training.memory_peak import whole_peak
+    from shardscope.costmodel.memory_peak import whole_peak
 
     cfg = PRESETS["mistral-7b"]
     terms = whole_peak("zero3", "mistral-7b", 8, 4096, 1, "full")
@@ -248,7 +248,7 @@ def test_zero3_backward_end_is_the_reduce_scatter_copies_and_the_embedding_not_e
     """ZeRO-3's end of backward (one bucket): the bucket, the reduce-scatter's model-sized copies (two on gloo, one on NCCL)
     and the embedding still gathered; inside the blocks the head and final norm are released (traced on the tiny model)."""
     from shardscope.contracts.models import resolve_model
-    from shardscope.training.memory_peak import StepShape, predict_peak
+    from shardscope.costmodel.memory_peak import StepShape, predict_peak
 
     cfg = resolve_model("tiny")[1]
     shape = StepShape(micro_batch=2, seq_len=64, checkpointing="full")

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from shardscope.training.memory_check import compare_job, modeled_for_job
-from shardscope.training.memory_peak import calibrate_overhead
+from shardscope.costmodel.memory_check import compare_job, modeled_for_job
+from shardscope.costmodel.memory_peak import calibrate_overhead
 
 STRATEGIES = ("ddp", "zero0", "zero1", "zero2", "zero3", "fsdp", "fsdp_grad_op")
 TOLERANCE = 0.10

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.training.memory_peak import deepspeed_estimator_states, megatron_layer_bytes
+from shardscope.costmodel.memory_peak import deepspeed_estimator_states, megatron_layer_bytes
 
 DATA = json.loads((Path(__file__).parents[1] / "data" / "published" / "memory" / "published.json").read_text())
 UNITS = {"GiB": 2**30, "MiB": 2**20, "GB": 10**9}
@@ -25,7 +25,7 @@ def test_deepspeed_estimator_examples(record: dict) -> None:
 @pytest.mark.parametrize("record", DATA["zero_paper_model_states"], ids=lambda r: r["id"])
 def test_zero_paper_figure1_per_device_states(record: dict) -> None:
     """The ZeRO paper's Figure 1 (7.5 B parameters, 64 GPUs, K = 12) against the paper model the whole peak uses."""
-    from shardscope.training.memory_model import predict_memory
+    from shardscope.costmodel.memory_model import predict_memory
 
     modeled = predict_memory(int(record["total_params"]), record["strategy"], record["gpus"], "bfloat16")["total_bytes"]
     published = record["per_gpu"] * UNITS[record["unit"]]
@@ -37,8 +37,8 @@ def test_zero_paper_figure1_per_device_states(record: dict) -> None:
 def test_zero_paper_states_are_the_whole_peaks_states() -> None:
     """``whole_peak(states="paper")`` carries exactly the paper's per-device states the test above checks."""
     from shardscope.contracts.models import resolve_model
-    from shardscope.training.memory_model import predict_memory
-    from shardscope.training.memory_peak import whole_peak
+    from shardscope.costmodel.memory_model import predict_memory
+    from shardscope.costmodel.memory_peak import whole_peak
 
     cfg = resolve_model("mistral-7b")[1]
     for strategy in ("ddp", "zero1", "zero2", "zero3"):
@@ -66,7 +66,7 @@ def test_gpt3_shape_has_the_papers_attention_coefficient() -> None:
 
 def test_default_assumption_differs_from_deepspeeds_and_says_by_how_much() -> None:
     """Not a match: the ZeRO paper's ZeRO-2 (2Ψ + 14Ψ/N) is below DeepSpeed's (4Ψ + 16Ψ/N) estimate."""
-    from shardscope.training.memory_model import predict_memory
+    from shardscope.costmodel.memory_model import predict_memory
 
     n = 2_851_000_000
     paper = predict_memory(n, "zero2", 8)["total_bytes"]

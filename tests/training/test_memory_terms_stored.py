@@ -7,9 +7,9 @@ from factories import query_db, training_doc, write_docs
 
 from shardscope.contracts.models import PRESETS
 from shardscope.results.store import collect
-from shardscope.training.memory_check import memory_terms_rows, modeled_for_job
-from shardscope.training.memory_peak import StepShape, predict_peak
-from shardscope.training.modeled import implementation_memory
+from shardscope.costmodel.memory_check import memory_terms_rows, modeled_for_job
+from shardscope.costmodel.memory_peak import StepShape, predict_peak
+from shardscope.costmodel.modeled import implementation_memory
 
 TERMS = "param_bytes, grad_bytes, optim_bytes, activation_bytes, buffer_bytes, overhead_bytes, peak_bytes, peak_phase"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardscope.training.memory_model import SHARDED
-from shardscope.training.modeled import IMPLEMENTATION, implementation_memory, measured_max, modeled_block
+from shardscope.costmodel.memory_model import SHARDED
+from shardscope.costmodel.modeled import IMPLEMENTATION, implementation_memory, measured_max, modeled_block
 
 PSI = 1_000_000
 

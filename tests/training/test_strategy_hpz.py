@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from shardscope.training.memory_check import compare_job
+from shardscope.costmodel.memory_check import compare_job
 from shardscope.training.model import PRESETS
 
 PSI = PRESETS["tiny"].param_count()

@@ -205,12 +205,12 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
         except UserError as exc:
             strategies, note = [], f"strategies not predicted: {exc}"
     doc = predictions_document(topology, machine, collectives, strategies, assumptions.to_dict(), None, created_at)
-    from shardscope.training.memory_cases import memory_case_rows
+    from shardscope.costmodel.memory_cases import memory_case_rows
 
     doc["memory"] = memory_case_rows(plan, machine.memory_bytes if machine.fabric != "cpu" else None)
     from shardscope.costmodel.decision_map import decision_map_rows, map_fabrics
 
-    from shardscope.training.memory_model_cases import memory_model_case_rows
+    from shardscope.costmodel.memory_model_cases import memory_model_case_rows
 
     doc["decision_map"] = decision_map_rows(map_fabrics(machine.fabric))
     doc["memory_model"] = memory_model_case_rows()

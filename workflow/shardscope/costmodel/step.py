@@ -292,13 +292,13 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
 
 
 def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None) -> int:
-    """The memory criterion of "fits": :func:`shardscope.training.memory_peak.whole_peak`, the one whole-peak function.
+    """The memory criterion of "fits": :func:`shardscope.costmodel.memory_peak.whole_peak`, the one whole-peak function.
 
     Its default model states are the implementation's (what this code's strategies hold), with
     activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``
     (``shard_group``: an hsdp shard group or a zero3_hpz partition).
     """
-    from shardscope.training.memory_peak import whole_peak
+    from shardscope.costmodel.memory_peak import whole_peak
 
     return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype, shard_group=shard_group).peak_bytes
 

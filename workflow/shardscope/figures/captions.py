@@ -142,7 +142,7 @@ def answer_peak(df: pd.DataFrame) -> str:
     return "Peak all-reduce bus bandwidth: " + "; ".join(parts) + "." + note + _modeled_trends(modeled)
 
 
-#: Why DeepSpeed's measured optimizer state exceeds the ZeRO paper's (training/modeled.py, ``implementation``).
+#: Why DeepSpeed's measured optimizer state exceeds the ZeRO paper's (costmodel/modeled.py, ``implementation``).
 FP32_MASTER_NOTE = ("DeepSpeed keeps an fp32 master partition in the optimizer even in fp32 runs (12/N bytes per"
                     " parameter, not the paper's 8/N), which the implementation model counts")
 

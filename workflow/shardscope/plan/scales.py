@@ -52,7 +52,7 @@ def gpu_memory_bytes(topology: dict[str, Any]) -> int | None:
 def memory_scale(topology: dict[str, Any], section: dict[str, Any], world_size: int) -> Scale | str:
     """The memory-bound scale of config ``training.memory_bound`` for ``world_size`` GPUs, or why none is planned."""
     from shardscope.contracts.models import resolve_model
-    from shardscope.training.memory_model import predict_memory
+    from shardscope.costmodel.memory_model import predict_memory
 
     wanted = section["model"]
     name, cfg = resolve_model(wanted)

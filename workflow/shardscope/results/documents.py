@@ -24,8 +24,8 @@ from shardscope.results.documents_derived import (
     identity_digest,
 )
 from shardscope.results.schemas import DERIVED_KINDS, KINDS, TRAINING_DTYPES
-from shardscope.training.memory_check import memory_terms_rows
-from shardscope.training.memory_model import SHARDED, predict_memory
+from shardscope.costmodel.memory_check import memory_terms_rows
+from shardscope.costmodel.memory_model import SHARDED, predict_memory
 
 TOPOLOGY_SCHEMA_PREFIX = "shardscope.topology/"
 
@@ -162,7 +162,7 @@ _RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_m
 def memory_prediction(run_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
     """The analytic memory model's row for a training job, or None when its size or dtype is unknown.
 
-    Computed at collect time from :func:`shardscope.training.memory_model.predict_memory`: the
+    Computed at collect time from :func:`shardscope.costmodel.memory_model.predict_memory`: the
     prediction is a pure function of fields every training result already carries, so each
     run gets one without another file in the pipeline, and old result files get one too.
     """

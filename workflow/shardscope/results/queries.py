@@ -235,8 +235,8 @@ def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     (``memory_peak_predictions``, :func:`modeled_memory_terms`): nothing is computed here.
 
     ``memory_model`` names the model of a modeled row: ``ZeRO paper`` (the paper's bytes per parameter,
-    :func:`~shardscope.training.memory_model.predict_memory`) or ``implementation`` (what this
-    code's strategies keep, :func:`~shardscope.training.modeled.implementation_memory`: DeepSpeed
+    :func:`~shardscope.costmodel.memory_model.predict_memory`) or ``implementation`` (what this
+    code's strategies keep, :func:`~shardscope.costmodel.modeled.implementation_memory`: DeepSpeed
     keeps an fp32 master partition even in fp32, so its optimizer state is 12/N bytes per
     parameter, not 8/N). ``rest_bytes`` is the measured peak minus what the training state
     holds (activations, buffers, the runtime itself), never below 0 (a peak method that misses

@@ -1,6 +1,6 @@
 """pandera schema of the ZeRO paper's memory model for named cases (``memory_model_cases``), all ``method: modeled``.
 
-The predictions stage writes them once (:func:`shardscope.training.memory_model_cases.memory_model_case_rows`,
+The predictions stage writes them once (:func:`shardscope.costmodel.memory_model_cases.memory_model_case_rows`,
 the predictions document's ``memory_model`` rows): the seed article's Mistral-7B model states per
 strategy on 1 and 8 GPUs, without and with an fp32 master copy. The report's memory table and its
 sentence about DDP on one GPU only query them.

@@ -17,7 +17,7 @@ from shardscope.collectives.factors import OPS
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.contracts.names import FABRICS
 from shardscope.contracts.names import STRATEGIES
-from shardscope.training.memory_check import MEMORY_MODELS
+from shardscope.costmodel.memory_check import MEMORY_MODELS
 
 #: Modeled values are computed, not printed and re-read: their relations hold to rounding error.
 MODELED_RTOL = 1e-6
@@ -118,7 +118,7 @@ class StrategyPredictionsSchema(_Table):
         return (known & agree) | (~known & fits.isna())
 
 
-#: Phases in which the modeled peak can happen (:func:`shardscope.training.memory_peak.predict_peak`).
+#: Phases in which the modeled peak can happen (:func:`shardscope.costmodel.memory_peak.predict_peak`).
 PEAK_PHASES = ("forward", "backward", "backward_blocks", "backward_end", "step")
 
 
@@ -152,7 +152,7 @@ class _WholePeakTerms(_Table):
 class MemoryPeakPredictionsSchema(_WholePeakTerms):
     """Per (training run, model of the states): every modeled term of the whole per-GPU peak (issue 18).
 
-    Written once when the run is collected (:func:`shardscope.training.memory_check.memory_terms_rows`),
+    Written once when the run is collected (:func:`shardscope.costmodel.memory_check.memory_terms_rows`),
     for the run's strategy, model, GPUs, dtype, micro-batch, sequence length and settings;
     figure 3 and the report only query it. ``peak_bytes`` is the sum of the terms; the overhead
     is 0 until calibrated on measured runs.
@@ -169,7 +169,7 @@ class MemoryPeakPredictionsSchema(_WholePeakTerms):
         unique = ["run_id", "memory_model"]
 
 
-#: The named cases the predictions stage models (:mod:`shardscope.training.memory_cases`).
+#: The named cases the predictions stage models (:mod:`shardscope.costmodel.memory_cases`).
 MEMORY_CASES = ("planned", "seed_mistral")
 
 

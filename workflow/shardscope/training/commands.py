@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 def _cmd_memory(args: argparse.Namespace) -> int:
     from shardscope.contracts.models import parse_model_spec
-    from shardscope.training.memory_model import assumptions, memory_table
-    from shardscope.training.memory_report import format_memory_table, format_peak_table
+    from shardscope.costmodel.memory_model import assumptions, memory_table
+    from shardscope.costmodel.memory_report import format_memory_table, format_peak_table
 
     try:
         optim_bytes = args.optimizer_bytes if args.optimizer_bytes is not None else _optimizer_bytes(args)
@@ -64,7 +64,7 @@ def _positive_int(flag: str, value: str, most: int | None = None) -> int:
 
 def _optimizer_bytes(args: argparse.Namespace) -> float | None:
     """Optimizer bytes per parameter implied by ``--optimizer``/``--offload-optimizer``; None keeps the dtype's default."""
-    from shardscope.training.memory_peak import OFFLOAD, OPTIMIZERS, OptimizerAssumption
+    from shardscope.costmodel.memory_peak import OFFLOAD, OPTIMIZERS, OptimizerAssumption
 
     optimizer = OptimizerAssumption(_choice("--optimizer", args.optimizer, OPTIMIZERS),
                                     _choice("--offload-optimizer", args.offload_optimizer, OFFLOAD))
@@ -79,7 +79,7 @@ def _optimizer_bytes(args: argparse.Namespace) -> float | None:
 def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
     """Each row gains ``peak`` (every modeled term) and ``largest_micro_batch`` that fits the GPU."""
     from shardscope.contracts.models import parse_model_spec, resolve_model
-    from shardscope.training.memory_peak import ATTENTION_KERNELS, CHECKPOINTING, StepShape, largest_micro_batch, predict_peak
+    from shardscope.costmodel.memory_peak import ATTENTION_KERNELS, CHECKPOINTING, StepShape, largest_micro_batch, predict_peak
 
     _, cfg = resolve_model(parse_model_spec(args.model))
     if args.seq_len is None:
@@ -97,7 +97,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
         held = {key: row[key] for key in ("param_bytes", "grad_bytes", "optim_bytes")}
         kwargs = {"held": held, "overhead_fraction": args.overhead_fraction, "device": "gpu"}
         if offloaded:
-            from shardscope.training.memory_peak import OptimizerAssumption
+            from shardscope.costmodel.memory_peak import OptimizerAssumption
 
             kwargs["optimizer"] = OptimizerAssumption(offload="cpu")
         if row["strategy"] in GROUPED_STRATEGIES:

@@ -43,7 +43,7 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     states: str = "adamw"
-    """Optimizer-state variant (:mod:`shardscope.training.optimizer_states`): ``adamw`` or ``adamw_bf16_states``."""
+    """Optimizer-state variant (:mod:`shardscope.costmodel.optimizer_states`): ``adamw`` or ``adamw_bf16_states``."""
 
 
 @dataclass
@@ -227,7 +227,7 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
     ``hpz_partition`` (ZeRO-3 only) sets ZeRO++'s ``zero_hpz_partition_size``: the ranks of one
     secondary parameter partition (:func:`hpz_partition_size`).
     """
-    from shardscope.training.optimizer_states import deepspeed_bf16_settings
+    from shardscope.costmodel.optimizer_states import deepspeed_bf16_settings
 
     fair = fair or FairSettings()
     reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))

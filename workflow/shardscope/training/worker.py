@@ -31,7 +31,7 @@ from shardscope.fileio import atomic_write_json
 from shardscope.training.accumulation import accumulating
 from shardscope.training.comm_bytes import count_step_collectives
 from shardscope.training.host_calls import PythonCallCounter
-from shardscope.training.comm_volume import comm_block
+from shardscope.costmodel.comm_volume import comm_block
 from shardscope.contracts.names import GROUPED_STRATEGIES, TRANSPORTS
 from shardscope.training.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
 from shardscope.training.held_bytes import measure_held_bytes
@@ -43,13 +43,13 @@ from shardscope.training.memtrack import (
     record_memory_history,
     tracked_step,
 )
-from shardscope.training.modeled import modeled_block
+from shardscope.costmodel.modeled import modeled_block
 from shardscope.training.model import parse_model_spec, synthetic_batch
-from shardscope.training.peak_flops import peak_flops
+from shardscope.costmodel.peak_flops import peak_flops
 from shardscope.contracts.repeats import summarize_repeats
 from shardscope.training.strategies import STRATEGIES, OptimConfig, Prepared, prepare
 from shardscope.training.checkpointing import MODES, apply_checkpointing
-from shardscope.training.optimizer_states import WORKER_OPTIMIZERS
+from shardscope.costmodel.optimizer_states import WORKER_OPTIMIZERS
 from shardscope.training.outcome_files import SCHEMA, error_path
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}

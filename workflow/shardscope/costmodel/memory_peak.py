@@ -59,7 +59,7 @@ HSDP (``hsdp``, a shard group of ``g`` GPUs)
 ZeRO-3 with hpZ (``zero3_hpz``, a secondary partition over ``p`` GPUs)
     ZeRO-3's states and buffers, plus the secondary parameter partition, alive through the
     whole step: the parameters in the training dtype over ``p`` GPUs
-    (:func:`shardscope.training.memory_model.hpz_secondary_bytes`).
+    (:func:`shardscope.costmodel.memory_model.hpz_secondary_bytes`).
 overhead
     what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
     fraction of the modeled peak, *calibrated* from a measured run
@@ -511,8 +511,8 @@ def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states:
     The optimizer assumption replaces Adam's fp32 moments (8 B/param) by its own and drops the
     optimizer state from the GPU when offloaded to the CPU. ``hpz_partition``: ``zero3_hpz``'s partition size.
     """
-    from shardscope.training.memory_model import predict_memory
-    from shardscope.training.modeled import implementation_memory
+    from shardscope.costmodel.memory_model import predict_memory
+    from shardscope.costmodel.modeled import implementation_memory
 
     n = cfg.param_count()
     if states == "implementation":

@@ -11,7 +11,7 @@ Two kinds of case, each strategy and checkpointing mode a row of ``memory_case_p
     every strategy without and with full activation checkpointing. The report's table reads it
     (and puts measured runs of the same case beside it where one exists).
 
-Every number is :func:`shardscope.training.memory_peak.whole_peak` with the implementation's
+Every number is :func:`shardscope.costmodel.memory_peak.whole_peak` with the implementation's
 model states and no overhead (calibrated, never guessed); ``fits`` compares the whole peak
 with the GPU's memory.
 """
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardscope.contracts.names import STRATEGIES
-from shardscope.training.memory_check import TERM_COLUMNS
-from shardscope.training.memory_peak import CHECKPOINTING, whole_peak
+from shardscope.costmodel.memory_check import TERM_COLUMNS
+from shardscope.costmodel.memory_peak import CHECKPOINTING, whole_peak
 
 #: The seed article's case (Mistral-7B, 8 x 80 GB, seq 4096).
 SEED_CASE = {"model": "mistral-7b", "gpus": 8, "capacity_bytes": 80_000_000_000, "seq_len": 4096, "micro_batch": 1,

@@ -8,7 +8,7 @@ ZeRO++'s hpZ (``zero3_hpz``) keeps a second 16-bit partition of the parameters o
 ``p`` GPUs (an NVLink island) beside ZeRO-3's: 16Ψ/N + 2Ψ/p (Wang et al., 2023). Without a
 master copy (K = 8) Mistral-7B under DDP needs 2+2+8 bytes x 7.24 B = 87 GB, the seed
 article's figure; with it, 116 GB. Activations, buffers and the whole peak are modeled in
-:mod:`shardscope.training.memory_peak` on top of these model states.
+:mod:`shardscope.costmodel.memory_peak` on top of these model states.
 
 The bytes per parameter are an explicit, switchable assumption (:class:`BytesPerParam`);
 every number here is *modeled*, never measured.
@@ -155,7 +155,7 @@ def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: s
     them) and replicates across the groups; the ``zero3_hpz`` row keeps its secondary parameter
     partition over the same group; each says so in ``shard_group``.
     """
-    from shardscope.training.memory_peak import hsdp_shard_group
+    from shardscope.costmodel.memory_peak import hsdp_shard_group
 
     group = hsdp_shard_group(gpus, shard_group)
     if strategy != "all" and strategy not in SHARDED:

@@ -1,7 +1,7 @@
 """The ZeRO paper's memory model for the seed article's case, written by the predictions stage (torch-free).
 
 Mistral-7B in bf16 with Adam, every strategy on 1 and 8 GPUs of 80 GB, without and with an fp32
-master copy of the weights (:func:`shardscope.training.memory_model.memory_table`): the report's
+master copy of the weights (:func:`shardscope.costmodel.memory_model.memory_table`): the report's
 memory table and its "does not fit one 80 GB GPU" sentence read these rows (``memory_model_cases``)
 instead of computing them.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardscope.training.memory_model import memory_table
+from shardscope.costmodel.memory_model import memory_table
 
 #: The seed article's case: model, GPU counts and GPU memory.
 SEED_MODEL, SEED_GPUS, SEED_GPU_MEMORY_GB = "mistral-7b", (1, 8), 80.0

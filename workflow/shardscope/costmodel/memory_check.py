@@ -2,7 +2,7 @@
 
 The tensor tracker (:mod:`shardscope.training.memtrack`) stores, per rank, parameters,
 gradients, optimizer state, activations (largest alive during the step) and the buffers alive
-at the step's peak; :mod:`shardscope.training.memory_peak` models the same terms for the run's
+at the step's peak; :mod:`shardscope.costmodel.memory_peak` models the same terms for the run's
 shape. The rank that decides what fits is the largest; each ratio is measured / modeled.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import GROUPED_STRATEGIES
-from shardscope.training.memory_peak import OptimizerAssumption, PeakTerms, StepShape, predict_peak, settings_of_run
+from shardscope.costmodel.memory_peak import OptimizerAssumption, PeakTerms, StepShape, predict_peak, settings_of_run
 
 #: (measured key in a rank's record, modeled attribute of :class:`PeakTerms`)
 CATEGORIES = (("param_bytes", "param_bytes"), ("grad_bytes", "grad_bytes"), ("optim_bytes", "optim_bytes"),
@@ -94,7 +94,7 @@ def _beside_bucket(measured: int, modeled: int, bucket: int) -> dict[str, Any]:
     Why: DeepSpeed's bucket (2 GB in fp32 by default) dwarfs everything else a small model's
     ZeRO run holds, so a 10% check of all buffers says nothing about the rest (gathered
     parameters, full gradients, the logits' gradient). The bucket's size is the run's own
-    setting (``reduce_bucket_size``, :func:`shardscope.training.memory_peak.zero_reduce_bucket`).
+    setting (``reduce_bucket_size``, :func:`shardscope.costmodel.memory_peak.zero_reduce_bucket`).
     """
     rest_measured, rest_modeled = measured - bucket, modeled - bucket
     return {"measured": rest_measured, "modeled": rest_modeled, "bucket": bucket,
@@ -142,9 +142,9 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     under the same activations and buffers as the ``implementation`` row (what this code's
     strategies hold). No rows when the run's model, shape, dtype or strategy is unknown, or
     when a model has no numbers for the strategy and dtype. Overhead 0: it is calibrated on
-    measured runs (:func:`shardscope.training.memory_peak.calibrate_overhead`), not stored as a guess.
+    measured runs (:func:`shardscope.costmodel.memory_peak.calibrate_overhead`), not stored as a guess.
     """
-    from shardscope.training.memory_model import predict_memory
+    from shardscope.costmodel.memory_model import predict_memory
 
     job = doc.get("job") or {}
     cfg = _job_model_config(job)

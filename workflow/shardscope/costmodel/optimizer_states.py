@@ -13,7 +13,7 @@ AdamW keeps its moments in the parameters' dtype, fp32 here), 8-bit Adam (bitsan
 torchao are not dependencies of this project), and DeepSpeed's CPU offload of the optimizer:
 on the CPU accelerator the "offloaded" state sits in the same host memory as everything else,
 so a CPU run cannot show what offload saves on a GPU. The memory model takes all of them as
-assumptions (:class:`shardscope.training.memory_peak.OptimizerAssumption`).
+assumptions (:class:`shardscope.costmodel.memory_peak.OptimizerAssumption`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Two models, both labelled *modeled*, with their assumptions written out:
 
 ``zero_paper``
-    :func:`shardscope.training.memory_model.predict_memory` for the run's dtype: the ZeRO
+    :func:`shardscope.costmodel.memory_model.predict_memory` for the run's dtype: the ZeRO
     paper's bytes per parameter (bf16: 2 + 2 + 12, fp32: 4 + 4 + 8) and which part each strategy
     shards. It is the reference the seed article reasons with, and it is *not* what the
     implementations hold (see below); the ratios say by how much.
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardscope.training.memory_model import SHARDED, assumptions, hpz_secondary_bytes, predict_memory
+from shardscope.costmodel.memory_model import SHARDED, assumptions, hpz_secondary_bytes, predict_memory
 
 #: (param, grad, optim) bytes per parameter and whether each is sharded, per (strategy, dtype),
 #: as the strategies in :mod:`shardscope.training.strategies` hold them after backward.
