@@ -100,7 +100,7 @@ def rank_main(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from shardscope.collectives.factors import busbw_gbps
+    from shardscope.contracts.factors import busbw_gbps
     from shardscope.collectives.worker import time_op
     from shardscope.device import init_distributed
 

@@ -97,7 +97,7 @@ EMULATED = (("fast", "ddp", 0.02), ("pcie_like", "ddp", 0.05), ("fast", "zero3",
 
 def gpu_collective_doc(op: str, transport: str, busbw: float, world_size: int = 8) -> dict:
     """A collectives job document of 8 H200s: 10 us latency, then ``busbw`` GB/s (1 KiB .. 256 MiB)."""
-    from shardscope.collectives.factors import algbw_gbps, busbw_factor, busbw_gbps
+    from shardscope.contracts.factors import algbw_gbps, busbw_factor, busbw_gbps
 
     rows = []
     for k in range(0, 19, 2):

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from shardscope.collectives.factors import algbw_gbps, busbw_gbps
+from shardscope.contracts.factors import algbw_gbps, busbw_gbps
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """Every printed algbw and busbw of every real nccl-tests log in tests/data/nccl-tests, reproduced
-from its size, its printed time and the world size with shardscope.collectives.factors.
+from its size, its printed time and the world size with shardscope.contracts.factors.
 
 The table is read here with a few lines of independent code (not the importer), so this
 checks factors.py against nccl-tests itself. nccl-tests computes bandwidths from the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shardscope.collectives.factors import algbw_gbps, busbw_gbps
+from shardscope.contracts.factors import algbw_gbps, busbw_gbps
 from shardscope.collectives.nccl_tests import read_nccl_tests
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardscope.collectives.factors import OPS
+from shardscope.contracts.names import OPS
 
 # nccl-tests doc/PERFORMANCE.md factors for n = 2, written out
 FACTOR_N2 = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "all_to_all": 0.5,

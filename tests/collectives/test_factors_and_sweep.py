@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shardscope.collectives.factors import OPS, algbw_gbps, busbw_factor, busbw_gbps
+from shardscope.contracts.factors import OPS, algbw_gbps, busbw_factor, busbw_gbps
 from shardscope.collectives.sweep import DTYPES, make_buffers, message_sizes
 
 # factor for n = 1, 2, 8 ranks, from doc/PERFORMANCE.md

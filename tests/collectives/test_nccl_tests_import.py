@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shardscope.collectives.factors import busbw_factor
+from shardscope.contracts.factors import busbw_factor
 from shardscope.collectives.nccl_tests import (
     NcclTestsResult,
     parse_nccl_tests,

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from shardscope.collectives import ops
-from shardscope.collectives.factors import OPS
+from shardscope.contracts.names import OPS
 from shardscope.collectives.sweep import make_buffers
 
 CPU = torch.device("cpu")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from factories import collective_doc
 
-from shardscope.collectives.factors import busbw_gbps
+from shardscope.contracts.factors import busbw_gbps
 from shardscope.collectives.nccl_tests import parse_nccl_tests, to_rows_for_db
 from shardscope.collectives.report import format_report, format_time_us
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 from costmodel.published import TOPO_FILES, fixture_machine
-from shardscope.collectives.factors import OPS, busbw_factor
+from shardscope.contracts.factors import OPS, busbw_factor
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
 from shardscope.costmodel.machine import build_machine
 from shardscope.costmodel.presets import preset

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from shardscope.collectives.factors import busbw_factor
+from shardscope.contracts.factors import busbw_factor
 from shardscope.costmodel.advise import advise
 from shardscope.costmodel.documents import (
     KIND,

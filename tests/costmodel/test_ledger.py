@@ -91,7 +91,7 @@ def test_the_pipelines_predictions_document_pairs_with_its_measurements(gpu_db: 
 
 
 def _rows(op: str, seconds_per_byte: float, run: str, alpha_s: float = 10e-6) -> list[dict]:
-    from shardscope.collectives.factors import busbw_factor
+    from shardscope.contracts.factors import busbw_factor
 
     out = []
     for size in (1024, 16384, 262144, 1048576, 4194304):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from factories import query_db
 
-from shardscope.collectives.factors import busbw_factor
+from shardscope.contracts.factors import busbw_factor
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

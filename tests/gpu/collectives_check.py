@@ -41,7 +41,7 @@ def expected_env(cpu: bool) -> dict[str, str]:
 
 def problems(doc: dict[str, Any], op: str, cpu: bool) -> list[str]:
     """Everything wrong with one job document, as sentences (empty when the job is good)."""
-    from shardscope.collectives.factors import busbw_factor
+    from shardscope.contracts.factors import busbw_factor
 
     found = []
     env, rows = doc.get("env", {}), doc.get("rows", [])

@@ -76,7 +76,9 @@ def row(strategy: str, doc: dict) -> tuple[str, bool]:
     """One table line and whether the strategy passed."""
     if doc.get("outcome") != "ok":
         return f"{strategy:>13}  {doc.get('outcome', '?'):>8}  {str(doc.get('error'))[:150]}", False
-    s, modeled = doc["summary"], doc["summary"]["modeled"]
+    from shardscope.costmodel.modeled import modeled_for_document
+
+    s, modeled = doc["summary"], modeled_for_document(doc)
     measured, impl, paper = modeled["measured_max_rank"], modeled["implementation"], modeled["zero_paper"]
     ratio = impl["measured_over_modeled"]
     ok = all(abs(r - 1) <= TOLERANCE for r in ratio.values() if r is not None)

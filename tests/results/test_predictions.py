@@ -12,7 +12,7 @@ import yaml
 from factories import REPO, file_digest, query_db, write_json
 
 from shardscope.cli import main
-from shardscope.collectives.factors import busbw_factor
+from shardscope.contracts.factors import busbw_factor
 from shardscope.errors import UserError
 from shardscope.results.store import collect
 

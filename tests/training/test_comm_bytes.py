@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from shardscope.training.comm_bytes import CollectiveCounter, tensor_bytes
-from shardscope.costmodel.comm_volume import comm_block, implementation_volume, paper_volume, volume_bytes
+from shardscope.contracts.comm_volume import comm_block, implementation_volume, paper_volume, volume_bytes
 
 PSI = 787_072  # the tiny preset's parameters
 
@@ -75,7 +75,7 @@ def test_counter_counts_each_collective_once_and_restores(one_rank_group: Any) -
 def test_ddp_bf16_reduction_moves_half_the_bytes(one_rank_group: Any) -> None:
     from shardscope.device import DistContext
     from shardscope.training.comm_bytes import count_step_collectives
-    from shardscope.training.fairness import FairSettings
+    from shardscope.contracts.fairness import FairSettings
     from shardscope.training.model import synthetic_batch
     from shardscope.training.strategies import OptimConfig, prepare_ddp
     from shardscope.contracts.models import PRESETS

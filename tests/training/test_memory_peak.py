@@ -20,7 +20,7 @@ from shardscope.costmodel.memory_peak import (
     settings_of_run,
     zero_reduce_bucket,
 )
-from shardscope.training.fairness import DDP_BUCKET_BYTES, FairSettings
+from shardscope.contracts.fairness import DDP_BUCKET_BYTES, FairSettings
 
 GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vocab_size=512, max_seq_len=256)
 

@@ -73,7 +73,7 @@ def test_a_repeat_count_that_is_not_a_positive_integer_stops_before_any_job() ->
 
 
 def test_equal_buckets_are_25_mib_in_the_dtype_each_travels_in() -> None:
-    from shardscope.training.fairness import DDP_BUCKET_BYTES, FairSettings, deepspeed_bucket_elements
+    from shardscope.contracts.fairness import DDP_BUCKET_BYTES, FairSettings, deepspeed_bucket_elements
 
     equal = deepspeed_bucket_elements(FairSettings(buckets="equal"), "float32", "bfloat16")
     assert equal == {"reduce": DDP_BUCKET_BYTES // 4, "allgather": DDP_BUCKET_BYTES // 2, "prefetch": DDP_BUCKET_BYTES // 2}

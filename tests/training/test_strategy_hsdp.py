@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from shardscope.contracts.groups import hsdp_shard_size
+from shardscope.costmodel.modeled import modeled_for_document
 from shardscope.plan.conditions import emulated_groups
 from shardscope.training.model import PRESETS
 from shardscope.training.strategies import hsdp_mesh_shape
@@ -44,7 +45,7 @@ def test_mesh_1x2_shards_its_state_and_trains(sharded: dict[str, Any]) -> None:
     for rank in sharded["ranks"]:  # fp32 shards of one half (FSDP2 pads dim 0 to a multiple of 2)
         assert rank["param_bytes"] == pytest.approx(4 * PSI / 2, rel=0.02)
         assert rank["grad_bytes"] == pytest.approx(4 * PSI / 2, rel=0.02)
-    modeled = sharded["summary"]["modeled"]  # modeled as FSDP over one shard group: measured / modeled near 1
+    modeled = modeled_for_document(sharded)  # modeled as FSDP over one shard group: measured / modeled near 1
     assert modeled["implementation"]["measured_over_modeled"]["total_bytes"] == pytest.approx(1.0, rel=0.02)
     assert "shard group of 2 ranks" in modeled["modeled_as"]
     losses = [s["loss"] for s in sharded["steps"]]

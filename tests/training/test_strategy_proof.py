@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from shardscope.costmodel.modeled import modeled_for_document
 from shardscope.training.model import PRESETS
 
 PSI = PRESETS["tiny"].param_count()
@@ -70,7 +71,7 @@ def test_sharding_orders_the_total_held_bytes(strategy_runs: dict[str, dict[str,
 
 @pytest.mark.parametrize("strategy", sorted(EXPECTED_VS_DDP))
 def test_implementation_model_matches_what_was_measured(strategy_runs: dict[str, dict[str, Any]], strategy: str) -> None:
-    modeled = strategy_runs[strategy]["doc"]["summary"]["modeled"]
+    modeled = modeled_for_document(strategy_runs[strategy]["doc"])
     assert modeled["method"] == "modeled"
     for key, ratio in modeled["implementation"]["measured_over_modeled"].items():
         assert ratio == pytest.approx(1.0, rel=REL), (strategy, key, ratio)
@@ -83,9 +84,9 @@ def test_implementation_model_matches_what_was_measured(strategy_runs: dict[str,
 def test_zero_paper_model_misses_deepspeeds_master_partition(strategy_runs: dict[str, dict[str, Any]]) -> None:
     """The finding the document records: fp32 ZeRO-1/2/3 hold 1.5x the paper's optimizer state, ZeRO-1 1/N grads."""
     for strategy in ("zero1", "zero2", "zero3"):
-        ratios = strategy_runs[strategy]["doc"]["summary"]["modeled"]["zero_paper"]["measured_over_modeled"]
+        ratios = modeled_for_document(strategy_runs[strategy]["doc"])["zero_paper"]["measured_over_modeled"]
         assert ratios["optim_bytes"] == pytest.approx(1.5, rel=REL)
-    zero1 = strategy_runs["zero1"]["doc"]["summary"]["modeled"]["zero_paper"]["measured_over_modeled"]
+    zero1 = modeled_for_document(strategy_runs["zero1"]["doc"])["zero_paper"]["measured_over_modeled"]
     assert zero1["grad_bytes"] == pytest.approx(1 / N, rel=REL)  # the paper's ZeRO-1 keeps full gradients
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from shardscope.collectives.factors import OPS, algbw_gbps, busbw_factor, busbw_gbps
+from shardscope.contracts.factors import OPS, algbw_gbps, busbw_factor, busbw_gbps
 from shardscope.collectives.world_size import ranks_from_command, ranks_from_ratio
 from shardscope.errors import UserError
 from shardscope.fileio import read_input_text
@@ -177,7 +177,7 @@ def parse_nccl_tests(text: str, source_name: str, world_size: int | None = None,
 def to_rows_for_db(result: NcclTestsResult, source_name: str) -> list[dict[str, Any]]:
     """Shape ``result`` as rows of our collectives table.
 
-    Bandwidths are derived from size and time with :mod:`shardscope.collectives.factors`, as
+    Bandwidths are derived from size and time with :mod:`shardscope.contracts.factors`, as
     for our own measurements, so both sources are computed the same way; the printed values
     stay in ``result.rows``. With the world size unknown, busbw cannot be derived and is the
     printed value (``world_size`` None marks such rows). Rows of 0 bytes carry no bandwidth and

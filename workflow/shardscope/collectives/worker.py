@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shardscope.collectives.factors import OPS, algbw_gbps, busbw_gbps
+from shardscope.contracts.factors import OPS, algbw_gbps, busbw_gbps
 from shardscope.collectives.ops import count_wrong, op_call
 from shardscope.collectives.sweep import DTYPES, make_buffers, message_sizes
 from shardscope.device import DistContext, Timer, environment, init_distributed, synchronize

@@ -16,6 +16,9 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all
 FABRICS = ("nvswitch", "nvlink_mesh", "nvlink_partial", "nvlink_islands", "pcie", "single", "cpu")
 #: How a training job ended: it ran, ran out of memory, peaked above the budget, or failed otherwise.
 OUTCOMES = ("ok", "oom", "over_budget", "failed")
+#: Statuses of a doctor finding: ``ok``: nothing wrong; ``info``: worth knowing, no action; ``warn``: may cost
+#: bandwidth; ``fail``: costs bandwidth or correctness; ``skipped``: the check could not run (says why).
+FINDING_STATUSES = ("ok", "info", "warn", "fail", "skipped")
 #: Transports a collective job compares: NCCL's choice, or NVLink switched off (PCIe / shared memory).
 TRANSPORTS = ("default", "pcie")
 #: dtypes a training job may train in (fp16 is left out: DeepSpeed on CPU refuses it, and bf16 covers GPUs).
@@ -31,6 +34,8 @@ BUCKET_POLICIES = ("default", "equal")
 CHECKPOINTING_MODES = ("none", "full")
 #: Optimizer-state variants the training worker runs (``adamw_bf16_states``: DeepSpeed's bf16 master and moments).
 WORKER_OPTIMIZERS = ("adamw", "adamw_bf16_states")
+#: The two models of the model states a modeled whole peak is built on, as figure 3 names them.
+MEMORY_MODELS = ("ZeRO paper", "implementation")
 #: Added to a training job's placement for the run of a strategy at its own best micro-batch (after the
 #: micro-batch search, gradient accumulation to one global batch), so figures and report tell those runs apart.
 BEST_MICROBATCH_SUFFIX = "@best_microbatch"

@@ -34,7 +34,7 @@ from shardscope.costmodel.placement import (
 from shardscope.costmodel.step import StepAssumptions, StepPrediction, predict_step
 from shardscope.errors import UserError
 from shardscope.contracts.models import ModelConfig, resolve_model
-from shardscope.costmodel.peak_flops import peak_flops
+from shardscope.contracts.peak_flops import peak_flops
 from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
 
 #: The strategies the question is about; ``--strategies`` adds ``fsdp_grad_op`` or ``zero0``.

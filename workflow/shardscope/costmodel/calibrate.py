@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardscope.collectives.factors import OPS
+from shardscope.contracts.names import OPS
 from shardscope.errors import UserError
 
 #: Fewest rows (distinct sizes) a fit needs.

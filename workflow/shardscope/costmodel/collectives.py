@@ -51,7 +51,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardscope.collectives.factors import OPS, busbw_factor
+from shardscope.contracts.factors import OPS, busbw_factor
 from shardscope.costmodel.machine import Machine
 
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pairwise")

@@ -12,8 +12,9 @@ import sys
 from typing import Any
 
 from shardscope.cli import gpu_count
-from shardscope.collectives.factors import OPS
+from shardscope.contracts.names import OPS
 from shardscope.costmodel.decision import RULE_CITATION
+from shardscope.costmodel.memory_command import register_memory
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, dump_json
 
@@ -309,6 +310,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         DEFAULT_USABLE_FRACTION,
     )
 
+    register_memory(sub)
     p = sub.add_parser("advise", help="rank strategies by modeled step time among those that fit, and say why")
     p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b)")
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs in the job (whole nodes when more than one node)")

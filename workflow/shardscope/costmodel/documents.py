@@ -21,7 +21,7 @@ Layout (``schema: shardscope.predictions/1``)::
 in ``strategies_note``, why strategies were not.
 
 ``algbw_gbps`` and ``busbw_gbps`` are derived from ``size_bytes`` and ``time_s`` by
-:mod:`shardscope.collectives.factors`, exactly as for measured rows, so the two overlay.
+:mod:`shardscope.contracts.factors`, exactly as for measured rows, so the two overlay.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from shardscope.collectives.factors import algbw_gbps, busbw_gbps
+from shardscope.contracts.factors import algbw_gbps, busbw_gbps
 from shardscope.contracts.names import GROUPED_STRATEGIES
 from shardscope.costmodel.advise import Advice
 from shardscope.costmodel.calibrate import Calibration

@@ -88,7 +88,7 @@ class GpuSpec:
     memory_bytes: int | None
     """Device memory, or None when not known."""
     reference_name: str | None
-    """A device name :func:`shardscope.costmodel.peak_flops.peak_flops` knows, for the peak FLOP/s."""
+    """A device name :func:`shardscope.contracts.peak_flops.peak_flops` knows, for the peak FLOP/s."""
     nic_gbps: float
     """Line rate of the NIC a node of this generation usually has per GPU (Gb/s), for multi-node jobs."""
     note: str | None = None

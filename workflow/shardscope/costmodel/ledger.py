@@ -64,7 +64,7 @@ def calibrated_sweep_check(con: Any) -> tuple[list[ErrorSummary], str | None, st
 
 
 def _calibrated(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ErrorSummary], str | None, str | None]:
-    from shardscope.collectives.factors import busbw_factor
+    from shardscope.contracts.factors import busbw_factor
     from shardscope.costmodel.calibrate import calibrate
     from shardscope.costmodel.collectives import Job, predict_collective
     from shardscope.costmodel.machine import build_machine

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardscope.contracts.models import ModelConfig
-from shardscope.contracts.names import GROUPED_STRATEGIES
+from shardscope.contracts.names import GROUPED_STRATEGIES, MEMORY_MODELS  # noqa: F401  (MEMORY_MODELS: read here too)
 from shardscope.costmodel.memory_peak import OptimizerAssumption, PeakTerms, StepShape, predict_peak, settings_of_run
 
 #: (measured key in a rank's record, modeled attribute of :class:`PeakTerms`)
@@ -101,8 +101,6 @@ def _beside_bucket(measured: int, modeled: int, bucket: int) -> dict[str, Any]:
             "ratio": rest_measured / rest_modeled if rest_modeled > 0 else None}
 
 
-#: The two models of the model states the whole peak is built on, as figure 3 names them.
-MEMORY_MODELS = ("ZeRO paper", "implementation")
 #: The columns of one stored row of modeled terms (``memory_peak_predictions``), in order.
 TERM_COLUMNS = ("param_bytes", "grad_bytes", "optim_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes",
                 "peak_bytes")

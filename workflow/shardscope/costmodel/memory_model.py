@@ -22,19 +22,7 @@ from typing import Any
 
 from shardscope.contracts.models import resolve_model
 from shardscope.contracts.names import STRATEGIES
-
-#: Which of (parameters, gradients, optimizer state) each strategy shards across ranks.
-SHARDED: dict[str, tuple[bool, bool, bool]] = {
-    "ddp": (False, False, False),
-    "zero0": (False, False, False),
-    "zero1": (False, False, True),
-    "zero2": (False, True, True),
-    "fsdp_grad_op": (False, True, True),
-    "zero3": (True, True, True),
-    "fsdp": (True, True, True),
-    "hsdp": (True, True, True),  # over its shard group: ``gpus`` is the group's size, not the world size
-    "zero3_hpz": (True, True, True),  # ZeRO-3's, plus the secondary parameter partition (:func:`hpz_secondary_bytes`)
-}
+from shardscope.contracts.strategies import SHARDED  # noqa: F401  (read through this module too)
 
 
 def hpz_secondary_bytes(n_params: int, param_bytes: float, partition: int) -> int:

@@ -37,7 +37,7 @@ buffers (temporary, by phase)
     bucket; ZeRO-3 every parameter reused within ``stage3_max_reuse_distance`` (1e9 elements)
     still gathered, plus the bucket; inside the blocks ZeRO-3 has released the head's and the
     final norm's (:func:`zero3_released_before_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
-    configures DeepSpeed (:func:`shardscope.training.fairness.deepspeed_bucket_elements`: 5e8 by
+    configures DeepSpeed (:func:`shardscope.contracts.fairness.deepspeed_bucket_elements`: 5e8 by
     default, 25 MiB under ``--buckets equal``), allocated whole however small the model
     (DeepSpeed's ``torch.empty(reduce_bucket_size)``: 2 GB in fp32 for the tiny model too);
     ZeRO-1/2 allocate it in the model's dtype (two with ``overlap_comm``, off by default for
@@ -73,7 +73,9 @@ from typing import Any
 
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import STRATEGIES
-from shardscope.training.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
+from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
+# DeepSpeed's stage3_max_reuse_distance: a model smaller than it stays gathered from forward to backward
+from shardscope.contracts.strategies import ZERO3_MAX_REUSE_ELEMENTS as DEEPSPEED_REUSE_DISTANCE
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
 #: ``shard_group`` GPUs, replicate across groups) and ZeRO-3 with hpZ (secondary partition over ``shard_group``).
@@ -82,9 +84,6 @@ ATTENTION_KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_bf16_states", "adamw_8bit")
 OFFLOAD = ("none", "cpu")
-#: DeepSpeed's default ``stage3_max_reuse_distance``: a gathered parameter reused within this many
-#: elements is not released, so a model smaller than it stays gathered from forward to backward.
-DEEPSPEED_REUSE_DISTANCE = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -681,7 +680,7 @@ def settings_of_run(settings: dict[str, Any] | None) -> tuple[FairSettings, bool
     """The fair settings and ``overlap_comm`` a run recorded (its result's ``settings`` block); the worker's defaults if absent.
 
     ``reduce_dtype_requested`` and ``bucket_policy`` are what the worker was asked for
-    (:meth:`shardscope.training.fairness.FairSettings.describe`), ``overlap_comm`` what
+    (:meth:`shardscope.contracts.fairness.FairSettings.describe`), ``overlap_comm`` what
     DeepSpeed resolved; a result written before issue 17 has none and gets the defaults.
     """
     settings = settings or {}

@@ -1,4 +1,6 @@
-"""The job document's ``summary.modeled`` block: measured per-rank bytes beside the analytic models.
+"""A training run's measured per-rank bytes beside the analytic models (:func:`modeled_for_document`).
+
+The worker measures only; this module, where the models live, puts both models beside what it measured.
 
 Two models, both labelled *modeled*, with their assumptions written out:
 
@@ -113,3 +115,21 @@ def modeled_block(strategy: str, n_params: int, world_size: int, dtype: str, ran
     implementation = implementation_memory(n_params, strategy, world_size, dtype, hpz_partition)
     implementation["measured_over_modeled"] = _ratios(measured, implementation)
     return {"method": "modeled", "measured_max_rank": measured, "zero_paper": paper_block, "implementation": implementation}
+
+
+def modeled_for_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """:func:`modeled_block` for a training result document (what its worker measured, beside both models).
+
+    The worker writes measured bytes only; this is the comparison the block used to carry, computed
+    where the models live. HSDP is modeled as FSDP over one shard group (the cross-group all-reduce
+    of each shard's gradients is not in the model states), ``zero3_hpz`` with its run's secondary partition.
+    """
+    job, settings = doc["job"], doc.get("settings") or {}
+    hsdp = job["strategy"] == "hsdp"
+    strategy, ranks = ("fsdp", job["shard_size"]) if hsdp else (job["strategy"], job["world_size"])
+    block = modeled_block(strategy, job["param_count"], ranks, job["dtype"], doc["ranks"],
+                          hpz_partition=settings.get("hpz_partition_size"))
+    if hsdp:
+        block["modeled_as"] = (f"fsdp over one shard group of {job['shard_size']} ranks (the cross-group "
+                               "all-reduce of each shard's gradients is not in the volumes)")
+    return block

@@ -54,9 +54,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardscope.collectives.factors import OPS
+from shardscope.contracts.names import OPS
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
+from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS
 
 #: Model FLOPs utilisation assumed for compute: PaLM reports 46.2% MFU training 540B on TPU v4
 #: (Chowdhery et al. 2022, Table 3); Megatron-LM/torchtitan Llama runs report 40–50% on H100.
@@ -68,9 +69,7 @@ DEFAULT_OVERLAP = 0.5
 #: Share of GPU memory the whole modeled peak may use; the rest is headroom for the allocator's
 #: cache and NCCL, until an overhead fraction calibrated from measured runs replaces it.
 DEFAULT_USABLE_FRACTION = 0.9
-DDP_BUCKET_BYTES = 25 * 2**20
 PHASES = ("forward", "backward", "after_step")
-DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 
 
 @dataclass(frozen=True)

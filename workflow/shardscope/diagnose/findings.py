@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: ``ok``: nothing wrong; ``info``: worth knowing, no action; ``warn``: may cost bandwidth;
-#: ``fail``: costs bandwidth or correctness; ``skipped``: the check could not run (says why).
-STATUSES = ("ok", "info", "warn", "fail", "skipped")
+from shardscope.contracts.names import FINDING_STATUSES
+
+#: The statuses a finding may have (:data:`shardscope.contracts.names.FINDING_STATUSES`).
+STATUSES = FINDING_STATUSES
 
 
 @dataclass(frozen=True)

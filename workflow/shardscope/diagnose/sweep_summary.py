@@ -18,7 +18,7 @@ run with -b 8 -e 1G"). The numbers here say what a sweep shows:
   interval; with two, t = 12.7 makes it wide, as it should be.
 
 Rows are plain dicts with ``size_bytes``, ``time_s`` and ``busbw_gbps`` (derived from size and
-time by :mod:`shardscope.collectives.factors`, as everywhere in the project) and ``run``.
+time by :mod:`shardscope.contracts.factors`, as everywhere in the project) and ``run``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardscope.collectives.factors import OPS, busbw_gbps
+from shardscope.contracts.factors import OPS, busbw_gbps
 from shardscope.errors import UserError
 
 PLATEAU_TOLERANCE = 0.05

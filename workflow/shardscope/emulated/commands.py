@@ -78,7 +78,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_collectives(args: argparse.Namespace) -> int:
-    from shardscope.collectives.factors import OPS
+    from shardscope.contracts.names import OPS
     from shardscope.emulated.launch import run_collective
 
     if args.op not in OPS:

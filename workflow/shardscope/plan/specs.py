@@ -55,7 +55,7 @@ def memory_knobs(config: dict[str, Any]) -> dict[str, str]:
 
 def check_optimizer_fits(job: dict[str, Any]) -> None:
     """Stop the plan when config ``training.optimizer`` cannot run under this job's strategy and dtype (one sentence)."""
-    from shardscope.costmodel.optimizer_states import check_optimizer
+    from shardscope.contracts.optimizers import check_optimizer
 
     try:
         check_optimizer(job.get("optimizer", "adamw"), job["strategy"], job["dtype"])

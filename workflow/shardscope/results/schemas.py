@@ -17,7 +17,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from shardscope.collectives.factors import OPS
+from shardscope.contracts.names import OPS
 from shardscope.results.schemas_calibration import CollectiveCalibrationChecksSchema, StepCalibrationsSchema
 from shardscope.results.schemas_comm import TrainingCommSchema
 from shardscope.results.schemas_decision import DecisionMapCellsSchema

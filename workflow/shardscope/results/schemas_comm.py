@@ -13,7 +13,7 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from shardscope.results.tablebase import _Table
-from shardscope.costmodel.comm_volume import VOLUME_FACTOR
+from shardscope.contracts.comm_volume import VOLUME_FACTOR
 
 
 class TrainingCommSchema(_Table):

@@ -15,8 +15,8 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from shardscope.collectives.factors import OPS
-from shardscope.diagnose.findings import STATUSES
+from shardscope.contracts.names import OPS
+from shardscope.contracts.names import FINDING_STATUSES as STATUSES
 from shardscope.results.tablebase import _Table
 
 VERDICTS = ("ok", "low", "suspicious", "unknown")

@@ -13,11 +13,11 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from shardscope.collectives.factors import OPS
+from shardscope.contracts.names import OPS
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.contracts.names import FABRICS
 from shardscope.contracts.names import STRATEGIES
-from shardscope.costmodel.memory_check import MEMORY_MODELS
+from shardscope.contracts.names import MEMORY_MODELS
 
 #: Modeled values are computed, not printed and re-read: their relations hold to rounding error.
 MODELED_RTOL = 1e-6

@@ -16,7 +16,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from shardscope.collectives.factors import OPS, busbw_factor
+from shardscope.contracts.factors import OPS, busbw_factor
 
 #: Relative tolerance of derived-bandwidth checks; imported nccl-tests values are rounded when printed.
 BANDWIDTH_RTOL = 0.02

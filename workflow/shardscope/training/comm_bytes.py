@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from shardscope.costmodel.comm_volume import volume_bytes
+from shardscope.contracts.comm_volume import volume_bytes
 
 #: function name -> (op, which argument holds the tensor(s) whose bytes are the nccl-tests size)
 WRAPPED = {

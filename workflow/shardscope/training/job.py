@@ -50,7 +50,7 @@ class TrainJob:
     activation_checkpointing: str = "none"
     """``none`` or ``full`` (every block recomputed in backward: :mod:`shardscope.training.checkpointing`)."""
     optimizer: str = "adamw"
-    """Optimizer-state variant (:mod:`shardscope.costmodel.optimizer_states`)."""
+    """Optimizer-state variant (:mod:`shardscope.contracts.optimizers`)."""
     grad_accum: int = 1
     """Micro-batches per optimizer step (:mod:`shardscope.training.accumulation`)."""
     model_name: str = field(init=False)
@@ -89,7 +89,7 @@ class TrainJob:
 def _check_memory_knobs(job: TrainJob) -> None:
     """Activation checkpointing and the optimizer variant: one of the allowed values, for a strategy that runs it."""
     from shardscope.training.checkpointing import MODES
-    from shardscope.costmodel.optimizer_states import check_optimizer
+    from shardscope.contracts.optimizers import check_optimizer
 
     if job.activation_checkpointing not in MODES:
         raise ValueError(f"--activation-checkpointing must be one of {', '.join(MODES)}, got {job.activation_checkpointing!r}")

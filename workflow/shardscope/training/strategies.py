@@ -8,7 +8,7 @@ partitioning: a second, 16-bit copy of the parameters sharded inside groups of `
 from which backward gathers inside the group). Mixed precision is bf16 compute with fp32 master weights where the dtype is bf16.
 
 Each strategy runs at its framework's recommended settings and says so in
-:attr:`Prepared.settings` (stored with every result; :mod:`shardscope.training.fairness`
+:attr:`Prepared.settings` (stored with every result; :mod:`shardscope.contracts.fairness`
 describes the policy): DeepSpeed's own per-stage defaults (``overlap_comm`` on for stage 3
 only, ZeRO-3 prefetch on), FSDP2's default prefetch, DDP's default buckets; the gradients are
 reduced in one selectable dtype everywhere (DDP through its comm hook, FSDP2 through
@@ -28,7 +28,7 @@ from torch import nn
 
 from shardscope.device import DistContext
 from shardscope.contracts.names import STRATEGIES
-from shardscope.training.fairness import DDP_BUCKET_BYTES, FairSettings, deepspeed_bucket_elements
+from shardscope.contracts.fairness import DDP_BUCKET_BYTES, FairSettings, deepspeed_bucket_elements
 from shardscope.training.model import GPT, ModelConfig
 
 __all__ = ["STRATEGIES", "OptimConfig", "Prepared", "prepare", "seeded_model"]
@@ -43,7 +43,7 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     states: str = "adamw"
-    """Optimizer-state variant (:mod:`shardscope.costmodel.optimizer_states`): ``adamw`` or ``adamw_bf16_states``."""
+    """Optimizer-state variant (:mod:`shardscope.contracts.optimizers`): ``adamw`` or ``adamw_bf16_states``."""
 
 
 @dataclass
@@ -222,12 +222,12 @@ def deepspeed_config(stage: int, micro_batch: int, dtype: torch.dtype, optim: Op
 
     ``overlap_comm`` is left unset so DeepSpeed picks its own per-stage default (on for ZeRO-3
     only); bucket and prefetch sizes are DeepSpeed's defaults or, with ``fair.buckets ==
-    "equal"``, DDP's 25 MiB (:mod:`shardscope.training.fairness`); gradients are reduced in
+    "equal"``, DDP's 25 MiB (:mod:`shardscope.contracts.fairness`); gradients are reduced in
     ``communication_data_type``. Every parameter is partitioned under ZeRO-3 (persistence 0).
     ``hpz_partition`` (ZeRO-3 only) sets ZeRO++'s ``zero_hpz_partition_size``: the ranks of one
     secondary parameter partition (:func:`hpz_partition_size`).
     """
-    from shardscope.costmodel.optimizer_states import deepspeed_bf16_settings
+    from shardscope.contracts.optimizers import deepspeed_bf16_settings
 
     fair = fair or FairSettings()
     reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))

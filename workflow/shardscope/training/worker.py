@@ -4,8 +4,9 @@ It builds the model under one strategy, runs ``warmup`` untimed steps and ``repe
 windows of ``steps`` steps on synthetic tokens (median and 95% interval over the windows:
 :mod:`shardscope.contracts.repeats`), counts the bytes each rank holds after the first timed backward,
 and rank 0 writes the job's JSON atomically. Weights start from ``--seed`` on every rank under
-every strategy, so per-step losses compare across strategies; the summary carries the analytic
-models beside the measured bytes (``modeled``) and, with ``--comm-profile``, the share of one
+every strategy, so per-step losses compare across strategies; the summary carries the
+measured bytes per rank (the memory models beside them are the predictions stage's:
+:func:`shardscope.costmodel.modeled.modeled_for_document`) and, with ``--comm-profile``, the share of one
 profiled step spent in communication (``comm_time_share``, else null). One more untimed step
 counts the bytes of every collective (``summary.comm_bytes``, beside the ZeRO paper's volume),
 and ``settings`` records the fair-comparison settings the strategy ran with. A rank that fails writes a small error file
@@ -31,9 +32,9 @@ from shardscope.fileio import atomic_write_json
 from shardscope.training.accumulation import accumulating
 from shardscope.training.comm_bytes import count_step_collectives
 from shardscope.training.host_calls import PythonCallCounter
-from shardscope.costmodel.comm_volume import comm_block
-from shardscope.contracts.names import GROUPED_STRATEGIES, TRANSPORTS
-from shardscope.training.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
+from shardscope.contracts.comm_volume import comm_block
+from shardscope.contracts.names import GROUPED_STRATEGIES, TRANSPORTS, WORKER_OPTIMIZERS
+from shardscope.contracts.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
 from shardscope.training.held_bytes import measure_held_bytes
 from shardscope.training.job import TrainJob
 from shardscope.training.memtrack import (
@@ -43,13 +44,11 @@ from shardscope.training.memtrack import (
     record_memory_history,
     tracked_step,
 )
-from shardscope.costmodel.modeled import modeled_block
 from shardscope.training.model import parse_model_spec, synthetic_batch
-from shardscope.costmodel.peak_flops import peak_flops
+from shardscope.contracts.peak_flops import peak_flops
 from shardscope.contracts.repeats import summarize_repeats
 from shardscope.training.strategies import STRATEGIES, OptimConfig, Prepared, prepare
 from shardscope.training.checkpointing import MODES, apply_checkpointing
-from shardscope.costmodel.optimizer_states import WORKER_OPTIMIZERS
 from shardscope.training.outcome_files import SCHEMA, error_path
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -80,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--transport", choices=TRANSPORTS, default="default",
                    help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
     p.add_argument("--activation-checkpointing", choices=MODES, default="none", help="full: every block recomputed in backward")
-    p.add_argument("--optimizer", choices=WORKER_OPTIMIZERS, default="adamw", help="optimizer-state variant (optimizer_states)")
+    p.add_argument("--optimizer", choices=WORKER_OPTIMIZERS, default="adamw", help="optimizer-state variant (contracts.optimizers)")
     p.add_argument("--job-id", default=None)
     p.add_argument("--cpu", action="store_true", help="force gloo on CPU even where CUDA exists")
     p.add_argument("--out", required=True)
@@ -138,8 +137,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
                             args.grad_accum)
     apply_checkpointing(prepared.model, args.activation_checkpointing)
     rows = args.micro_batch * args.grad_accum  # this rank's sequences per optimizer step
-    # HSDP holds (and, inside its group, moves) what FSDP over one shard group would; the models know FSDP
-    modeled_as, modeled_ranks = ("fsdp", shard_size) if args.strategy == "hsdp" else (args.strategy, ctx.world_size)
+    # HSDP moves inside its group what FSDP over one shard group would; the ZeRO paper's volumes know FSDP
+    modeled_as = "fsdp" if args.strategy == "hsdp" else args.strategy
     local_s, losses, held = [], [], None
     timed_steps = args.steps * args.repeats
     reset_peak_memory(ctx)
@@ -232,11 +231,6 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "host_calls_per_step": host_calls.calls,
             "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
                                      settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None, args.grad_accum),
-            "modeled": dict(modeled_block(modeled_as, cfg.param_count(), modeled_ranks, args.dtype, per_rank,
-                                          hpz_partition=settings.get("hpz_partition_size")),
-                            **({"modeled_as": f"fsdp over one shard group of {shard_size} ranks (the cross-group "
-                                              "all-reduce of each shard's gradients is not in the volumes)"}
-                               if args.strategy == "hsdp" else {})),
             "memory_categories": memory_categories(per_rank),
         },
         "steps": step_rows,

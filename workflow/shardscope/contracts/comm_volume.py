@@ -42,6 +42,8 @@ frameworks and confirmed by the measured bytes (``tests/training/test_comm_bytes
 * Everything else moves the paper's volume (FSDP2 pads each parameter to a multiple of the
   world size, a few bytes more).
 
+The per-strategy terms are rows of :mod:`shardscope.contracts.strategies`.
+
 With gradient accumulation (:mod:`shardscope.training.accumulation`) the volumes are per
 optimizer step: a term a strategy moves after every micro-batch counts ``grad_accum`` times
 (:data:`PER_MICRO_BATCH`), one it moves once per step counts once (DDP's ``no_sync``, the
@@ -54,23 +56,14 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Volume per byte of size, per collective (the ZeRO paper's convention).
-VOLUME_FACTOR = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "broadcast": 1, "reduce": 1, "all_to_all": 1}
-#: Per strategy: (gradient Ψ moved in the reduce dtype, parameter Ψ moved in the gather dtype).
-PAPER_TERMS = {
-    "ddp": (2, 0), "zero0": (2, 0),
-    "zero1": (1, 1), "zero2": (1, 1),
-    "zero3": (1, 2), "fsdp": (1, 2), "zero3_hpz": (1, 2),
-    "fsdp_grad_op": (1, 1),
-}
-#: Per strategy, what this code's frameworks move (see above); None where not modeled.
-IMPLEMENTATION_TERMS = {**PAPER_TERMS, "zero1": (2, 1), "zero2": (2, 1)}
-#: Per strategy: whether (the gradient term, the parameter term) is moved after every micro-batch of an accumulated step.
-PER_MICRO_BATCH = {"ddp": (False, False), "zero0": (False, False), "zero1": (False, False), "zero2": (True, False),
-                   "zero3": (True, True), "zero3_hpz": (True, True), "fsdp": (True, True), "fsdp_grad_op": (True, True)}
-#: DeepSpeed's ``stage3_max_reuse_distance`` default (elements).
-ZERO3_MAX_REUSE_ELEMENTS = 1_000_000_000
-_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+from shardscope.contracts.strategies import (
+    DTYPE_BYTES as _BYTES,
+    IMPLEMENTATION_TERMS,
+    PAPER_TERMS,
+    PER_MICRO_BATCH,
+    VOLUME_FACTOR,
+    ZERO3_MAX_REUSE_ELEMENTS,
+)
 
 
 def volume_bytes(op: str, size_bytes: int) -> int:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Variants the worker runs (``--optimizer``).
-WORKER_OPTIMIZERS = ("adamw", "adamw_bf16_states")
-_BF16_STATE_STRATEGIES = ("zero1", "zero2", "zero3")
+from shardscope.contracts.names import WORKER_OPTIMIZERS
+from shardscope.contracts.strategies import BF16_STATE_STRATEGIES as _BF16_STATE_STRATEGIES
+
 
 
 def check_optimizer(optimizer: str, strategy: str, dtype: str) -> None:

@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardscope.contracts.names import BUCKET_POLICIES, REDUCE_DTYPES  # noqa: F401  (re-exported)
+from shardscope.contracts.strategies import (  # noqa: F401  (the bucket defaults: read through this module too)
+    DDP_BUCKET_BYTES,
+    DEEPSPEED_BUCKET_ELEMENTS,
+    DEEPSPEED_PREFETCH_ELEMENTS,
+    dtype_bytes,
+)
 
-#: torch DDP's default bucket (``bucket_cap_mb=25``), the size ``equal`` gives every framework.
-DDP_BUCKET_BYTES = 25 * 2**20
-#: DeepSpeed's default ``reduce_bucket_size`` and ``allgather_bucket_size`` (elements).
-DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
-#: DeepSpeed's default ``stage3_prefetch_bucket_size`` (elements).
-DEEPSPEED_PREFETCH_ELEMENTS = 50_000_000
-_BYTES = {"float32": 4, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -87,11 +86,7 @@ def deepspeed_bucket_elements(fair: FairSettings, reduce_dtype: str, gather_dtyp
     ``reduce_dtype``, gathered parameters in ``gather_dtype``).
     """
     if fair.buckets == "equal":
-        gathered = DDP_BUCKET_BYTES // _BYTES[gather_dtype]
-        return {"reduce": DDP_BUCKET_BYTES // _BYTES[reduce_dtype], "allgather": gathered, "prefetch": gathered}
+        gathered = DDP_BUCKET_BYTES // dtype_bytes(gather_dtype)
+        return {"reduce": DDP_BUCKET_BYTES // dtype_bytes(reduce_dtype), "allgather": gathered, "prefetch": gathered}
     return {"reduce": DEEPSPEED_BUCKET_ELEMENTS, "allgather": DEEPSPEED_BUCKET_ELEMENTS, "prefetch": DEEPSPEED_PREFETCH_ELEMENTS}
 
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes per element of a training dtype name."""
-    return _BYTES[dtype]
