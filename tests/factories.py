@@ -72,6 +72,15 @@ def write_docs(folder: Path, docs: list[dict[str, Any]]) -> list[str]:
     return paths
 
 
+def with_run_predictions(paths: list[str]) -> list[str]:
+    """``paths`` and the predictions stage's document of their training runs (``shardscope predict runs``), as the
+    pipeline collects them: collect runs no model, so the runs' modeled memory rows come from that document."""
+    from shardscope.costmodel.run_predictions import run_predictions
+
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    return [*paths, write_json(Path(paths[0]).parent / "run_predictions.json", run_predictions(docs))]
+
+
 def write_json(path: Path, doc: Any) -> str:
     """Write ``doc`` to ``path`` (folders made); return the path as collect takes it."""
     path.parent.mkdir(parents=True, exist_ok=True)

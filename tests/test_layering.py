@@ -8,6 +8,11 @@
 3. Planning, parsing, modeling, storing and drawing never import torch or DeepSpeed at module
    level, directly or through another shardscope module (an import inside a function is lazy,
    paid only by the call that needs it, and allowed).
+4. Each concept has one home (issue 34): the training worker imports no model module (``costmodel``),
+   and the results stage imports neither the training worker nor the collective benchmark (the
+   vocabulary they share lives in ``contracts``), lazily or not.
+5. The packages form a row of stages: no loop of imports between packages, counting every import
+   (lazy ones too: a loop through a function is still two stages that each need the other).
 
 Known violations that other work removes are listed in :data:`PENDING` with the reason; an entry
 that no longer occurs fails the test too, so the list only shrinks.
@@ -32,6 +37,16 @@ TORCH_FREE = ("contracts", "plan", "topology", "costmodel", "diagnose", "results
 
 #: (importer, imported) pairs that break rule 2 today, and what removes them: none left; a new one needs its reason here.
 PENDING: dict[tuple[str, str], str] = {}
+#: Rule 4: (stage, stages it must never import).
+NEVER_IMPORTS = {"training": ("costmodel",), "results": ("training", "collectives")}
+#: (importer module, imported module) pairs that break rule 4 today, and what removes them.
+PENDING_HOMES: dict[tuple[str, str], str] = {}
+#: (importer stage, imported stage) imports that close a loop between packages today (rule 5), and what removes them.
+PENDING_LOOPS: dict[tuple[str, str], str] = {
+    ("training", "plan"): "training/search.py holds the planner's search rule beside the runner (issue 34, job-spec part)",
+    ("training", "jobs"): "training/search.py runs planned jobs through jobs.run (issue 34, job-spec part)",
+    ("collectives", "reference"): "`collectives import --reference` labels a log with the reference stage's manifest",
+}
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,53 @@ def heavy_chain(module: str, modules: dict[str, list[Import]]) -> list[str] | No
     return None
 
 
+def home_violations(modules: dict[str, list[Import]]) -> set[tuple[str, str]]:
+    """Rule 4: (module, imported module) pairs where a stage imports one it must never import."""
+    return {(imp.module, hit) for imps in modules.values() for imp in imps
+            if (hit := _internal(imp.target, modules)) and _stage(hit) in NEVER_IMPORTS.get(_stage(imp.module), ())}
+
+
+def stage_graph(modules: dict[str, list[Import]], leave_out: set[tuple[str, str]] = frozenset()) -> dict[str, set[str]]:
+    """Which stage imports which (every import, lazy ones too), less the ``leave_out`` pairs."""
+    graph: dict[str, set[str]] = {}
+    for imps in modules.values():
+        for imp in imps:
+            hit = _internal(imp.target, modules)
+            edge = (_stage(imp.module), _stage(hit) if hit else "")
+            if hit and all(edge) and edge[0] != edge[1] and edge not in leave_out:
+                graph.setdefault(edge[0], set()).add(edge[1])
+    return graph
+
+
+def import_loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every loop of stages: the strongly connected components of more than one stage (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops: list[list[str]] = []
+
+    def visit(stage: str) -> None:
+        index[stage] = low[stage] = len(index)
+        stack.append(stage)
+        for other in sorted(graph.get(stage, ())):
+            if other not in index:
+                visit(other)
+                low[stage] = min(low[stage], low[other])
+            elif other in stack:
+                low[stage] = min(low[stage], index[other])
+        if low[stage] == index[stage]:
+            loop = []
+            while not loop or loop[-1] != stage:
+                loop.append(stack.pop())
+            if len(loop) > 1:
+                loops.append(sorted(loop))
+
+    for stage in sorted(graph):
+        if stage not in index:
+            visit(stage)
+    return sorted(loops)
+
+
 MODULES = package_imports()
 
 
@@ -152,6 +214,35 @@ def test_figures_and_paper_import_only_results_and_contracts() -> None:
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _stage(m) in TORCH_FREE))
 def test_torch_free_stages_never_import_torch_at_module_level(module: str) -> None:
     assert heavy_chain(module, MODULES) is None, " -> ".join(heavy_chain(module, MODULES) or [])
+
+
+def test_each_concept_has_one_home() -> None:
+    found = home_violations(MODULES)
+    assert found - set(PENDING_HOMES) == set(), "a stage imports one it must never import"
+    assert set(PENDING_HOMES) - found == set(), "PENDING_HOMES lists imports that are gone: remove them from the list"
+
+
+def test_no_loop_of_imports_between_packages() -> None:
+    assert import_loops(stage_graph(MODULES, set(PENDING_LOOPS))) == []
+    present = {(a, b) for a, targets in stage_graph(MODULES).items() for b in targets}
+    assert set(PENDING_LOOPS) - present == set(), "PENDING_LOOPS lists imports that are gone: remove them from the list"
+
+
+def test_the_loop_and_home_checkers_catch_violations(tmp_path: Path) -> None:
+    """A loop through a lazy import, and a worker that imports a model, are found (so the tests above can fail)."""
+    root = tmp_path / "shardscope"
+    for name, text in {
+        "__init__.py": "", "costmodel/__init__.py": "", "results/__init__.py": "", "training/__init__.py": "",
+        "costmodel/ledger.py": "from shardscope.results.ledger import summarize\n",
+        "results/ledger.py": "def f():\n    from shardscope.costmodel import modeled\n",
+        "costmodel/modeled.py": "", "training/worker.py": "from shardscope.costmodel.modeled import block\n",
+    }.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    modules = package_imports(root)
+    assert import_loops(stage_graph(modules)) == [["costmodel", "results"]]
+    assert import_loops(stage_graph(modules, {("results", "costmodel")})) == []
+    assert home_violations(modules) == {("shardscope.training.worker", "shardscope.costmodel.modeled")}
 
 
 def test_the_checker_catches_violations(tmp_path: Path) -> None:

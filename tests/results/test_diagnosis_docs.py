@@ -156,6 +156,6 @@ def test_a_bad_doctor_document_is_refused_and_the_database_untouched(tmp_path, d
 
 
 def test_an_unknown_kind_names_every_kind_collect_reads(tmp_path):
-    with pytest.raises(UserError, match="kind 'collectives', 'training', 'collectives_import', 'search', 'predictions', 'verdicts', 'doctor'"):
+    with pytest.raises(UserError, match="kind 'collectives', 'training', 'collectives_import', 'search', 'predictions', 'run_predictions', 'verdicts', 'doctor'"):
         collect(tmp_path / "r.duckdb", [write_json(tmp_path / "x.json", {"kind": "advice"})])
     assert not (tmp_path / "r.duckdb").exists()

@@ -13,6 +13,7 @@ from factories import (
     file_digest,
     query_db,
     training_doc,
+    with_run_predictions,
     write_docs,
 )
 from shardscope.cli import main
@@ -80,7 +81,8 @@ def test_load_reload_merge_export(tmp_path):
     out = tmp_path / "export"
     assert main(["db", "export", "--db", str(merged), "--out", str(out), "--format", "parquet"]) == 0
     files = sorted(p.name for p in out.iterdir())
-    assert files == sorted([*(f"{t}.parquet" for t in TABLES), "collective_peaks.parquet", "strategy_summary.parquet", "schema.sql"])
+    assert files == sorted([*(f"{t}.parquet" for t in TABLES), "collective_peaks.parquet", "strategy_summary.parquet",
+                                "modeled_run_memory.parquet", "modeled_run_peaks.parquet", "schema.sql"])
     with duckdb.connect() as con:
         for table in TABLES:
             parquet = str(out / f"{table}.parquet")
@@ -191,8 +193,8 @@ def test_a_database_of_the_first_layout_is_upgraded_and_merged(tmp_path):
     old = tmp_path / "old.duckdb"
     old.write_bytes(_machine_b(tmp_path).read_bytes())
     with duckdb.connect(str(old)) as con:  # the layout before topologies, predictions and provenance
-        con.execute("DROP VIEW collective_peaks")
-        con.execute("DROP VIEW strategy_summary")
+        for view in ("collective_peaks", "strategy_summary", "modeled_run_memory", "modeled_run_peaks"):
+            con.execute(f"DROP VIEW {view}")
         for table in ("shardscope_meta", "memory_predictions", "topologies", "gpus", "links"):
             con.execute(f"DROP TABLE {table}")
         con.execute("ALTER TABLE runs DROP COLUMN topology_hash")
@@ -201,9 +203,10 @@ def test_a_database_of_the_first_layout_is_upgraded_and_merged(tmp_path):
     merge(merged, [str(old)])
     assert query_db(merged, "SELECT count(*), count(DISTINCT origin_db), count(topology_hash) FROM runs") == [(3, 1, 0)]
     assert query_db(merged, "SELECT count(*) FROM memory_predictions") == [(0,)]  # the old file had none to copy
-    collect(old, write_docs(tmp_path / "more", [training_doc("zero2", host="hostB")]))  # collect upgrades in place
+    # collect upgrades in place (the run and the predictions stage's document of it: two runs)
+    collect(old, with_run_predictions(write_docs(tmp_path / "more", [training_doc("zero2", host="hostB")])))
     assert query_db(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)]
-    assert query_db(old, "SELECT count(*), count(origin_db) FROM runs") == [(4, 0)]
+    assert query_db(old, "SELECT count(*), count(origin_db) FROM runs") == [(5, 0)]
     assert query_db(old, "SELECT strategy FROM memory_predictions") == [("zero2",)]
 
 

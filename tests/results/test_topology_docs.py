@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from factories import REPO, collective_doc, query_db, training_doc, write_docs
+from factories import REPO, collective_doc, query_db, training_doc, with_run_predictions, write_docs
 
 from shardscope.cli import main
 from shardscope.errors import UserError
@@ -118,15 +118,16 @@ def test_a_bad_topology_is_refused_and_the_database_untouched(tmp_path, nvl_topo
     assert db.read_bytes() == before
 
 
-def test_memory_predictions_are_filled_for_every_training_run(tmp_path):
+def test_memory_predictions_are_filled_for_every_training_run_by_the_predictions_stage(tmp_path):
     from shardscope.costmodel.memory_model import predict_memory
 
     db = tmp_path / "r.duckdb"
     failed = training_doc("zero3", outcome="oom", host="hostA")
     failed["job"]["dtype"] = "bfloat16"
-    collect(db, write_docs(tmp_path / "in", [training_doc("ddp"), training_doc("fsdp"), failed]))
+    collect(db, with_run_predictions(write_docs(tmp_path / "in", [training_doc("ddp"), training_doc("fsdp"), failed])))
     rows = query_db(db, "SELECT p.strategy, p.model, p.n_params, p.gpus, p.dtype, p.param_bytes, p.grad_bytes, p.optim_bytes, "
-                     "p.total_bytes, p.method, t.outcome FROM memory_predictions p JOIN training_runs t USING (run_id) ORDER BY 1")
+                     "p.total_bytes, p.method, t.outcome FROM memory_predictions p "
+                     "JOIN training_runs t ON t.run_id = p.measured_run_id ORDER BY 1")
     assert [r[0] for r in rows] == ["ddp", "fsdp", "zero3"]
     for strategy, model, n, gpus, dtype, p, g, o, total, method, _ in rows:
         want = predict_memory(787072, strategy, 2, dtype)

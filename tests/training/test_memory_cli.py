@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shardscope.cli import main
-from shardscope.training.deepspeed_estimate import largest_layer_params
+from shardscope.costmodel.deepspeed_estimate import largest_layer_params
 from shardscope.training.model import GPT, PRESETS, ModelConfig
 
 PSI = PRESETS["mistral-7b"].param_count()  # 7_241_732_096

@@ -1,9 +1,9 @@
-"""The memory model's terms are computed once, when a run is collected, and figure 3 only reads them."""
+"""The memory model's terms are computed once, by the predictions stage, and figure 3 only reads them."""
 
 from __future__ import annotations
 
 import pytest
-from factories import query_db, training_doc, write_docs
+from factories import query_db, training_doc, with_run_predictions, write_docs
 
 from shardscope.contracts.models import PRESETS
 from shardscope.results.store import collect
@@ -14,16 +14,16 @@ from shardscope.costmodel.modeled import implementation_memory
 TERMS = "param_bytes, grad_bytes, optim_bytes, activation_bytes, buffer_bytes, overhead_bytes, peak_bytes, peak_phase"
 
 
-def test_collect_stores_every_term_of_both_models_and_figure_3_reads_them(tmp_path) -> None:
+def test_the_predictions_stage_stores_every_term_of_both_models_and_figure_3_reads_them(tmp_path) -> None:
     from shardscope.results.queries import memory_measured_and_modeled
     from shardscope.results.sources import open_results
 
     zero2 = training_doc("zero2")
     zero2["settings"] = {"reduce_dtype_requested": "auto", "bucket_policy": "equal_bytes", "overlap_comm": False}
     db = tmp_path / "r.duckdb"
-    collect(db, write_docs(tmp_path / "in", [training_doc("ddp"), zero2]))
+    collect(db, with_run_predictions(write_docs(tmp_path / "in", [training_doc("ddp"), zero2])))
     rows = query_db(db, f"SELECT p.strategy, p.memory_model, p.method, {TERMS} FROM memory_peak_predictions p "
-                        "JOIN training_runs t USING (run_id) ORDER BY 1, 2")
+                        "JOIN training_runs t ON t.run_id = p.measured_run_id ORDER BY 1, 2")
     assert [(r[0], r[1], r[2]) for r in rows] == [("ddp", "ZeRO paper", "modeled"), ("ddp", "implementation", "modeled"),
                                                   ("zero2", "ZeRO paper", "modeled"), ("zero2", "implementation", "modeled")]
     # the stored implementation row is the model for the run's own shape and recorded settings
@@ -67,7 +67,7 @@ def test_stored_terms_pass_the_schema(strategy: str) -> None:
 
     from shardscope.results.schemas import TABLES
 
-    frame = pd.DataFrame(memory_terms_rows("r1", training_doc(strategy)))
+    frame = pd.DataFrame(memory_terms_rows("r1", training_doc(strategy))).assign(measured_run_id="m1")
     TABLES["memory_peak_predictions"].validate(frame)
     broken = frame.assign(peak_bytes=frame["peak_bytes"] + 1)
     with pytest.raises(Exception, match="sum of the states"):

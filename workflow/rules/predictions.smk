@@ -9,11 +9,17 @@ also models the whole memory peak per GPU (`memory` rows: each planned training 
 Mistral-7B on 8 x 80 GB at seq 4096 per strategy, with and without activation checkpointing), which the
 report's memory table reads, the ZeRO paper's model states of that Mistral-7B (`memory_model` rows) and the
 decision map's cells (`decision_map` rows, figure 5). Collect loads it.
+
+Rule run_predictions models the training runs once they ran (`shardscope predict runs`, schema
+shardscope.run_predictions/1): the ZeRO paper's model states and the whole peak's terms of each run, at the
+shape it ran with (a best-micro-batch run's micro-batch is known only after its search). Collect loads it
+beside the runs, and figure 3 and the report compare the two in SQL: collect itself runs no model.
 """
 
 
 localrules:
     predictions,
+    run_predictions,
 
 
 rule predictions:
@@ -30,3 +36,20 @@ rule predictions:
         shardscope=SHARDSCOPE,
     shell:
         "{params.shardscope} predict plan --topology {input.topology} --plan {input.plan} --out {output.json} > {log} 2>&1"
+
+
+rule run_predictions:
+    input:
+        training=training_results,
+        best=best_results,
+        emulated=emulated_results,
+    output:
+        json=f"{RESULTS}/predictions/runs.json",
+    log:
+        f"{RESULTS}/logs/run_predictions.log",
+    conda:
+        ENVS
+    params:
+        shardscope=SHARDSCOPE,
+    shell:
+        "{params.shardscope} predict runs --out {output.json} {input.training} {input.best} {input.emulated} > {log} 2>&1"

@@ -9,8 +9,10 @@ rule collect:
         best=best_results,
         emulated=emulated_results,
         peers=nccl_tests_peer_results,
-        # modeled numbers for the same jobs, and the verdicts and doctor findings (workflow/rules/predictions.smk, diagnose.smk)
+        # modeled numbers for the same jobs (planned, and as they ran), the verdicts and doctor findings
+        # (workflow/rules/predictions.smk, diagnose.smk)
         predictions=rules.predictions.output.json,
+        run_predictions=rules.run_predictions.output.json,
         diagnose=diagnose_results,
     output:
         manifest=f"{RESULTS}/db/collect.json",
@@ -24,4 +26,4 @@ rule collect:
     shell:
         "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
         " {input.topology} {input.collectives} {input.training} {input.search} {input.best} {input.emulated} {input.peers}"
-        " {input.predictions} {input.diagnose} > {log} 2>&1"
+        " {input.predictions} {input.run_predictions} {input.diagnose} > {log} 2>&1"

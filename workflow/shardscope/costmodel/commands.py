@@ -276,6 +276,17 @@ def _cmd_predict_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_predict_runs(args: argparse.Namespace) -> int:
+    from shardscope.costmodel.run_predictions import run_predictions
+    from shardscope.results.store import read_document
+
+    document = run_predictions(read_document(path) for path in args.results)
+    atomic_write_json(args.out, document)
+    print(f"{len(document['memory'])} training runs modeled ({len(document['memory_terms'])} whole peaks) of "
+          f"{len(args.results)} result files; modeled, not measured")
+    return 0
+
+
 def _topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", required=True, metavar="FILE|auto|preset:NAME",
                    help="saved nvidia-smi topo -m / rocm-smi output or topology.json, 'auto' to probe, or preset:NAME")
@@ -352,6 +363,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the predictions document")
     p.add_argument("--out", help="write the predictions document (kind 'predictions') to FILE")
     p.set_defaults(func=_cmd_predict_plan)
+    p = predict_sub.add_parser("runs", help="the memory models of measured training runs, for collect (the pipeline's "
+                                            "run predictions)")
+    p.add_argument("results", nargs="*", metavar="RESULT", help="training result files (other kinds are skipped)")
+    p.add_argument("--out", required=True, help="write the document (kind 'run_predictions') to FILE")
+    p.set_defaults(func=_cmd_predict_runs)
 
     p = sub.add_parser("calibrate-step", help="fit the step model's compute rate and overlap to the measured training runs")
     p.add_argument("--db", required=True, help="results database with measured training runs and collective sweeps")

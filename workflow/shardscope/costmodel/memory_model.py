@@ -164,7 +164,7 @@ def memory_table(model: str | dict[str, Any], strategy: str, gpus: int, dtype: s
             row["shard_group"] = group
         row.update(bytes_per_param=per_param.to_dict(), gpu_memory_bytes=capacity, fits=row["total_bytes"] <= capacity)
         if deepspeed_estimates:
-            from shardscope.training.deepspeed_estimate import deepspeed_estimate
+            from shardscope.costmodel.deepspeed_estimate import deepspeed_estimate
 
             row["deepspeed_estimate"] = deepspeed_estimate(s, cfg, gpus)
         rows.append(row)

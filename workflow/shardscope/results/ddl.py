@@ -29,7 +29,23 @@ META_TABLE = "shardscope_meta"
 _SQL_TYPES = (("bool", "BOOLEAN"), ("int", "BIGINT"), ("float", "DOUBLE"), ("str", "VARCHAR"))
 _UNITS = (("_bytes", "bytes"), ("_per_s", "per second"), ("_us", "microseconds"), ("_s", "seconds"), ("_gbps", "GB/s (1e9 bytes per second, as nccl-tests)"), ("_size", "ranks"))
 
+
+
+def _latest_prediction_sql(table: str, per: str = "") -> str:
+    """Each measured run's latest modeled rows of ``table`` (``per``: a further key, one row each), named by
+    ``measured_run_id``: the predictions stage's rows name it; older rows, computed by collect, are owned by it."""
+    measured = "coalesce(p.measured_run_id, p.run_id)"
+    return f"""
+        SELECT {measured} AS measured_run_id, p.* EXCLUDE (measured_run_id)
+        FROM {table} p LEFT JOIN runs r ON r.run_id = p.run_id
+        QUALIFY row_number() OVER (PARTITION BY {measured}{per}
+                                   ORDER BY p.measured_run_id IS NULL, r.measured_at DESC NULLS LAST, p.run_id) = 1"""
+
+
 VIEWS = {
+    # measured vs modeled is SQL over the measured tables and the predictions stage's rows (issue 34)
+    "modeled_run_memory": _latest_prediction_sql("memory_predictions"),
+    "modeled_run_peaks": _latest_prediction_sql("memory_peak_predictions", ", p.memory_model"),
     "collective_peaks": """
         SELECT r.host, r.source, r.source_file, coalesce(r.fabric, t.fabric) AS fabric, r.label,
                c.op, c.world_size, r.placement, r.transport, c.dtype,
@@ -45,7 +61,7 @@ VIEWS = {
         FROM ({strategy_vs_ddp_sql(
             "runs", "coalesce(r.fabric, topo.fabric) AS fabric, tr.mfu, p.total_bytes AS modeled_bytes",
             "LEFT JOIN topologies topo ON topo.topology_hash = r.topology_hash "
-            "LEFT JOIN memory_predictions p ON p.run_id = tr.run_id")})""",
+            "LEFT JOIN modeled_run_memory p ON p.measured_run_id = tr.run_id")})""",
 }
 
 

@@ -1,10 +1,11 @@
 """Per-job result files -> table rows: the one place that knows each file's layout.
 
-Seven kinds of file reach ``shardscope collect``: collective jobs, training jobs (both
+Eight kinds of file reach ``shardscope collect``: collective jobs, training jobs (both
 written by the workers), imported nccl-tests logs (``shardscope collectives import --out``),
 ``topology.json`` (``shardscope topology detect/parse``), and the derived documents of
-:mod:`shardscope.results.documents_derived`: predictions (``shardscope predict … --out``),
-verdicts (``shardscope verdict --out``) and doctor findings (``shardscope doctor --out``).
+:mod:`shardscope.results.documents_derived`: predictions (``shardscope predict … --out``; the modeled
+rows of training runs come from ``shardscope predict runs``, collect runs no model), verdicts
+(``shardscope verdict --out``) and doctor findings (``shardscope doctor --out``).
 The functions here assume the document passed :func:`shardscope.results.shapes.shape_errors`;
 the relations between fields of one document (rows agree with their job, links join known
 GPUs) are checked in :func:`consistency_errors`.
@@ -23,9 +24,7 @@ from shardscope.results.documents_derived import (
     derived_run_id,
     identity_digest,
 )
-from shardscope.results.schemas import DERIVED_KINDS, KINDS, TRAINING_DTYPES
-from shardscope.costmodel.memory_check import memory_terms_rows
-from shardscope.costmodel.memory_model import SHARDED, predict_memory
+from shardscope.results.schemas import DERIVED_KINDS, KINDS
 
 TOPOLOGY_SCHEMA_PREFIX = "shardscope.topology/"
 
@@ -159,19 +158,6 @@ _RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_m
                      "reserved_minus_allocated_bytes", "max_reserved_bytes", "num_alloc_retries", "num_ooms")
 
 
-def memory_prediction(run_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
-    """The analytic memory model's row for a training job, or None when its size or dtype is unknown.
-
-    Computed at collect time from :func:`shardscope.costmodel.memory_model.predict_memory`: the
-    prediction is a pure function of fields every training result already carries, so each
-    run gets one without another file in the pipeline, and old result files get one too.
-    """
-    n_params, dtype, strategy = job.get("param_count"), job.get("dtype"), job.get("strategy")
-    if not n_params or n_params < 1 or dtype not in TRAINING_DTYPES or strategy not in SHARDED or job["world_size"] < 1:
-        return None  # unknown values are reported by the training_runs schema; nothing to model
-    return {"run_id": run_id, "model": job["model"], **predict_memory(int(n_params), strategy, int(job["world_size"]), dtype)}
-
-
 def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, list[dict[str, Any]]]:
     job, summary = doc["job"], doc.get("summary") or {}
     run = {
@@ -195,15 +181,12 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "deepspeed_config": json.dumps(job["deepspeed_config"], sort_keys=True) if job.get("deepspeed_config") else None,
         **_fairness_fields(doc),
     }
-    prediction = memory_prediction(run_id, job)
     return {
         "runs": [_run_row(doc, path, run_id, job["world_size"], "measured")],
         "training_runs": [run],
         "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss", "repeat")}} for s in doc.get("steps", [])],
         "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in _RANK_MEMORY_KEYS}}
                             for r in doc.get("ranks", [])],
-        "memory_predictions": [prediction] if prediction else [],
-        "memory_peak_predictions": memory_terms_rows(run_id, doc),
         "training_comm": [{"run_id": run_id, **{k: r.get(k) for k in ("op", "dtype", "calls", "size_bytes", "volume_bytes")}}
                           for r in ((summary.get("comm_bytes") or {}).get("measured") or {}).get("per_op", [])],
     }

@@ -1,6 +1,6 @@
 """Derived documents -> table rows: cost-model predictions, verdicts of measured sweeps, doctor findings.
 
-Each derived document is one row of ``runs`` (kind ``predictions``, ``verdicts`` or ``doctor``;
+Each derived document is one row of ``runs`` (kind ``predictions``, ``run_predictions``, ``verdicts`` or ``doctor``;
 source ``modeled`` or ``diagnosed``; ``world_size`` null, since it is not one job) plus its
 rows. Its run id is a digest of its content: the same document loaded twice is one run. A
 prediction's ``created_at`` is left out of that digest, so re-predicting the same jobs on
@@ -18,8 +18,8 @@ import os
 from typing import Any
 
 #: Fields of a document that do not make it a different run (when it was written).
-_VOLATILE = {"predictions": ("created_at",)}
-SOURCE_OF = {"predictions": "modeled", "verdicts": "diagnosed", "doctor": "diagnosed"}
+_VOLATILE = {"predictions": ("created_at",), "run_predictions": ("created_at",)}
+SOURCE_OF = {"predictions": "modeled", "run_predictions": "modeled", "verdicts": "diagnosed", "doctor": "diagnosed"}
 
 
 def _canonical(doc: Any) -> str:
@@ -66,6 +66,14 @@ def predictions_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str,
             "memory_case_predictions": [{"run_id": run_id, **row} for row in doc.get("memory") or []],
             "decision_map_cells": [{"run_id": run_id, **row} for row in doc.get("decision_map") or []],
             "memory_model_cases": [{"run_id": run_id, **row} for row in doc.get("memory_model") or []]}
+
+
+def run_predictions_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Rows of a ``run_predictions`` document: one run (source modeled) and the memory models of the runs it names."""
+    env = {"model_version": doc.get("model_version")}
+    return {"runs": [_run(doc, path, run_id, measured_at=doc["created_at"], env_json=json.dumps(env, sort_keys=True))],
+            "memory_predictions": [{"run_id": run_id, **row} for row in doc["memory"]],
+            "memory_peak_predictions": [{"run_id": run_id, **row} for row in doc["memory_terms"]]}
 
 
 def _spread(summary: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +142,8 @@ def doctor_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, list
     return {"runs": [run], "doctor_findings": findings}
 
 
-TABLE_BUILDERS = {"predictions": predictions_tables, "verdicts": verdicts_tables, "doctor": doctor_tables}
+TABLE_BUILDERS = {"predictions": predictions_tables, "run_predictions": run_predictions_tables, "verdicts": verdicts_tables,
+                  "doctor": doctor_tables}
 
 
 def derived_consistency_errors(doc: dict[str, Any], kind: str, path: str) -> list[str]:

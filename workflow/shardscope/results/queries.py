@@ -213,25 +213,29 @@ def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 
 
 def modeled_memory_terms(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """The stored modeled terms of every training run's whole peak (``memory_peak_predictions``), one row per model.
+    """The stored modeled terms of every training run's whole peak (``memory_peak_predictions`` through the view
+    ``modeled_run_peaks``: the latest prediction of each run), one row per model; ``run_id`` is the measured run's.
 
-    A database collected before the table existed has none (``shardscope collect`` adds it): no modeled rows.
+    A database collected before the table existed has none (``shardscope collect`` adds it): no modeled rows; one
+    collected before the view existed (opened read-only, not upgraded) has the rows collect stored under the run's id.
     """
     columns = ["run_id", "memory_model", "param_bytes", "grad_bytes", "optim_bytes", "activation_bytes", "buffer_bytes",
                "overhead_bytes", "peak_bytes", "peak_phase"]
-    if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'memory_peak_predictions'"
-                       ).fetchone()[0]:
+    if not has_table(con, "memory_peak_predictions"):
         return pd.DataFrame(columns=columns)
-    return con.execute("""
-        SELECT run_id, memory_model, param_bytes, grad_bytes, optim_bytes, activation_bytes, buffer_bytes,
+    has_view = con.execute("SELECT count(*) FROM duckdb_views() WHERE database_name = current_database() "
+                           "AND schema_name = 'main' AND view_name = 'modeled_run_peaks'").fetchone()[0]
+    source = "modeled_run_peaks" if has_view else "(SELECT run_id AS measured_run_id, * FROM memory_peak_predictions)"
+    return con.execute(f"""
+        SELECT measured_run_id AS run_id, memory_model, param_bytes, grad_bytes, optim_bytes, activation_bytes, buffer_bytes,
                overhead_bytes, peak_bytes, peak_phase
-        FROM memory_peak_predictions ORDER BY run_id, memory_model""").df()
+        FROM {source} ORDER BY run_id, memory_model""").df()
 
 
 def memory_measured_and_modeled(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Measured bytes held beside two models for the same model, world size and dtype.
 
-    The modeled rows are the terms stored for the same run when it was collected
+    The modeled rows are the terms the predictions stage stored for the same run
     (``memory_peak_predictions``, :func:`modeled_memory_terms`): nothing is computed here.
 
     ``memory_model`` names the model of a modeled row: ``ZeRO paper`` (the paper's bytes per parameter,

@@ -34,8 +34,9 @@ from shardscope.contracts.names import OUTCOMES, STRATEGIES, TRAINING_DTYPES
 
 #: Result documents that describe one job or one imported log (each has a world size).
 JOB_KINDS = ("collectives", "training", "collectives_import", "search")
-#: Documents derived on or for a machine: modeled predictions, verdicts of measured sweeps, doctor findings.
-DERIVED_KINDS = ("predictions", "verdicts", "doctor")
+#: Documents derived on or for a machine: modeled predictions (of planned jobs, and of measured runs), verdicts of
+#: measured sweeps, doctor findings.
+DERIVED_KINDS = ("predictions", "run_predictions", "verdicts", "doctor")
 KINDS = JOB_KINDS + DERIVED_KINDS
 #: measured by our workers; nccl-tests and reference logs imported; modeled by the cost model;
 #: diagnosed (verdicts of stored sweeps, doctor checks of a node).
@@ -253,9 +254,15 @@ class TrainingMemorySchema(_Table):
 
 
 class MemoryPredictionsSchema(_Table):
-    """Per training run: the ZeRO paper's per-GPU bytes for its model, strategy, GPUs and dtype (modeled)."""
+    """Per training run: the ZeRO paper's per-GPU bytes for its model, strategy, GPUs and dtype (modeled).
 
-    run_id: Series[str] = pa.Field(unique=True)
+    Written by the predictions stage (``shardscope predict runs``, :mod:`shardscope.costmodel.run_predictions`):
+    ``run_id`` is the prediction's run, ``measured_run_id`` the training run it models (null in rows that
+    collect computed before the predictions stage did: their ``run_id`` is the training run's).
+    """
+
+    run_id: Series[str]
+    measured_run_id: Series[str] = pa.Field(nullable=True)
     strategy: Series[str] = pa.Field(isin=STRATEGIES)
     model: Series[str]
     n_params: Series[int] = pa.Field(gt=0)
@@ -270,6 +277,7 @@ class MemoryPredictionsSchema(_Table):
     class Config:
         strict = True
         coerce = True
+        unique = ["run_id", "measured_run_id"]
 
     @pa.dataframe_check(error="total_bytes must equal param_bytes + grad_bytes + optim_bytes (to within rounding)")
     def total_is_the_sum(cls, df: pd.DataFrame) -> Series[bool]:

@@ -152,13 +152,16 @@ class _WholePeakTerms(_Table):
 class MemoryPeakPredictionsSchema(_WholePeakTerms):
     """Per (training run, model of the states): every modeled term of the whole per-GPU peak (issue 18).
 
-    Written once when the run is collected (:func:`shardscope.costmodel.memory_check.memory_terms_rows`),
-    for the run's strategy, model, GPUs, dtype, micro-batch, sequence length and settings;
-    figure 3 and the report only query it. ``peak_bytes`` is the sum of the terms; the overhead
-    is 0 until calibrated on measured runs.
+    Written by the predictions stage (``shardscope predict runs``,
+    :func:`shardscope.costmodel.memory_check.memory_terms_rows`) for the run's strategy, model, GPUs, dtype,
+    micro-batch, sequence length and settings; figure 3 and the report only query it (the view
+    ``modeled_run_peaks``). ``peak_bytes`` is the sum of the terms; the overhead is 0 until calibrated on
+    measured runs. ``run_id`` is the prediction's run, ``measured_run_id`` the training run it models (null in
+    rows collect computed before the predictions stage did: their ``run_id`` is the training run's).
     """
 
     run_id: Series[str]
+    measured_run_id: Series[str] = pa.Field(nullable=True)
     memory_model: Series[str] = pa.Field(isin=MEMORY_MODELS)
     model: Series[str] = pa.Field(nullable=True)
     attention: Series[str] = pa.Field(isin=["sdpa", "eager"])
@@ -166,7 +169,7 @@ class MemoryPeakPredictionsSchema(_WholePeakTerms):
     class Config:
         strict = True
         coerce = True
-        unique = ["run_id", "memory_model"]
+        unique = ["run_id", "measured_run_id", "memory_model"]
 
 
 #: The named cases the predictions stage models (:mod:`shardscope.costmodel.memory_cases`).

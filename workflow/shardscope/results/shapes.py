@@ -65,7 +65,7 @@ _LABELS = {"fabric": _STR, "label": _STR}
 def document_shapes() -> dict[str, dict[str, Any]]:
     """JSON Schema of each document kind that ``shardscope collect`` accepts."""
     from shardscope.results.documents_search import search_shape
-    from shardscope.results.shapes_derived import doctor_shape, predictions_shape, verdicts_shape
+    from shardscope.results.shapes_derived import doctor_shape, predictions_shape, run_predictions_shape, verdicts_shape
 
     collective_row = row_shape("collectives", skip=("run_id",), ignored=("count", "iters", "warmup", "source", "source_file"))
     return {
@@ -128,6 +128,7 @@ def document_shapes() -> dict[str, dict[str, Any]]:
             },
         },
         "predictions": predictions_shape(row_shape),
+        "run_predictions": run_predictions_shape(row_shape),
         "verdicts": verdicts_shape(),
         "doctor": doctor_shape(),
         "search": search_shape(),

@@ -1,4 +1,4 @@
-"""JSON Schema of the derived documents (predictions, verdicts, doctor), checked before any row is built.
+"""JSON Schema of the derived documents (predictions of plans and of runs, verdicts, doctor), checked before any row is built.
 
 Prediction rows are generated from their tables (:func:`shardscope.results.shapes.row_shape`)
 and reject unknown fields, as result rows do. Verdict and doctor documents are written by
@@ -37,6 +37,21 @@ def predictions_shape(row_shape: Any) -> dict[str, Any]:
             "memory": {"type": "array", "items": row_shape("memory_case_predictions", skip=("run_id",))},
             "decision_map": {"type": "array", "items": row_shape("decision_map_cells", skip=("run_id",))},
             "memory_model": {"type": "array", "items": row_shape("memory_model_cases", skip=("run_id",))},
+        },
+    }
+
+
+def run_predictions_shape(row_shape: Any) -> dict[str, Any]:
+    """``shardscope.run_predictions/1``: the memory models of measured runs (:mod:`shardscope.costmodel.run_predictions`)."""
+    return {
+        "type": "object", "required": ["kind", "schema", "method", "created_at", "memory", "memory_terms"],
+        "properties": {
+            "schema": {"const": "shardscope.run_predictions/1"},
+            "method": {"const": "modeled"},
+            "created_at": {"type": "string"},
+            "model_version": {"type": "string"},
+            "memory": {"type": "array", "items": row_shape("memory_predictions", skip=("run_id",))},
+            "memory_terms": {"type": "array", "items": row_shape("memory_peak_predictions", skip=("run_id",))},
         },
     }
 

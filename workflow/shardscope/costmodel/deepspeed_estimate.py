@@ -19,7 +19,7 @@ import io
 import os
 from typing import Any
 
-from shardscope.training.model import ModelConfig
+from shardscope.contracts.models import ModelConfig
 
 
 def largest_layer_params(cfg: ModelConfig) -> int:
