@@ -171,28 +171,21 @@ def bench_dag(results: Path, work: Path, sizes: list[int]) -> None:
 
 
 def collect_cmd(db: Path, paths: list[str]) -> list[str]:
-    """A process collecting ``paths`` into ``db``; append "all" (one call) or "one" (a call per file)."""
+    """A process collecting ``paths`` into ``db`` in one call (what the pipeline does; the per-call target is retired)."""
     listing = db.with_suffix(".inputs")
     listing.write_text("\n".join(paths))
     code = ("import sys; from shardscope.results.store import collect; "
-            "paths = open(sys.argv[2]).read().split(); one = sys.argv[3] == 'one'\n"
-            "if one:\n    [collect(sys.argv[1], [p]) for p in paths]\nelse:\n    collect(sys.argv[1], paths)")
+            "collect(sys.argv[1], open(sys.argv[2]).read().split())")
     return [PYTHON, "-c", code, str(db), str(listing)]
 
 
-def bench_collect(results: Path, work: Path, sizes: list[int], one_at_a_time: int) -> None:
+def bench_collect(results: Path, work: Path, sizes: list[int]) -> None:
     docs = measured_docs(results)
     rows = []
     for n in sizes:
         paths = as_new_runs(docs, n, work / f"docs{n}")
-        rows.append((n, *measure(collect_cmd(work / f"collect{n}.duckdb", paths) + ["all"])))
+        rows.append((n, *measure(collect_cmd(work / f"collect{n}.duckdb", paths))))
     report("collect of N documents in one call (a fresh database)", rows, "documents", "1000 documents under 15 s")
-    paths = as_new_runs(docs, one_at_a_time, work / f"docs{one_at_a_time}")
-    _, one_call, _ = measure(collect_cmd(work / "batch.duckdb", paths) + ["all"])
-    _, separate, _ = measure(collect_cmd(work / "single.duckdb", paths) + ["one"])
-    print(f"  {one_at_a_time} documents one call at a time (in one process): cpu {separate:.2f} s vs {one_call:.2f} s "
-          f"in one call: {separate / one_call:.1f}x; target: within 2x", flush=True)
-    print("  (benchmarks/collect_floor.py splits a call into validation and writing, beside other ways to write)", flush=True)
 
 
 def machine_databases(results: Path, work: Path, count: int) -> list[Path]:
@@ -274,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         if "dag" in only:
             bench_dag(results, work, [50, 500, 2000])
         if "collect" in only:
-            bench_collect(results, work, [10, 100, 1000], one_at_a_time=100)
+            bench_collect(results, work, [10, 100, 1000])
         if only & {"merge", "figures"}:
             dbs = machine_databases(results, work, 64)
             merged = bench_merge(dbs, work, [2, 8, 32])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import REPO, collective_doc, training_doc, write_docs
+from factories import REPO, collective_doc, training_doc, with_run_predictions, write_docs
 
 
 @pytest.fixture
@@ -47,14 +47,15 @@ def reference_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def module_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The documents of tests/conftest.py's ``sample_docs`` (three ops, five strategies), loaded once per module."""
+    """The documents of tests/conftest.py's ``sample_docs`` (three ops, five strategies) and the predictions stage's
+    document of their training runs, loaded once per module as the pipeline loads them."""
     from shardscope.results.store import collect
 
     docs = [collective_doc(op) for op in ("all_reduce", "all_gather", "reduce_scatter")]
     docs += [training_doc(s, step_time_s=0.02 * f) for s, f in
              (("ddp", 1.0), ("fsdp", 1.5), ("zero1", 1.05), ("zero2", 1.1), ("zero3", 1.6))]
     folder = tmp_path_factory.mktemp("module_db")
-    collect(folder / "shardscope.duckdb", write_docs(folder / "inputs", docs))
+    collect(folder / "shardscope.duckdb", with_run_predictions(write_docs(folder / "inputs", docs)))
     return folder / "shardscope.duckdb"
 
 

@@ -21,9 +21,8 @@ import pandera.errors
 
 from shardscope.errors import UserError
 from shardscope.results.ddl import KNOWN_VERSIONS, META_TABLE, column_types, schema_problems, upgrade
-from shardscope.results.fastcheck import validate
 from shardscope.results.schemas import OWNER_KEYS, TABLES, owner_key
-from shardscope.results.store import insert_frame, is_duckdb_file, problem_report, updating, validate_frame
+from shardscope.results.store import insert_frame, is_duckdb_file, problem_report, updating, validate, validate_frame
 
 
 def _quote(text: str) -> str:

@@ -17,7 +17,6 @@ import fcntl
 import os
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,8 +30,6 @@ from shardscope.fileio import atomic_write_json, read_json
 from shardscope.results.ddl import ddl, schema_problems, upgrade  # noqa: F401  (ddl: part of this module's API)
 from shardscope.results.documents import consistency_errors, document_kind, same_run_digest, tables_from_document
 from shardscope.results.documents_derived import link_judged_runs
-from shardscope.results.fastcheck import validate
-from shardscope.results.rowcheck import arrow_rows, scalar_table
 from shardscope.results.schemas import OWNER_KEYS, TABLES, columns, owner_key, unique_keys
 from shardscope.results.shapes import shape_errors
 
@@ -86,6 +83,12 @@ def describe(exc: pandera.errors.SchemaErrors, where: str, table: str, frame: pd
     return messages
 
 
+def validate(table: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` checked by ``table``'s pandera schema, the one judge of rows: the coerced frame, or pandera's
+    ``SchemaErrors`` naming every failed row, column and check."""
+    return TABLES[table].validate(frame, lazy=True)
+
+
 def validate_frame(table: str, rows: list[dict[str, Any]] | pd.DataFrame, where: str,
                    named_rows: bool = False) -> tuple[pd.DataFrame | None, list[str]]:
     """Rows of ``table`` checked by its pandera schema: (validated frame, []) or (None, problems)."""
@@ -132,21 +135,19 @@ def _split_repeats(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]]) ->
     return batch, alone
 
 
-def arrow_frame(table: str, df: pd.DataFrame) -> Any:
-    """A validated pandas frame of ``table`` as the Arrow table the fast path builds (same column types)."""
+def arrow_frame(df: pd.DataFrame) -> Any:
+    """A validated pandas frame as the Arrow table DuckDB inserts from (its column types as pandera coerced them)."""
     import pyarrow
 
-    spec = scalar_table(table)
-    return pyarrow.Table.from_pandas(df, preserve_index=False, schema=spec.arrow_schema if spec else None)
+    return pyarrow.Table.from_pandas(df, preserve_index=False)
 
 
 def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], table: str, errors: list[str]) -> Any:
     """``table``'s rows of every file in ``parsed``, validated in one pass, as an Arrow table; problems added to ``errors``.
 
-    Rows that :func:`rowcheck.arrow_rows` passes as plain values need no pandas; otherwise
-    one pandera pass over all of them (:func:`fastcheck.validate`). When it fails, only the files its failing rows come from (every file, if a failure names
-    no row) are validated again one by one, so each problem names its file and its row in
-    that file exactly as a per-file validation does.
+    One pandera pass over all of them (:func:`validate`). When it fails, only the files its failing rows come
+    from (every file, if a failure names no row) are validated again one by one, so each problem names its file
+    and its row in that file exactly as a per-file validation does.
     """
     rows: list[dict[str, Any]] = []
     origin: list[int] = []
@@ -155,11 +156,8 @@ def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], t
         origin += [i] * len(tables.get(table, []))
     if not rows:
         return None
-    found = arrow_rows(table, rows)
-    if found is not None:
-        return found
     try:
-        return arrow_frame(table, validate(table, pd.DataFrame(rows, columns=columns(table))))
+        return arrow_frame(validate(table, pd.DataFrame(rows, columns=columns(table))))
     except pandera.errors.SchemaErrors as exc:
         at = exc.failure_cases["index"] if "index" in exc.failure_cases else pd.Series([None])
         files = set(range(len(parsed))) if at.isna().any() else {origin[int(i)] for i in at}
@@ -172,8 +170,8 @@ def _validate_batch(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], t
 def _validate_tables(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], errors: list[str]) -> dict[str, Any]:
     """Every table's rows of every file validated (one pass per table) as Arrow tables; problems added to ``errors``.
 
-    pandera's cost is mostly per call, so validating each file's tables separately made a
-    collect of many files slow (0.1 s per file).
+    pandera's cost is mostly per call (about 2 ms per column), so each table is validated once over the rows
+    of every document of the call, not once per document.
     """
     import pyarrow
 
@@ -188,8 +186,7 @@ def _validate_tables(parsed: list[tuple[str, dict[str, list[dict[str, Any]]]]], 
         elif valid:
             frames[table] = pyarrow.concat_tables([t.cast(valid[0].schema) for t in valid])
         else:
-            spec = scalar_table(table)
-            frames[table] = spec.arrow_schema.empty_table() if spec else arrow_frame(table, pd.DataFrame(columns=columns(table)))
+            frames[table] = arrow_frame(pd.DataFrame(columns=columns(table)))
     return frames
 
 
@@ -306,89 +303,21 @@ def check_database(con: duckdb.DuckDBPyConnection, db: str | os.PathLike[str], c
         raise UserError(f"{db}: not a shardscope results database this version reads: " + "; ".join(problems))
 
 
-_HOSTS = threading.local()
-#: The host's settings. One thread: a load moves a few rows, and a second thread only spun (a third
-#: of a small load's CPU time). A commit checkpoints at once, without writing the WAL first: the copy
-#: is checkpointed before it replaces the database anyway, and a copy that fails is thrown away,
-#: so the WAL's crash safety protected nothing. No fsync by DuckDB: :func:`updating` syncs the
-#: finished copy once before the rename (the only moment its bytes must be on disk).
-_HOST_SETTINGS = ("SET threads = 1", "SET checkpoint_threshold = '0KB'", "SET auto_checkpoint_skip_wal_threshold = 0",
+#: The settings of the in-memory DuckDB that attaches a load's copy of the database. A commit checkpoints at
+#: once, without writing the WAL first: the copy is checkpointed before it replaces the database anyway, and
+#: a copy that fails is thrown away, so the WAL's crash safety protected nothing. No fsync by DuckDB:
+#: :func:`updating` syncs the finished copy once before the rename (the only moment its bytes must be on disk).
+_HOST_SETTINGS = ("SET checkpoint_threshold = '0KB'", "SET auto_checkpoint_skip_wal_threshold = 0",
                   "SET fsync_mode = 'NONE'")
 
 
-def _host() -> duckdb.DuckDBPyConnection:
-    """This thread's in-memory DuckDB, to which each load attaches its copy of the database.
-
-    Starting a DuckDB instance costs about 30 ms of CPU and an ATTACH about 3 ms, so one
-    instance per thread serves every load of a process (a collect called once per file).
-    """
-    con, pid = getattr(_HOSTS, "con", None), getattr(_HOSTS, "pid", None)
-    if con is None or pid != os.getpid():  # a forked child never uses its parent's instance
-        con, _HOSTS.pid = duckdb.connect(), os.getpid()
-        for setting in _HOST_SETTINGS:
-            con.execute(setting)
-        _HOSTS.con = con
-    return con
-
-
-def _release(con: duckdb.DuckDBPyConnection, checkpointed: bool = False, only_the_copy: bool = False) -> None:
-    """Undo what a load left on the host: an open transaction, temp tables, every attached database.
-
-    Detaching closes the database files, so the copy can be renamed or removed; if the host
-    cannot be cleaned, it is dropped and the next load starts a new one. After a successful
-    checkpoint (``checkpointed``) of a load that committed, attached nothing else and made no
-    temp table (``only_the_copy``: a collect), only the copy is detached, without looking for the rest.
-    """
-    try:
-        if checkpointed and only_the_copy:
-            con.execute("USE memory")
-            con.execute(f"DETACH {_TARGET}")
-            return
-        with contextlib.suppress(duckdb.Error):
-            con.execute("ROLLBACK")
-        con.execute("USE memory")
-        for kind, name in con.execute(
-                "SELECT 'table', table_name FROM duckdb_tables() WHERE database_name = 'temp' UNION ALL "
-                "SELECT 'database', database_name FROM duckdb_databases() WHERE NOT internal AND database_name <> 'memory' "
-                "ORDER BY 1 DESC").fetchall():
-            con.execute(f"DROP TABLE temp.main.{name}" if kind == "table" else f'DETACH "{name}"')
-    except duckdb.Error:
-        _HOSTS.con = None
-        con.close()
-
-
-#: The files this process wrote by :func:`updating` (path -> :func:`_signature` after the rename), and of
-#: those the ones whose layout :func:`collect` brought to this code's (``upgrade`` ran in that load).
-_WRITTEN: dict[str, tuple[int, ...]] = {}
-_CURRENT: dict[str, tuple[int, ...]] = {}
-
-
-def _signature(db: Path) -> tuple[int, ...] | None:
-    """Device, inode, size and modification time of ``db``: any other writer changes at least one."""
-    try:
-        st = os.stat(db)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _wrote_it(table: dict[str, tuple[int, ...]], db: Path) -> bool:
-    """Whether ``db`` is, unchanged, a file this process wrote (and recorded in ``table``)."""
-    found = table.get(str(db.absolute()))
-    return found is not None and found == _signature(db)
-
-
 @contextlib.contextmanager
-def updating(db: Path, only_the_copy: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to a private copy of ``db``, taken under the lock; it replaces ``db`` only if the block succeeds.
 
     The caller runs its transaction on the connection (the copy is its current database);
-    on any exception the copy is thrown away and ``db`` stays byte-for-byte as it was.
-    A database this process wrote itself and nobody changed since (same inode, size and
-    modification time) is not checked again (:func:`check_database`): loading files one
-    call at a time paid that catalog query on every call. ``only_the_copy``: the block attaches
-    no other database and makes no temp table (a collect), so after it succeeds only the copy
-    is detached; after a failure everything is cleaned up all the same.
+    on any exception the copy is thrown away and ``db`` stays byte-for-byte as it was. Each call
+    opens its own in-memory DuckDB and closes it, which detaches the copy and drops whatever the block left.
     """
     with exclusive_lock(db):
         fd, tmp_name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
@@ -401,25 +330,20 @@ def updating(db: Path, only_the_copy: bool = False) -> Iterator[duckdb.DuckDBPyC
                 shutil.copy2(db, tmp)
             else:
                 tmp.unlink()
-            con = _host()
-            try:
-                con.execute(f"ATTACH '{str(tmp).replace(chr(39), chr(39) * 2)}' AS {_TARGET}")
-            except duckdb.Error as exc:
-                _release(con)
-                raise UserError(f"{db}: cannot be opened by DuckDB {duckdb.__version__}: {str(exc).splitlines()[0]}") from None
-            checkpointed = False
-            try:
+            with duckdb.connect() as con:
+                for setting in _HOST_SETTINGS:
+                    con.execute(setting)
+                try:
+                    con.execute(f"ATTACH '{str(tmp).replace(chr(39), chr(39) * 2)}' AS {_TARGET}")
+                except duckdb.Error as exc:
+                    raise UserError(f"{db}: cannot be opened by DuckDB {duckdb.__version__}: "
+                                    f"{str(exc).splitlines()[0]}") from None
                 con.execute(f"USE {_TARGET}")
-                if not _wrote_it(_WRITTEN, db):
-                    check_database(con, db)
+                check_database(con, db)
                 yield con
                 con.execute(f"CHECKPOINT {_TARGET}")
-                checkpointed = True
-            finally:
-                _release(con, checkpointed, only_the_copy)
             _sync(tmp)
             os.replace(tmp, db)
-            _WRITTEN[str(db.absolute())] = _signature(db)  # type: ignore[assignment]
         finally:
             tmp.unlink(missing_ok=True)
             Path(str(tmp) + ".wal").unlink(missing_ok=True)
@@ -508,10 +432,9 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
     if errors:
         raise UserError(problem_report(errors))
     target = Path(db)
-    with updating(target, only_the_copy=True) as con:
+    with updating(target) as con:
         con.execute("BEGIN TRANSACTION")
-        if not _wrote_it(_CURRENT, target):  # a database this process upgraded and nobody changed since is current already
-            upgrade(con)
+        upgrade(con)
         stored = stored_keys(con, "runs", "run_id", set(frames["runs"].column("run_id").to_pylist()), "content_digest")
         clashes = conflicts(con, frames["runs"], run_paths, target, stored)
         if len(clashes) == 1:
@@ -520,7 +443,6 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
             raise UserError(problem_report(clashes))
         counts = _load(con, frames, {"run_id": {row[0] for row in stored}})
         con.execute("COMMIT")
-    _CURRENT[str(target.absolute())] = _WRITTEN[str(target.absolute())]
     summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
                "skipped_runs": counts["skipped_runs"], "new_topologies": counts["new_topologies"],
                "skipped_topologies": counts["skipped_topologies"], "rows": {t: int(len(df)) for t, df in frames.items()}}

@@ -7,10 +7,6 @@ bandwidths the same way, so both check them with the functions here.
 
 from __future__ import annotations
 
-import math
-import re
-from datetime import datetime
-
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
@@ -26,36 +22,6 @@ def valid(series: pd.Series) -> pd.Series:
     """Where a column holds a positive finite number (what its own checks demand of a size or time)."""
     values = pd.to_numeric(series, errors="coerce").astype("float64")
     return pd.Series(np.isfinite(values) & (values > 0), index=series.index)
-
-
-def finite_number(value: int | float) -> bool:
-    """:meth:`_Table.finite` on one plain ``int`` or ``float`` value: not infinite.
-
-    :mod:`shardscope.results.rowcheck` checks a numeric column's values with it instead of
-    building a pandas Series per column; on an int64 or float64 column the two agree (an
-    int64 is never infinite as a float64, NaN is a null and not checked).
-    """
-    return not math.isinf(value)
-
-
-#: The ISO 8601 times :func:`iso_time_text` answers for (seconds, optional fraction, optional offset).
-_ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})?")
-
-
-def iso_time_text(value: str) -> bool:
-    """Whether ``value`` is a time the ``iso_time`` checks (runs.measured_at, doctor_findings.checked_at) surely accept.
-
-    Those checks parse with ``pd.to_datetime(..., format="ISO8601")``. This answers only for
-    the common form ``2026-11-29T00:00:00[.ffffff][+00:00|Z]`` of a real date and time in
-    years 1700-2200 (inside pandas' range, whatever the offset): any other text is False
-    here and goes to the pandas check, which judges it.
-    """
-    if not _ISO_TIME.fullmatch(value):
-        return False
-    try:
-        return 1700 <= datetime.fromisoformat(value).year <= 2200
-    except ValueError:
-        return False
 
 
 def algbw_matches(df: pd.DataFrame, rtol: float = BANDWIDTH_RTOL) -> pd.Series:
