@@ -85,6 +85,12 @@ PER_MICRO_BATCH: dict[str, tuple[bool, bool]] = {s: f.per_micro_batch for s, f i
 BF16_STATE_STRATEGIES = tuple(s for s, f in STRATEGY_FACTS.items() if f.bf16_optimizer_states)
 
 
+def uses_deepspeed(strategy: str) -> bool:
+    """Whether DeepSpeed runs ``strategy`` (False for a name the table does not know)."""
+    facts = STRATEGY_FACTS.get(strategy)
+    return facts is not None and facts.framework == "deepspeed"
+
+
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of a dtype name (:data:`DTYPE_BYTES`)."""
     return DTYPE_BYTES[dtype]

@@ -75,6 +75,7 @@ from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import STRATEGIES
 from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 # DeepSpeed's stage3_max_reuse_distance: a model smaller than it stays gathered from forward to backward
+from shardscope.contracts.strategies import SHARDED, uses_deepspeed
 from shardscope.contracts.strategies import ZERO3_MAX_REUSE_ELEMENTS as DEEPSPEED_REUSE_DISTANCE
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
@@ -532,14 +533,14 @@ def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states:
 
 
 def _optim_sharded(strategy: str) -> bool:
-    return strategy not in ("ddp", "zero0")
+    return SHARDED[strategy][2]
 
 
 def _keeps_master(strategy: str, dtype: str, states: str) -> bool:
     """Whether the optimizer holds a master copy apart from the parameters (DeepSpeed always; the paper in bf16)."""
     if states == "paper":
         return dtype == "bfloat16"
-    return strategy.startswith("zero")
+    return uses_deepspeed(strategy)
 
 
 def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, states: str = "implementation",

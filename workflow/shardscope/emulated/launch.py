@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from shardscope.contracts.strategies import uses_deepspeed
 from shardscope.emulated import netns
 from shardscope.emulated.fabric import DEFAULT_SUBNET, HOST_IFACE, EmulatedFabric, check_subnet
 from shardscope.emulated.presets import FabricPreset, host_name
@@ -195,7 +196,7 @@ def run_training(job: EmulatedJob, worker_args: list[str], job_doc: dict[str, An
 
     _prepare(job, out, log_path)
     with open(log_path, "a", encoding="utf-8") as log:
-        if str(job_doc.get("strategy", "")).startswith("zero"):
+        if uses_deepspeed(str(job_doc.get("strategy", ""))):
             prebuild_deepspeed_cpu_ops(log)  # before the fabric is up: no rank races to JIT-build it
         with EmulatedFabric(job.preset, job.prefix, job.subnet) as fabric:
             log.write(f"shardscope: fabric {job.fabric_label} up: {fabric.describe()}\n")

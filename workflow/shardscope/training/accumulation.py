@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from shardscope.contracts.strategies import uses_deepspeed
+
 #: How each framework accumulates (the ``settings.accumulation`` of a result).
 METHODS = {
     "ddp": "no_sync on all but the last micro-batch: one gradient all-reduce per optimizer step",
@@ -44,7 +46,7 @@ def check_grad_accum(value: Any) -> int:
 
 
 def _family(strategy: str) -> str:
-    return "deepspeed" if strategy.startswith("zero") else "ddp" if strategy == "ddp" else "fsdp"
+    return "deepspeed" if uses_deepspeed(strategy) else "ddp" if strategy == "ddp" else "fsdp"
 
 
 def accumulating(prepared: Any, grad_accum: int) -> Any:
