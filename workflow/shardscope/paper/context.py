@@ -19,6 +19,7 @@ import pandas as pd
 
 from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.errors import UserError
+from shardscope.fileio import loads_bounded
 from shardscope.results import queries
 from shardscope.figures.captions import answer_ranking, ties_with
 from shardscope.figures.plots import FIGURES
@@ -56,7 +57,7 @@ def figure_index(figures_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any
     path = Path(figures_dir) / "figures.json"
     if not path.exists():
         raise UserError(f"{path}: figure index not found; run `shardscope figures` first")
-    return {entry["name"]: entry for entry in json.loads(path.read_text(encoding="utf-8"))["figures"]}
+    return {entry["name"]: entry for entry in loads_bounded(path.read_text(encoding="utf-8"), path)["figures"]}
 
 
 def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> str:

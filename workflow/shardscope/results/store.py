@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -27,7 +28,7 @@ import pandas as pd
 import pandera.errors
 
 from shardscope.errors import UserError
-from shardscope.fileio import atomic_write_json, read_json
+from shardscope.fileio import atomic_write_json, loads_bounded, read_input_bytes
 from shardscope.results.ddl import ddl, schema_problems, upgrade  # noqa: F401  (ddl: part of this module's API)
 from shardscope.results.documents import consistency_errors, document_kind, same_run_digest, tables_from_document
 from shardscope.results.documents_derived import link_judged_runs
@@ -43,16 +44,53 @@ _UNIQUENESS_CHECKS = ("multiple_fields_uniqueness", "field_uniqueness")
 _TARGET = "shardscope_target"
 
 
+#: The most rows (items of all the lists together) one input document may hold, checked before its shape: more
+#: than any one job writes. A collectives job writes a row per message size (sizes double, so under 64 per op between
+#: 1 B and 2^63 B) for a few ops; a training job a row per timed step and per rank (a few thousand steps, ranks up to
+#: the GPU count); a topology.json a link per GPU pair, and its 4 MiB limit holds under 100,000 links. A file of
+#: 10^7 empty rows took collect to 23 GB before this bound.
+MAX_DOCUMENT_ROWS = 100_000
+
+
 def read_document(path: str) -> Any:
-    """The JSON in ``path``; UserError for a missing, unreadable, binary or malformed file."""
+    """The JSON in ``path``; UserError for a missing, unreadable, binary, malformed, too large or too deep file.
+
+    Over :data:`~shardscope.fileio.DEFAULT_MAX_INPUT_MIB` is refused before reading, more than
+    four times :data:`MAX_DOCUMENT_ROWS` brackets (counted before parsing) or more than it list items
+    (after) before any row is built.
+    """
     if Path(path).is_dir():
         raise UserError(f"{path}: is a directory; expected a result JSON file")
     try:
-        return read_json(path)
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file; expected a result JSON file") from None
+        data = read_input_bytes(path, what="a result JSON file")
     except PermissionError:
         raise UserError(f"{path}: cannot be read (permission denied)") from None
+    too_many = UserError(f"{path}: holds more than {MAX_DOCUMENT_ROWS:,} rows; no job writes that many "
+                         f"(expected one job's result or a topology.json)")
+    if data.count(b"{") + data.count(b"[") > 4 * MAX_DOCUMENT_ROWS:  # an over-count (brackets in strings too)
+        raise too_many
+    try:
+        doc = loads_bounded(data.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file; expected a result JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if _list_items(doc) > MAX_DOCUMENT_ROWS:
+        raise too_many
+    return doc
+
+
+def _list_items(doc: Any) -> int:
+    """Items of every list in ``doc`` together (its nesting is bounded already)."""
+    count, stack = 0, [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            count += len(value)
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+    return count
 
 
 def describe(exc: pandera.errors.SchemaErrors, where: str, table: str, frame: pd.DataFrame | None = None) -> list[str]:
