@@ -29,4 +29,5 @@ rule predictions:
     params:
         shardscope=SHARDSCOPE,
     shell:
-        "{params.shardscope} predict plan --topology {input.topology} --plan {input.plan} --out {output.json} > {log} 2>&1"
+        "{params.shardscope} predict plan --topology {input.topology:q} --plan {input.plan:q} --out"
+        " {output.json:q} > {log:q} 2>&1"
