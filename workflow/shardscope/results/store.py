@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -429,6 +430,7 @@ def updating(db: Path, only_the_copy: bool = False) -> Iterator[duckdb.DuckDBPyC
     is detached; after a failure everything is cleaned up all the same.
     """
     with exclusive_lock(db):
+        remove_leftover_copies(db)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
         os.close(fd)
         tmp = Path(tmp_name)
@@ -461,6 +463,22 @@ def updating(db: Path, only_the_copy: bool = False) -> Iterator[duckdb.DuckDBPyC
         finally:
             tmp.unlink(missing_ok=True)
             Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+
+def remove_leftover_copies(db: Path) -> list[Path]:
+    """Remove the private copies of ``db`` (and their WAL files) that killed loads left beside it; the paths removed.
+
+    Called by :func:`updating` while it holds the lock, so no other writer is using one: a copy is
+    ``.<db name>.<8 characters of mkstemp>.tmp``, and only files named exactly so are touched. Each
+    is a whole copy of the database, so four killed collects of a 1 GB database left 4 GB.
+    """
+    pattern = re.compile(rf"\.{re.escape(db.name)}\.[a-z0-9_]{{8}}\.tmp(\.wal)?")
+    removed = []
+    for entry in db.parent.iterdir():
+        if pattern.fullmatch(entry.name) and entry.is_file():
+            entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
 
 
 def _sync(path: Path) -> None:
@@ -546,24 +564,35 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
     if errors:
         raise UserError(problem_report(errors))
     target = Path(db)
-    with updating(target, only_the_copy=True) as con:
-        con.execute("BEGIN TRANSACTION")
-        if not _wrote_it(_CURRENT, target):  # a database this process upgraded and nobody changed since is current already
-            upgrade(con)
-        stored = stored_keys(con, "runs", "run_id", set(frames["runs"].column("run_id").to_pylist()), "content_digest")
-        clashes = conflicts(con, frames["runs"], run_paths, target, stored)
-        if len(clashes) == 1:
-            raise UserError(clashes[0] + "; nothing was loaded")
-        if clashes:
-            raise UserError(problem_report(clashes))
-        counts = _load(con, frames, {"run_id": {row[0] for row in stored}})
-        con.execute("COMMIT")
+    manifest_written = False
+    try:
+        with updating(target, only_the_copy=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            if not _wrote_it(_CURRENT, target):  # a database this process upgraded and nobody changed since is current
+                upgrade(con)
+            incoming = set(frames["runs"].column("run_id").to_pylist())
+            stored = stored_keys(con, "runs", "run_id", incoming, "content_digest")
+            clashes = conflicts(con, frames["runs"], run_paths, target, stored)
+            if len(clashes) == 1:
+                raise UserError(clashes[0] + "; nothing was loaded")
+            if clashes:
+                raise UserError(problem_report(clashes))
+            counts = _load(con, frames, {"run_id": {row[0] for row in stored}})
+            con.execute("COMMIT")
+            summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
+                       "skipped_runs": counts["skipped_runs"], "new_topologies": counts["new_topologies"],
+                       "skipped_topologies": counts["skipped_topologies"],
+                       "rows": {t: int(len(df)) for t, df in frames.items()}}
+            # Written before the copy replaces the database: a manifest that cannot be written (a full disk) fails the
+            # load with the database as it was; if the replacement fails after it, the manifest is removed again.
+            if manifest:
+                atomic_write_json(manifest, summary)
+                manifest_written = True
+    except BaseException:
+        if manifest and manifest_written:
+            Path(manifest).unlink(missing_ok=True)
+        raise
     _CURRENT[str(target.absolute())] = _WRITTEN[str(target.absolute())]
-    summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
-               "skipped_runs": counts["skipped_runs"], "new_topologies": counts["new_topologies"],
-               "skipped_topologies": counts["skipped_topologies"], "rows": {t: int(len(df)) for t, df in frames.items()}}
-    if manifest:
-        atomic_write_json(manifest, summary)
     return summary
 
 
