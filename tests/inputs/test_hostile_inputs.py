@@ -59,7 +59,7 @@ def test_collect_refuses_more_rows_than_a_job_writes(row: str, tmp_path: Path,
     rows = tmp_path / "rows.json"
     rows.write_text('{"kind": "training", "steps": [' + ",".join([row] * (MAX_DOCUMENT_ROWS + 1)) + "]}")
     err = _one_sentence(capsys, READERS["collect"](rows, tmp_path))
-    assert "more than 100,000 rows" in err and not (tmp_path / "r.duckdb").exists()
+    assert f"more than {MAX_DOCUMENT_ROWS:,} rows" in err and not (tmp_path / "r.duckdb").exists()
 
 
 def test_collect_refuses_an_over_size_file_before_reading_it(tmp_path: Path,
