@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from pathlib import Path
 
 import duckdb
@@ -18,9 +19,9 @@ TEMPLATE = Path(__file__).resolve().parents[2] / "paper" / "report.md"
 
 
 def _text(html: str) -> str:
-    """The report's visible text: images dropped, tags removed, whitespace collapsed."""
+    """The report's visible text: images dropped, tags removed, entities read, whitespace collapsed."""
     html = re.sub(r'src="data:image/png;base64,[^"]+"', "", html)
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
 
 
 def test_report_is_one_self_contained_html_file_with_database_numbers(module_db, drawn, tmp_path):

@@ -154,6 +154,8 @@ def test_spec_files_are_rewritten_only_when_their_job_changes(config, cpu_topolo
     (lambda job: job.update(kind="magic"), "'kind' is 'magic'"),
     (lambda job: job.update(env={"NCCL_P2P_DISABLE": 1}), "'env'"),
     (lambda job: job.update(nproc_per_node=4), "'world_size' is 2; expected nodes x nproc_per_node"),
+    (lambda job: job["env"].update(LD_PRELOAD="/tmp/evil.so"), "'env.LD_PRELOAD' is not a variable the planner sets"),
+    (lambda job: job["env"].update(NCCL_NET_PLUGIN="evil"), "'env.NCCL_NET_PLUGIN' is not a variable the planner sets"),
 ])
 def test_a_hand_edited_job_is_refused_with_its_id_and_field(config, cpu_topology, edit, field):
     plan = make_plan(cpu_topology, config, BARE)
@@ -162,6 +164,21 @@ def test_a_hand_edited_job_is_refused_with_its_id_and_field(config, cpu_topology
     with pytest.raises(UserError) as caught:
         find_job(plan, job_id, "plan.json")
     assert str(caught.value).startswith(f"plan.json: job {job_id!r}: field ") and field in str(caught.value)
+
+
+def test_every_variable_the_planner_writes_is_allowed_in_a_job_env(config, cpu_topology):
+    from shardscope.contracts.jobs import PLANNED_ENV
+    from shardscope.plan.planner import DEVICE_ORDER_ENV, PCIE_TRANSPORT_ENV
+
+    assert {*DEVICE_ORDER_ENV, *PCIE_TRANSPORT_ENV} <= PLANNED_ENV
+
+
+def test_a_training_job_with_ld_preload_in_env_is_refused(config, cpu_topology):
+    plan = make_plan(cpu_topology, config, BARE)
+    job_id = plan["training"][0]["job_id"]
+    plan["training"][0]["env"] = {"LD_PRELOAD": "/tmp/evil.so"}
+    with pytest.raises(UserError, match=f"plan.json: job {job_id!r}: field 'env.LD_PRELOAD' is not a variable"):
+        find_job(plan, job_id, "plan.json")
 
 
 def test_spec_errors_name_the_field():

@@ -27,4 +27,4 @@ rule step_calibration:
         shardscope=SHARDSCOPE,
         db=DB,
     shell:
-        "{params.shardscope} calibrate-step --db {params.db} --store --json > {output.json} 2> {log}"
+        "{params.shardscope} calibrate-step --db {params.db:q} --store --json > {output.json:q} 2> {log:q}"

@@ -16,7 +16,7 @@ PLAN = f"{RESULTS}/plan/plan.json"
 #: One job's spec file, the job rules' input.
 JOB_SPEC = f"{RESULTS}/plan/jobs/{{job}}.json"
 #: The one command of every job rule; the rule adds --id, --out and --log.
-JOB_RUN = f"{SHARDSCOPE} job run --plan {PLAN}"
+JOB_RUN = f"{SHARDSCOPE} job run --plan {shlex.quote(PLAN)}"
 
 
 #: Input function of the collect rule: the nccl-tests peer results the planner planned ([] where it skipped them).
@@ -42,7 +42,7 @@ rule collective:
     params:
         run=JOB_RUN,
     shell:
-        "{params.run} --id {wildcards.job} --out {output} --log {log}"
+        "{params.run} --id {wildcards.job:q} --out {output:q} --log {log:q}"
 
 
 rule nccl_tests_peer:
@@ -65,6 +65,6 @@ rule nccl_tests_peer:
         run=JOB_RUN,
         shardscope=SHARDSCOPE,
     shell:
-        "{params.run} --id nccl-tests-ws{wildcards.n}-{wildcards.placement} --out {output.raw} --log {log}"
-        " && {params.shardscope} collectives import {output.raw} --placement {wildcards.placement}"
-        " --transport default --out {output.json}"
+        "{params.run} --id nccl-tests-ws{wildcards.n:q}-{wildcards.placement:q} --out {output.raw:q} --log {log:q}"
+        " && {params.shardscope} collectives import {output.raw:q} --placement {wildcards.placement:q}"
+        " --transport default --out {output.json:q}"

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +24,8 @@ def _python():
 
 
 PY = _python()
-SHARDSCOPE = f"{PY} -m shardscope"
-TORCHRUN = f"{PY} -m torch.distributed.run"
+SHARDSCOPE = f"{shlex.quote(PY)} -m shardscope"  # shell text: every value from outside is quoted
+TORCHRUN = f"{shlex.quote(PY)} -m torch.distributed.run"
 
 
 # Cheap bookkeeping rules run where Snakemake runs, also under the Slurm profile; the topology
@@ -89,7 +90,7 @@ def topology_args():
     saved = config["topology"].get("file")
     if PROBE_NODES:
         return f"--nodes {CLUSTER_NODES}"
-    return f"parse {saved}" if saved else "detect"
+    return f"parse {shlex.quote(str(saved))}" if saved else "detect"
 
 
 def topology_command():

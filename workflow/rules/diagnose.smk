@@ -38,7 +38,8 @@ rule verdicts:
     params:
         shardscope=SHARDSCOPE,
     shell:
-        "{params.shardscope} verdict {input.results} --topology {input.topology} --out {output.json} > {log} 2>&1"
+        "{params.shardscope} verdict {input.results:q} --topology {input.topology:q} --out {output.json:q} >"
+        " {log:q} 2>&1"
 
 
 rule nccl_tests_verdicts:
@@ -54,7 +55,8 @@ rule nccl_tests_verdicts:
     params:
         shardscope=SHARDSCOPE,
     shell:
-        "{params.shardscope} verdict {input.results} --topology {input.topology} --out {output.json} > {log} 2>&1"
+        "{params.shardscope} verdict {input.results:q} --topology {input.topology:q} --out {output.json:q} >"
+        " {log:q} 2>&1"
 
 
 rule doctor:
@@ -71,4 +73,4 @@ rule doctor:
     params:
         shardscope=SHARDSCOPE,
     shell:
-        "{params.shardscope} doctor --no-peer-check --topology {input.topology} --out {output.json} > {log} 2>&1"
+        "{params.shardscope} doctor --no-peer-check --topology {input.topology:q} --out {output.json:q} > {log:q} 2>&1"

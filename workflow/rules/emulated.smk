@@ -21,7 +21,9 @@ rule emulated_collective:
         dtype=config["collectives"]["dtype"],
         check="--check" if config["collectives"].get("check", True) else "",
     shell:
-        "{params.py} -m shardscope.emulated collectives --preset {wildcards.preset}"
-        " --placement {wildcards.placement} --op {wildcards.op} --config-json {params.section:q} --dtype {params.dtype}"
+        "{params.py:q} -m shardscope.emulated collectives --preset {wildcards.preset:q}"
+        " --placement {wildcards.placement:q} --op {wildcards.op:q} --config-json {params.section:q} --dtype"
+        " {params.dtype:q}"
         " -b {params.sweep[min_bytes]} -e {params.sweep[max_bytes]} -f {params.sweep[factor]}"
-        " -w {params.sweep[warmup]} -n {params.sweep[iters]} {params.check} --out {output} --log {log} >> {log} 2>&1"
+        " -w {params.sweep[warmup]} -n {params.sweep[iters]} {params.check} --out {output:q} --log {log:q}"
+        " >> {log:q} 2>&1"

@@ -64,7 +64,8 @@ rule figures:
         db=DB,
         out=lambda wildcards, output: os.path.dirname(output.index),
     shell:
-        "{params.shardscope} figures --db {params.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
+        "{params.shardscope} figures --db {params.db:q} --reference-db {input.reference:q} --out"
+        " {params.out:q} > {log:q} 2>&1"
 
 
 rule figures_from_db:
@@ -82,4 +83,5 @@ rule figures_from_db:
         shardscope=SHARDSCOPE,
         out=FIGURES_DIR,
     shell:
-        "{params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
+        "{params.shardscope} figures --db {input.db:q} --reference-db {input.reference:q} --out"
+        " {params.out:q} > {log:q} 2>&1"

@@ -32,8 +32,8 @@ rule paper:
         db=DB,
         figures=lambda wildcards, input: os.path.dirname(input.index),
     shell:
-        "{params.shardscope} paper --db {params.db} --reference-db {input.reference} --figures {params.figures}"
-        " --source {input.template} --out {output.html} > {log} 2>&1"
+        "{params.shardscope} paper --db {params.db:q} --reference-db {input.reference:q} --figures {params.figures:q}"
+        " --source {input.template:q} --out {output.html:q} > {log:q} 2>&1"
 
 
 rule paper_from_db:
@@ -50,6 +50,7 @@ rule paper_from_db:
         figures=FIGURES_DIR,
         html=PAPER_HTML,
     shell:
-        "( {params.shardscope} figures --db {input.db} --reference-db {input.reference} --out {params.figures}"
-        " && {params.shardscope} paper --db {input.db} --reference-db {input.reference} --figures {params.figures}"
-        " --source {input.template} --out {params.html} ) > {log} 2>&1"
+        "( {params.shardscope} figures --db {input.db:q} --reference-db {input.reference:q} --out {params.figures:q}"
+        " && {params.shardscope} paper --db {input.db:q} --reference-db {input.reference:q} --figures"
+        " {params.figures:q}"
+        " --source {input.template:q} --out {params.html:q} ) > {log:q} 2>&1"

@@ -35,7 +35,8 @@ rule predictions:
     params:
         shardscope=SHARDSCOPE,
     shell:
-        "{params.shardscope} predict plan --topology {input.topology} --plan {input.plan} --out {output.json} > {log} 2>&1"
+        "{params.shardscope} predict plan --topology {input.topology:q} --plan {input.plan:q} --out"
+        " {output.json:q} > {log:q} 2>&1"
 
 
 rule run_predictions:
@@ -52,4 +53,5 @@ rule run_predictions:
     params:
         shardscope=SHARDSCOPE,
     shell:
-        "{params.shardscope} predict runs --out {output.json} {input.training} {input.best} {input.emulated} > {log} 2>&1"
+        "{params.shardscope} predict runs --out {output.json:q} {input.training:q} {input.best:q} {input.emulated:q}"
+        " > {log:q} 2>&1"

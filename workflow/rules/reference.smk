@@ -64,5 +64,5 @@ rule reference:
         source=lambda wildcards, input: os.path.dirname(input.manifest),
         docs=lambda wildcards, output: os.path.dirname(output.db),
     shell:
-        "{params.shardscope} reference --db {output.db} --docs {params.docs} --source {params.source:q}"
-        " --manifest {output.manifest} > {log} 2>&1"
+        "{params.shardscope} reference --db {output.db:q} --docs {params.docs:q} --source {params.source:q}"
+        " --manifest {output.manifest:q} > {log:q} 2>&1"

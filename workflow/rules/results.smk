@@ -24,6 +24,7 @@ rule collect:
         shardscope=SHARDSCOPE,
         db=DB,
     shell:
-        "{params.shardscope} collect --db {params.db} --manifest {output.manifest}"
-        " {input.topology} {input.collectives} {input.training} {input.search} {input.best} {input.emulated} {input.peers}"
-        " {input.predictions} {input.run_predictions} {input.diagnose} > {log} 2>&1"
+        "{params.shardscope} collect --db {params.db:q} --manifest {output.manifest:q}"
+        " {input.topology:q} {input.collectives:q} {input.training:q} {input.search:q} {input.best:q}"
+        " {input.emulated:q} {input.peers:q}"
+        " {input.predictions:q} {input.run_predictions:q} {input.diagnose:q} > {log:q} 2>&1"

@@ -14,8 +14,8 @@ checkpoint topology:
     shell:
         # topology.json plus raw/ (the probe text) beside it -- and, across nodes, nodes/<node>/
         # with each node's own; the log ends with a human summary.
-        f"{{params.shardscope}} {topology_command()} {{params.how}} --out {{output.json}} 2> {{log}}"
-        " && {params.shardscope} topology show {output.json} >> {log} 2>&1"
+        f"{{params.shardscope}} {topology_command()} {{params.how}} --out {{output.json:q}} 2> {{log:q}}"
+        " && {params.shardscope} topology show {output.json:q} >> {log:q} 2>&1"
 
 
 from shardscope.plan.planner import planner_config
@@ -38,5 +38,5 @@ checkpoint plan:
         config=json.dumps(planner_config(config), sort_keys=True),
         jobs=f"{RESULTS}/plan/jobs",
     shell:
-        "{params.shardscope} plan --topology {input.topology} --config-json {params.config:q} --out {output.json}"
-        " --jobs-dir {params.jobs} 2> {log}"
+        "{params.shardscope} plan --topology {input.topology:q} --config-json {params.config:q} --out {output.json:q}"
+        " --jobs-dir {params.jobs:q} 2> {log:q}"

@@ -25,7 +25,7 @@ rule train:
     params:
         run=JOB_RUN,
     shell:
-        "{params.run} --id {wildcards.job} --out {output} --log {log}"
+        "{params.run} --id {wildcards.job:q} --out {output:q} --log {log:q}"
 
 
 rule microbatch_search:
@@ -53,8 +53,9 @@ rule microbatch_search:
         trials=f"{RESULTS}/search/trials",
         entry=lambda wildcards: search_entry_text(wildcards.job),
     shell:
-        "{params.py} -m shardscope.training.search search --plan {params.plan} --id {wildcards.job} --out {output}"
-        " --trials {params.trials} --log {log} >> {log} 2>&1"
+        "{params.py:q} -m shardscope.training.search search --plan {params.plan:q} --id {wildcards.job:q}"
+        " --out {output:q}"
+        " --trials {params.trials:q} --log {log:q} >> {log:q} 2>&1"
 
 
 rule train_best:
@@ -82,5 +83,6 @@ rule train_best:
         plan=PLAN,
         entry=lambda wildcards: best_entry_text(wildcards.job),
     shell:
-        "{params.py} -m shardscope.training.search best --plan {params.plan} --id {wildcards.job} --search {input.search}"
-        " --out {output} --log {log} >> {log} 2>&1"
+        "{params.py:q} -m shardscope.training.search best --plan {params.plan:q} --id {wildcards.job:q}"
+        " --search {input.search:q}"
+        " --out {output:q} --log {log:q} >> {log:q} 2>&1"

@@ -8,7 +8,9 @@ keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -114,3 +116,43 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"shardscope: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a full disk, a read-only or forbidden path: the machine's state, not a bug
+        sentence = storage_problem(exc)
+        if sentence is None:
+            raise
+        print(f"shardscope: error: {sentence}", file=sys.stderr)
+        return 2
+
+
+#: errno -> what it means for the user, for the failures of the machine's storage (not of shardscope).
+STORAGE_ERRORS = {
+    errno.ENOSPC: "no space left on the device; free some space and run the command again",
+    errno.EDQUOT: "the disk quota is exceeded; free some space and run the command again",
+    errno.EROFS: "the file system is read-only; choose a writable path",
+    errno.EACCES: "permission denied; choose a path this user may write, or fix its permissions",
+    errno.EPERM: "operation not permitted; choose a path this user may write, or fix its permissions",
+}
+#: The same failures as DuckDB words them (it raises its own IOException, not OSError).
+_DUCKDB_WORDS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                 "Read-only file system": errno.EROFS, "Permission denied": errno.EACCES}
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """One sentence naming the path and the storage failure behind ``exc``, or None when it is not one.
+
+    An OSError with one of :data:`STORAGE_ERRORS`, or DuckDB's IOException with the same words; the
+    cause chain is searched too (an error raised while handling one).
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in STORAGE_ERRORS:
+            where = seen.filename or "a file"
+            return f"{where}: {STORAGE_ERRORS[seen.errno]}"
+        if "duckdb" in type(seen).__module__:
+            message = str(seen)
+            for words, code in _DUCKDB_WORDS.items():
+                if words in message:
+                    path = re.search(r'file "([^"]+)"', message)
+                    return f"{path.group(1) if path else 'the database'}: {STORAGE_ERRORS[code]}"
+        seen = seen.__cause__ or seen.__context__
+    return None

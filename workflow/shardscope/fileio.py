@@ -34,8 +34,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a write on a full disk names no file: name the target
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
         raise
     return target
 
@@ -84,11 +86,40 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return atomic_write_text(path, dump_json(obj))
 
 
+#: The deepest nesting any reader accepts in a JSON document: ours nest under ten levels (plan.json, results,
+#: topology.json); a document nested deeper is not one of them, and 100,000 levels stopped Python's parser with a traceback.
+MAX_JSON_DEPTH = 64
+
+
+def loads_bounded(text: str | bytes, where: str | os.PathLike[str]) -> Any:
+    """``json.loads(text)``, refusing (one UserError naming ``where``) a document nested over :data:`MAX_JSON_DEPTH` levels.
+
+    Every reader of JSON goes through here. A malformed document still raises ``json.JSONDecodeError``,
+    so that each caller keeps its own sentence for it.
+    """
+    too_deep = UserError(f"{where}: JSON nested more than {MAX_JSON_DEPTH} levels deep; expected a shardscope or "
+                         f"nccl-tests document (they nest under ten)")
+    try:
+        doc = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise too_deep
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, dict | list))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, dict | list))
+    return doc
+
+
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Read a JSON file, turning a missing or malformed file into one clear UserError."""
+    """Read a JSON file, turning a missing, malformed or too deeply nested file into one clear UserError."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            return loads_bounded(handle.read(), path)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
     except json.JSONDecodeError as exc:

@@ -41,7 +41,7 @@ from typing import Any, Literal
 from shardscope.contracts.factors import OPS, algbw_gbps, busbw_factor, busbw_gbps
 from shardscope.collectives.world_size import ranks_from_command, ranks_from_ratio
 from shardscope.errors import UserError
-from shardscope.fileio import read_input_text
+from shardscope.fileio import loads_bounded, read_input_text
 
 Generation = Literal[1, 2, 3, "json"]
 
@@ -517,7 +517,7 @@ def _avg_busbw(lines: list[str]) -> float | None:
 def _parse_json(text: str, source_name: str, world_size: int | None = None, op: str | None = None) -> NcclTestsResult:
     """Parse the JSON file that ``-J FILE`` makes nccl-tests write."""
     try:
-        document = json.loads(text)
+        document = loads_bounded(text, source_name)
     except json.JSONDecodeError as exc:
         raise UserError(
             f"{source_name}: is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "

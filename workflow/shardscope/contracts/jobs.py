@@ -91,6 +91,10 @@ class Ranks:
     def __post_init__(self) -> None:
         if not self.job_id or "/" in self.job_id:
             raise SpecError("job_id", f"is {self.job_id!r}; expected a file-name-safe id")
+        foreign = sorted(set(self.env) - PLANNED_ENV)
+        if foreign:
+            raise SpecError(f"env.{foreign[0]}", "is not a variable the planner sets; expected only "
+                                                 f"{', '.join(sorted(PLANNED_ENV))} (a plan's env reaches every rank)")
         for name in ("world_size", "nodes", "nproc_per_node"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"is {getattr(self, name)}; expected at least 1")
@@ -104,6 +108,13 @@ class Ranks:
         if self.cuda_visible_devices:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         return env
+
+
+#: The only variables a job's ``env`` may set: those the planner writes (``plan.planner``: GPU numbering, the
+#: PCIe transport's NCCL knobs) and the GPU and thread counts a launcher sets. A hand-edited plan that sets
+#: anything else (``LD_PRELOAD``, ``PYTHONPATH``, an NCCL plugin) is refused where its specs are read.
+PLANNED_ENV = frozenset({"CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE",
+                         "OMP_NUM_THREADS"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -123,17 +123,25 @@ class Machine:
     def cut_gbps(self, side: Iterable[int], other: Iterable[int], use_nvlink: bool = True) -> tuple[float, str]:
         """(capacity in GB/s from ``side`` to ``other``, ``"nvlink"`` or ``"pcie"``) — see the module docstring."""
         a_side, b_side = list(side), list(other)
+        index = _pair_index(self, a_side + b_side)
         if use_nvlink:
             if self.fabric == "nvswitch":
                 nv = min(sum(self.switch_gbps[g] for g in a_side), sum(self.switch_gbps[g] for g in b_side))
+            elif index is not None:
+                nv = index.nvlink_across(a_side, b_side)
             else:
                 nv = sum(self.nv(a, b) for a in a_side for b in b_side)
             if nv > 0:
                 return nv, "nvlink"
-        codes = [self.code(a, b) for a in a_side for b in b_side]
-        factor = INTEL_P2P_FACTOR if self.intel_cpu and all(c in _THROUGH_CPU for c in codes) else 1.0
+        if index is not None:
+            through_cpu, all_sys = index.codes_all_in(a_side, b_side, _THROUGH_CPU), index.codes_all_in(
+                a_side, b_side, ("SYS", "SOC"))
+        else:
+            codes = [self.code(a, b) for a in a_side for b in b_side]
+            through_cpu, all_sys = all(c in _THROUGH_CPU for c in codes), bool(codes) and all(c in ("SYS", "SOC") for c in codes)
+        factor = INTEL_P2P_FACTOR if self.intel_cpu and through_cpu else 1.0
         capacity = factor * min(sum(self.pcie_gbps[g] for g in a_side), sum(self.pcie_gbps[g] for g in b_side))
-        if codes and all(c in ("SYS", "SOC") for c in codes):
+        if all_sys:
             capacity = min(capacity, self.inter_socket_gbps)
         return capacity, "pcie"
 
@@ -228,7 +236,12 @@ def nvl_groups(machine: Machine, members: Sequence[int] | None = None) -> list[l
     nodes = list(members) if members is not None else list(machine.gpus)
     if machine.fabric == "nvswitch":
         return [sorted(nodes)]
-    neighbours = {g: {h for h in nodes if h != g and machine.nvlinked(g, h)} for g in nodes}
+    index = _pair_index(machine, nodes)
+    if index is not None:
+        inside = set(nodes)
+        neighbours = {g: {h for h in index.linked.get(g, {}) if h in inside and h != g} for g in nodes}
+    else:
+        neighbours = {g: {h for h in nodes if h != g and machine.nvlinked(g, h)} for g in nodes}
     cliques: list[list[int]] = []
 
     def expand(r: set[int], p: set[int], x: set[int]) -> None:
@@ -249,6 +262,8 @@ def nvl_groups(machine: Machine, members: Sequence[int] | None = None) -> list[l
 def socket_groups(machine: Machine, members: Sequence[int] | None = None) -> list[list[int]]:
     """GPUs grouped by CPU socket: connected components of the pairs whose path is not ``SYS``."""
     nodes = list(members) if members is not None else list(machine.gpus)
+    index = _pair_index(machine, nodes)
+    near = index.same_socket(nodes, machine.fabric == "nvswitch") if index is not None else None
     groups: list[list[int]] = []
     seen: set[int] = set()
     for g in nodes:
@@ -259,12 +274,88 @@ def socket_groups(machine: Machine, members: Sequence[int] | None = None) -> lis
         while stack:
             v = stack.pop()
             group.append(v)
-            for h in nodes:
-                if h not in seen and (machine.nvlinked(v, h) or machine.code(v, h) not in ("SYS", "SOC")):
+            joined = near(v) if near is not None else (
+                h for h in nodes if machine.nvlinked(v, h) or machine.code(v, h) not in ("SYS", "SOC"))
+            for h in joined:
+                if h not in seen:
                     seen.add(h)
                     stack.append(h)
         groups.append(sorted(group))
     return groups
+
+
+class _PairIndex:
+    """A machine's pairwise values as arrays, so that a cut of n GPUs costs array work, not n² Python calls.
+
+    Built once per :class:`Machine` (cached in its ``__dict__``); plans of hundreds of GPUs ask for
+    thousands of cuts of large rings, which per-pair method calls made cubic in the GPU count.
+    """
+
+    def __init__(self, machine: Machine) -> None:
+        import numpy as np
+
+        self.position = {g: i for i, g in enumerate(machine.gpus)}
+        #: GPU -> {NVLinked GPU: effective GB/s}, both directions.
+        self.linked: dict[int, dict[int, float]] = {}
+        for (a, b), gbps in machine.nvlink_gbps.items():
+            if gbps > 0:
+                self.linked.setdefault(a, {})[b] = gbps
+                self.linked.setdefault(b, {})[a] = gbps
+        self.names = sorted({"NODE", "SYS", *machine.path_code.values()})
+        ids = {name: i for i, name in enumerate(self.names)}
+        numa = np.array([-1 if machine.numa.get(g) is None else machine.numa[g] for g in machine.gpus])
+        known = numa >= 0
+        across = known[:, None] & known[None, :] & (numa[:, None] != numa[None, :])
+        self.codes = np.where(across, ids["SYS"], ids["NODE"]).astype(np.int16)  # Machine.code's inference
+        for (a, b), code in machine.path_code.items():
+            if a in self.position and b in self.position:
+                i, j = self.position[a], self.position[b]
+                self.codes[i, j] = self.codes[j, i] = ids[code]
+        self._allowed: dict[tuple[str, ...], Any] = {}
+        self.nvlinked = np.zeros(self.codes.shape, dtype=bool)
+        for a, peers in self.linked.items():
+            if a in self.position:
+                self.nvlinked[self.position[a], [self.position[b] for b in peers if b in self.position]] = True
+
+    def nvlink_across(self, side: list[int], other: list[int]) -> float:
+        """Summed NVLink GB/s between ``side`` and ``other``, added in the order of the pairwise loop it replaces."""
+        at = {b: i for i, b in enumerate(other)}
+        total = 0.0
+        for a in side:
+            for _, gbps in sorted((at[b], gbps) for b, gbps in self.linked.get(a, {}).items() if b in at):
+                total += gbps
+        return total
+
+    def codes_all_in(self, side: list[int], other: list[int], allowed: tuple[str, ...]) -> bool:
+        """Whether every pair across the cut has a path code in ``allowed`` (False for an empty cut)."""
+        import numpy as np
+
+        if not side or not other:
+            return False
+        matrix = self._allowed.get(allowed)
+        if matrix is None:
+            matrix = self._allowed[allowed] = np.isin(self.codes, [i for i, name in enumerate(self.names) if name in allowed])
+        rows = matrix[[self.position[g] for g in side]]
+        return bool(rows[:, [self.position[g] for g in other]].all())
+
+    def same_socket(self, nodes: list[int], nvswitch: bool) -> Any:
+        """A function: the members of ``nodes`` joined to a GPU by NVLink or by a path other than ``SYS``/``SOC``."""
+        import numpy as np
+
+        at = np.array([self.position[g] for g in nodes], dtype=np.int64)
+        self.codes_all_in(nodes[:1], nodes[:1], ("SYS", "SOC"))  # builds the SYS/SOC matrix
+        far = self._allowed[("SYS", "SOC")][np.ix_(at, at)]
+        joined = ~far | (True if nvswitch else self.nvlinked[np.ix_(at, at)])
+        order = {g: i for i, g in enumerate(nodes)}
+        return lambda g: [nodes[j] for j in np.flatnonzero(joined[order[g]])]
+
+
+def _pair_index(machine: Machine, members: Iterable[int]) -> _PairIndex | None:
+    """The machine's :class:`_PairIndex` (built on first use), or None when a member is not one of its GPUs."""
+    index = machine.__dict__.get("_pair_index")
+    if index is None:
+        index = machine.__dict__.setdefault("_pair_index", _PairIndex(machine))
+    return index if all(g in index.position for g in members) else None
 
 
 def _nv_count(link: Mapping[str, Any]) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from shardscope.diagnose.sweep_summary import normalise_rows_noted
 from shardscope.errors import UserError
-from shardscope.fileio import read_input_text
+from shardscope.fileio import loads_bounded, read_input_text
 
 #: Size limit (MiB) for the files ``shardscope verdict`` reads; None is the default of
 #: :data:`shardscope.fileio.DEFAULT_MAX_INPUT_MIB` (the command's ``--max-input-mib`` sets it).
@@ -145,7 +145,7 @@ def load_sweep(path: str) -> Sweep:
     text = read_input_text(path, max_input_mib, "a collectives result or an nccl-tests log")
     if text.lstrip().startswith("{"):
         try:
-            doc = json.loads(text)
+            doc = loads_bounded(text, path)
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}: is not valid JSON (line {exc.lineno}: {exc.msg})") from None
         if isinstance(doc, dict) and doc.get("kind") == "collectives":

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from shardscope.errors import UserError
-from shardscope.fileio import dump_json
+from shardscope.fileio import dump_json, loads_bounded
 
 
 def _section(args: argparse.Namespace) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def _section(args: argparse.Namespace) -> dict[str, Any]:
     if not args.config_json:
         return {}
     try:
-        data = json.loads(args.config_json)
+        data = loads_bounded(args.config_json, "--config-json")
     except json.JSONDecodeError as exc:
         raise UserError(f"--config-json is not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(data, dict):

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from markupsafe import Markup
 
 from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.errors import UserError
+from shardscope.fileio import loads_bounded
 from shardscope.results import queries
 from shardscope.figures.captions import answer_ranking, ties_with
 from shardscope.figures.plots import FIGURES
@@ -33,22 +35,35 @@ from shardscope.paper.ledger import ledger_section
 from shardscope.paper.ranking import RANKING_FORMATS, has_peers, ranking_table
 
 
-def markdown_table(df: pd.DataFrame, formats: dict[str, str] | None = None) -> str:
-    """A DataFrame as a Markdown table, with per-column format specs (``'{:.2f}'``); text is HTML-escaped."""
+#: Characters that would make HTML or Markdown of a value, and the entity each is written as: a value from the
+#: database (a host or device name, an answer that quotes one) reaches the report as text, never as an element,
+#: attribute, link, image or emphasis. ``.``, ``-``, ``_``, ``(`` and ``#`` act only next to the ones escaped
+#: here or at a line's start (numbers and names are full of them), so they stay.
+_ACTIVE = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;", **{c: f"&#{ord(c)};" for c in "\\`*[]|!"}}
+
+
+def text_for_markdown(value: Any) -> Markup:
+    """``value`` as text that Markdown and HTML show literally (see :data:`_ACTIVE`); Markup passes unchanged."""
+    if isinstance(value, Markup):
+        return value
+    return Markup("".join(_ACTIVE.get(c, c) for c in str(value)))
+
+
+def markdown_table(df: pd.DataFrame, formats: dict[str, str] | None = None) -> Markup:
+    """A DataFrame as a Markdown table, with per-column format specs (``'{:.2f}'``); cells are text (:func:`text_for_markdown`)."""
     if df.empty:
-        return "_(no rows)_"
+        return Markup("_(no rows)_")
     formats = formats or {}
 
     def cell(col: str, value: Any) -> str:
         if value is None or (isinstance(value, float) and pd.isna(value)):
             return "–"
-        text = formats[col].format(value) if col in formats else str(value)
-        return html.escape(text, quote=False).replace("|", "&#124;")
+        return text_for_markdown(formats[col].format(value) if col in formats else str(value))
 
     header = "| " + " | ".join(df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     body = ["| " + " | ".join(cell(c, v) for c, v in zip(df.columns, row)) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
+    return Markup("\n".join([header, rule, *body]))
 
 
 def figure_index(figures_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
@@ -56,18 +71,19 @@ def figure_index(figures_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any
     path = Path(figures_dir) / "figures.json"
     if not path.exists():
         raise UserError(f"{path}: figure index not found; run `shardscope figures` first")
-    return {entry["name"]: entry for entry in json.loads(path.read_text(encoding="utf-8"))["figures"]}
+    return {entry["name"]: entry for entry in loads_bounded(path.read_text(encoding="utf-8"), path)["figures"]}
 
 
-def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> str:
+def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> Markup:
     """One figure as HTML: the PNG inlined as base64 and a caption with its question and answer."""
     png = Path(figures_dir) / f"{entry['name']}.png"
     if not png.exists():
         raise UserError(f"{png}: figure not found; run `shardscope figures` first")
     data = base64.b64encode(png.read_bytes()).decode()
-    return (f'<figure id="fig-{entry["name"]}"><img alt="{html.escape(entry["title"])}" src="data:image/png;base64,{data}">'
-            f'<figcaption><strong>Figure {entry["number"]}. {html.escape(entry["title"])}.</strong> '
-            f'{html.escape(entry["question"])} <em>{html.escape(entry["answer"])}</em></figcaption></figure>')
+    return Markup(f'<figure id="fig-{html.escape(str(entry["name"]))}"><img alt="{text_for_markdown(entry["title"])}" '
+                  f'src="data:image/png;base64,{data}"><figcaption><strong>Figure {text_for_markdown(entry["number"])}. '
+                  f'{text_for_markdown(entry["title"])}.</strong> {text_for_markdown(entry["question"])} '
+                  f'<em>{text_for_markdown(entry["answer"])}</em></figcaption></figure>')
 
 
 def _measured_summary(con: Any) -> dict[str, Any]:

@@ -59,6 +59,8 @@ def _calibration_text(stored: dict[str, Any]) -> dict[str, str]:
 
 def ledger_section(db: str | os.PathLike[str]) -> dict[str, Any]:
     """The ledger of ``db`` for the report template: tables per op and strategy, the ranking, the stored calibrations, the notes."""
+    from markupsafe import Markup
+
     from shardscope.paper.context import markdown_table
     from shardscope.results.calibrations import latest_collective_check, latest_step_calibration
     from shardscope.results.ledger import ErrorSummary, stored_ledger
@@ -72,8 +74,8 @@ def ledger_section(db: str | os.PathLike[str]) -> dict[str, Any]:
                                r["worst_ratio"]) for r in checks]
     notes = list(book.notes)
     if not stored and not calibrated:
-        notes.append("no calibration is stored in this database (`shardscope calibrate-step --store` fits the step model "
-                     "and the gloo collective model to its measured runs and keeps them here)")
+        notes.append(Markup("no calibration is stored in this database (`shardscope calibrate-step --store` fits the step "
+                            "model and the gloo collective model to its measured runs and keeps them here)"))  # ours, no data
     return {
         "step_calibration": _calibration_text(stored) if stored else None,
         "has_pairs": bool(book.collectives or book.training or calibrated or stored),

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from shardscope.errors import UserError
-from shardscope.fileio import dump_json, write_output
+from shardscope.fileio import dump_json, loads_bounded, write_output
 
 
 def _read_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -17,7 +17,7 @@ def _read_config(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.config_json:
         try:
-            config = json.loads(args.config_json)
+            config = loads_bounded(args.config_json, "--config-json")
         except json.JSONDecodeError as exc:
             raise UserError(f"--config-json: not valid JSON (column {exc.colno}: {exc.msg})") from None
         where = "--config-json"

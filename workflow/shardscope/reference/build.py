@@ -11,7 +11,7 @@ from typing import Any
 
 from shardscope.errors import UserError
 from shardscope.results.reference_manifest import REFERENCE_DIR, load_manifest, load_modeled
-from shardscope.fileio import atomic_write_json
+from shardscope.fileio import atomic_write_json, loads_bounded
 from shardscope.reference import steps
 
 
@@ -64,7 +64,7 @@ def build_reference_db(db: str | os.PathLike[str], docs_dir: str | os.PathLike[s
     try:
         _run(steps.collect_command(fresh, inputs, summary_file))
         os.replace(fresh, target)
-        summary = json.loads(summary_file.read_text(encoding="utf-8"))
+        summary = loads_bounded(summary_file.read_text(encoding="utf-8"), summary_file)
     finally:
         fresh.unlink(missing_ok=True)
         fresh.with_name(fresh.name + ".lock").unlink(missing_ok=True)

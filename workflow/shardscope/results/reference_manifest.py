@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shardscope.errors import UserError
+from shardscope.fileio import loads_bounded
 
 #: The bundled reference logs and their manifest (package data beside the figures that draw them).
 REFERENCE_DIR = Path(__file__).resolve().parents[1] / "figures" / "reference"
@@ -69,7 +70,7 @@ def _manifest_entries(folder: str | os.PathLike[str], key: str) -> tuple[Path, l
     """(path, entries) of ``key`` in ``folder/runs.json`` (``runs`` is required, other lists may be absent)."""
     path = Path(folder) / MANIFEST_NAME
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = loads_bounded(path.read_text(encoding="utf-8"), path)
         entries = document[key] if key == "runs" else document.get(key, [])
     except FileNotFoundError:
         raise UserError(f"{path}: reference manifest not found") from None

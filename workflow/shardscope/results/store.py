@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -26,7 +28,7 @@ import pandas as pd
 import pandera.errors
 
 from shardscope.errors import UserError
-from shardscope.fileio import atomic_write_json, read_json
+from shardscope.fileio import atomic_write_json, loads_bounded, read_input_bytes
 from shardscope.results.ddl import ddl, schema_problems, upgrade  # noqa: F401  (ddl: part of this module's API)
 from shardscope.results.documents import consistency_errors, document_kind, same_run_digest, tables_from_document
 from shardscope.results.documents_derived import link_judged_runs
@@ -40,16 +42,53 @@ _UNIQUENESS_CHECKS = ("multiple_fields_uniqueness", "field_uniqueness")
 _TARGET = "shardscope_target"
 
 
+#: The most rows (items of all the lists together) one input document may hold, checked before its shape: more
+#: than any one job writes. A collectives job writes a row per message size (sizes double, so under 64 per op between
+#: 1 B and 2^63 B); a training job a row per timed step of each repeat and one per rank (the config's bounds allow
+#: 100,000 steps; ten repeats of that is the most this admits, far beyond any run made); a topology.json a link per
+#: GPU pair, and its 4 MiB limit holds far fewer. A file of 10^7 empty rows took collect to 23 GB before this bound.
+MAX_DOCUMENT_ROWS = 1_000_000
+
+
 def read_document(path: str) -> Any:
-    """The JSON in ``path``; UserError for a missing, unreadable, binary or malformed file."""
+    """The JSON in ``path``; UserError for a missing, unreadable, binary, malformed, too large or too deep file.
+
+    Over :data:`~shardscope.fileio.DEFAULT_MAX_INPUT_MIB` is refused before reading, more than
+    four times :data:`MAX_DOCUMENT_ROWS` brackets (counted before parsing) or more than it list items
+    (after) before any row is built.
+    """
     if Path(path).is_dir():
         raise UserError(f"{path}: is a directory; expected a result JSON file")
     try:
-        return read_json(path)
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file; expected a result JSON file") from None
+        data = read_input_bytes(path, what="a result JSON file")
     except PermissionError:
         raise UserError(f"{path}: cannot be read (permission denied)") from None
+    too_many = UserError(f"{path}: holds more than {MAX_DOCUMENT_ROWS:,} rows; no job writes that many "
+                         f"(expected one job's result or a topology.json)")
+    if data.count(b"{") + data.count(b"[") > 4 * MAX_DOCUMENT_ROWS:  # an over-count (brackets in strings too)
+        raise too_many
+    try:
+        doc = loads_bounded(data.decode("utf-8"), path)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file; expected a result JSON file") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if _list_items(doc) > MAX_DOCUMENT_ROWS:
+        raise too_many
+    return doc
+
+
+def _list_items(doc: Any) -> int:
+    """Items of every list in ``doc`` together (its nesting is bounded already)."""
+    count, stack = 0, [doc]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, list):
+            count += len(value)
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+    return count
 
 
 def describe(exc: pandera.errors.SchemaErrors, where: str, table: str, frame: pd.DataFrame | None = None) -> list[str]:
@@ -320,6 +359,7 @@ def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     opens its own in-memory DuckDB and closes it, which detaches the copy and drops whatever the block left.
     """
     with exclusive_lock(db):
+        remove_leftover_copies(db)
         fd, tmp_name = tempfile.mkstemp(prefix=f".{db.name}.", suffix=".tmp", dir=db.parent)
         os.close(fd)
         tmp = Path(tmp_name)
@@ -347,6 +387,22 @@ def updating(db: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         finally:
             tmp.unlink(missing_ok=True)
             Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+
+def remove_leftover_copies(db: Path) -> list[Path]:
+    """Remove the private copies of ``db`` (and their WAL files) that killed loads left beside it; the paths removed.
+
+    Called by :func:`updating` while it holds the lock, so no other writer is using one: a copy is
+    ``.<db name>.<8 characters of mkstemp>.tmp``, and only files named exactly so are touched. Each
+    is a whole copy of the database, so four killed collects of a 1 GB database left 4 GB.
+    """
+    pattern = re.compile(rf"\.{re.escape(db.name)}\.[a-z0-9_]{{8}}\.tmp(\.wal)?")
+    removed = []
+    for entry in db.parent.iterdir():
+        if pattern.fullmatch(entry.name) and entry.is_file():
+            entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
 
 
 def _sync(path: Path) -> None:
@@ -432,22 +488,33 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
     if errors:
         raise UserError(problem_report(errors))
     target = Path(db)
-    with updating(target) as con:
-        con.execute("BEGIN TRANSACTION")
-        upgrade(con)
-        stored = stored_keys(con, "runs", "run_id", set(frames["runs"].column("run_id").to_pylist()), "content_digest")
-        clashes = conflicts(con, frames["runs"], run_paths, target, stored)
-        if len(clashes) == 1:
-            raise UserError(clashes[0] + "; nothing was loaded")
-        if clashes:
-            raise UserError(problem_report(clashes))
-        counts = _load(con, frames, {"run_id": {row[0] for row in stored}})
-        con.execute("COMMIT")
-    summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
-               "skipped_runs": counts["skipped_runs"], "new_topologies": counts["new_topologies"],
-               "skipped_topologies": counts["skipped_topologies"], "rows": {t: int(len(df)) for t, df in frames.items()}}
-    if manifest:
-        atomic_write_json(manifest, summary)
+    manifest_written = False
+    try:
+        with updating(target) as con:
+            con.execute("BEGIN TRANSACTION")
+            upgrade(con)
+            incoming = set(frames["runs"].column("run_id").to_pylist())
+            stored = stored_keys(con, "runs", "run_id", incoming, "content_digest")
+            clashes = conflicts(con, frames["runs"], run_paths, target, stored)
+            if len(clashes) == 1:
+                raise UserError(clashes[0] + "; nothing was loaded")
+            if clashes:
+                raise UserError(problem_report(clashes))
+            counts = _load(con, frames, {"run_id": {row[0] for row in stored}})
+            con.execute("COMMIT")
+            summary = {"db": str(target), "inputs": [str(p) for p in inputs], "new_runs": counts["new_runs"],
+                       "skipped_runs": counts["skipped_runs"], "new_topologies": counts["new_topologies"],
+                       "skipped_topologies": counts["skipped_topologies"],
+                       "rows": {t: int(len(df)) for t, df in frames.items()}}
+            # Written before the copy replaces the database: a manifest that cannot be written (a full disk) fails the
+            # load with the database as it was; if the replacement fails after it, the manifest is removed again.
+            if manifest:
+                atomic_write_json(manifest, summary)
+                manifest_written = True
+    except BaseException:
+        if manifest and manifest_written:
+            Path(manifest).unlink(missing_ok=True)
+        raise
     return summary
 
 

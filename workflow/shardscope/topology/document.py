@@ -21,6 +21,7 @@ from jsonschema.exceptions import best_match
 
 from shardscope.config import key_path
 from shardscope.errors import UserError
+from shardscope.fileio import loads_bounded
 from shardscope.topology.model import Link, classify_fabric, nvlink_count, nvlink_islands
 
 SCHEMA_ID = "shardscope.topology/1"
@@ -128,7 +129,7 @@ def load_topology(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     text = read_text(path)
     try:
-        doc = json.loads(text)
+        doc = loads_bounded(text, path)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     return validate_topology(doc, str(path))

@@ -14,7 +14,7 @@ import os
 import re
 
 from shardscope.errors import UserError
-from shardscope.fileio import TOPOLOGY_MAX_INPUT_MIB, read_input_bytes
+from shardscope.fileio import TOPOLOGY_MAX_INPUT_MIB, loads_bounded, read_input_bytes
 from shardscope.topology.model import Topology, from_dict
 from shardscope.topology.document import validate_topology
 from shardscope.topology.nvidia_smi import parse_nvidia_smi
@@ -104,7 +104,7 @@ def _looks_like_text(text: str) -> bool:
 def _from_json(text: str, source_name: str) -> Topology:
     """A Topology from a ``topology.json`` document, with one clear error when it is not one."""
     try:
-        doc = json.loads(text)
+        doc = loads_bounded(text, source_name)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         raise UserError(f"{source_name}: not valid JSON ({where}: {exc.msg})") from None
