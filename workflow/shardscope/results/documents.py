@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from shardscope.errors import UserError
+from shardscope.topology.identity import topology_hash
 from shardscope.results.documents_derived import (
     TABLE_BUILDERS,
     derived_consistency_errors,
@@ -226,11 +227,6 @@ def _fairness_fields(doc: dict[str, Any]) -> dict[str, Any]:
         "comm_implementation_volume_bytes": (comm.get("implementation") or {}).get("volume_bytes"),
         "host_calls_per_step": summary.get("host_calls_per_step"),
     }
-
-
-def topology_hash(doc: dict[str, Any]) -> str:
-    """sha256 of the topology document's canonical JSON: the key of its rows."""
-    return content_digest(doc)
 
 
 def _topology_tables(doc: dict[str, Any], path: str) -> dict[str, list[dict[str, Any]]]:

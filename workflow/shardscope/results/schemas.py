@@ -11,6 +11,7 @@ declared once, here.
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,7 @@ from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of 
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.results.tablebase import valid as _valid
 from shardscope.contracts.names import FABRICS
+from shardscope.topology.identity import topology_hash
 from shardscope.contracts.names import OUTCOMES, STRATEGIES, TRAINING_DTYPES
 
 #: Result documents that describe one job or one imported log (each has a world size).
@@ -278,6 +280,15 @@ class MemoryPredictionsSchema(_Table):
         return (slack >= 0) & (slack <= 2)
 
 
+def _topology_keys(doc: str) -> tuple[str, ...]:
+    """The keys a stored topology document may have: its :func:`topology_hash`, or the older digest of the whole text."""
+    try:
+        hardware = (topology_hash(json.loads(doc)),)
+    except (TypeError, ValueError):
+        hardware = ()
+    return (*hardware, hashlib.sha256(str(doc).encode()).hexdigest())
+
+
 class TopologiesSchema(_Table):
     """One row per distinct topology.json: the node's fabric class, keyed by the hash of its document."""
 
@@ -298,11 +309,16 @@ class TopologiesSchema(_Table):
         strict = True
         coerce = True
 
-    @pa.dataframe_check(error="topology_hash must be the sha256 of topology_json")
+    @pa.dataframe_check(error="topology_hash must be the topology_hash of topology_json (its hardware, less the probe time "
+                              "and file names)")
     def hash_matches_document(cls, df: pd.DataFrame) -> Series[bool]:
-        """The key is the document's digest, so the same topology loaded twice is one row."""
-        digests = [hashlib.sha256(str(doc).encode()).hexdigest() for doc in df["topology_json"]]
-        return pd.Series(np.asarray(digests) == df["topology_hash"].to_numpy(), index=df.index)
+        """The key is the digest of the document's hardware, so two probes of one machine are one row.
+
+        A row written before the hash left out the probe time (a database merged from an older
+        shardscope) holds the sha256 of the whole document; that key still names it, and is accepted.
+        """
+        return pd.Series([key in _topology_keys(doc) for key, doc in zip(df["topology_hash"], df["topology_json"])],
+                         index=df.index, dtype=bool)
 
     @pa.dataframe_check(error="fabric cpu needs gpu_count 0, fabric single needs gpu_count 1, any other fabric at least 2 GPUs")
     def fabric_matches_gpu_count(cls, df: pd.DataFrame) -> Series[bool]:
