@@ -155,7 +155,8 @@ def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]
 
 
 #: Per-rank keys of a training document kept in ``training_memory`` (the tracker's are absent in older documents).
-_RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "comm_time_share",
+_RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "peak_memory_reserved_bytes",
+                     "comm_time_share",
                      "activation_bytes", "buffer_bytes", "activation_peak_bytes", "tracked_peak_bytes", "tracked_peak_phase",
                      "reserved_minus_allocated_bytes", "max_reserved_bytes", "num_alloc_retries", "num_ooms")
 
@@ -192,6 +193,7 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "mfu": summary.get("mfu"),
         "peak_memory_bytes": summary.get("peak_memory_bytes"),
         "peak_memory_method": summary.get("peak_memory_method"),
+        "peak_memory_reserved_bytes": summary.get("peak_memory_reserved_bytes"),
         "comm_time_share": summary.get("comm_time_share"),
         "deepspeed_config": json.dumps(job["deepspeed_config"], sort_keys=True) if job.get("deepspeed_config") else None,
         **_fairness_fields(doc),

@@ -168,6 +168,8 @@ class TrainingRunsSchema(_Table):
     mfu: Series[float] = pa.Field(gt=0, le=1, nullable=True)
     peak_memory_bytes: Series[int] = pa.Field(gt=0, nullable=True)
     peak_memory_method: Series[str] = pa.Field(nullable=True)
+    # CUDA's max_memory_reserved beside peak_memory_bytes (max_memory_allocated) on a GPU; null on CPU and in older runs.
+    peak_memory_reserved_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)
     deepspeed_config: Series[str] = pa.Field(nullable=True)
     # Repeats (issue 17): the median above is over `repeats` timed windows; 95% interval (null for 1 repeat).
@@ -235,6 +237,7 @@ class TrainingMemorySchema(_Table):
     grad_bytes: Series[int] = pa.Field(ge=0)
     optim_bytes: Series[int] = pa.Field(ge=0)
     peak_memory_bytes: Series[int] = pa.Field(gt=0)
+    peak_memory_reserved_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)  # CUDA's max_memory_reserved
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)  # of a profiled step, where profiled
     # Tensor tracker of one untimed step (shardscope.training.memtrack); null in older documents.
     activation_bytes: Series[int] = pa.Field(ge=0, nullable=True)
