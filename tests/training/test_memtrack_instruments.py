@@ -69,3 +69,14 @@ def test_both_cuda_peaks_are_stored(tmp_path: Any) -> None:
     assert query_db(tmp_path / "r.duckdb", "SELECT peak_memory_bytes, peak_memory_reserved_bytes FROM training_runs") == [
         (3_000, 4_096)]
     assert {row[0] for row in query_db(tmp_path / "r.duckdb", "SELECT peak_memory_reserved_bytes FROM training_memory")} == {4_096}
+
+
+def test_each_timed_step_records_cudas_high_water_mark_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardscope.device import DistContext
+    from shardscope.training.memtrack import largest_rank_bytes, step_peak_bytes
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 5_000)
+    gpu = DistContext(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cuda", 0), backend="nccl")
+    assert step_peak_bytes(gpu) == 5_000
+    cpu = DistContext(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"), backend="gloo")
+    assert step_peak_bytes(cpu) is None and largest_rank_bytes([None, None], cpu) == [None, None]

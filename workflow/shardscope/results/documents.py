@@ -202,7 +202,8 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
     return {
         "runs": [_run_row(doc, path, run_id, job["world_size"], "measured")],
         "training_runs": [run],
-        "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss", "repeat")}} for s in doc.get("steps", [])],
+        "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss", "repeat",
+                                                                                              "peak_memory_bytes")}} for s in doc.get("steps", [])],
         "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in _RANK_MEMORY_KEYS}}
                             for r in doc.get("ranks", [])],
         "memory_predictions": [prediction] if prediction else [],

@@ -51,7 +51,8 @@ class RunsSchema(_Table):
     """One row per loaded document: a job result or imported log (where, when and with what it was
     measured), or a derived document (predictions: source modeled; verdicts, doctor: source diagnosed)."""
 
-    run_id: Series[str] = pa.Field(unique=True, str_length={"min_value": 8})
+    run_id: Series[str] = pa.Field(unique=True, str_length={"min_value": 8},
+                                   description="id of the loaded document: the key every other table's run_id refers to")
     kind: Series[str] = pa.Field(isin=KINDS)
     source: Series[str] = pa.Field(isin=SOURCES)
     job_id: Series[str] = pa.Field(str_length={"min_value": 1})
@@ -221,6 +222,8 @@ class TrainingStepsSchema(_Table):
     step_time_s: Series[float] = pa.Field(gt=0)
     loss: Series[float] = pa.Field(nullable=True)
     repeat: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)  # which timed window (issue 17 repeats)
+    # CUDA's max_memory_allocated so far after the step, largest rank; null on CPU and in older runs.
+    peak_memory_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)
 
     class Config:
         strict = True
@@ -295,7 +298,9 @@ def _topology_keys(doc: str) -> tuple[str, ...]:
 class TopologiesSchema(_Table):
     """One row per distinct topology.json: the node's fabric class, keyed by the hash of its document."""
 
-    topology_hash: Series[str] = pa.Field(unique=True, str_length={"min_value": 64, "max_value": 64})
+    topology_hash: Series[str] = pa.Field(unique=True, str_length={"min_value": 64, "max_value": 64},
+                                          description="key: sha256 of the machine's hardware (the document less the "
+                                                      "probe time and file names; topology/identity.py)")
     host: Series[str] = pa.Field(nullable=True)
     fabric: Series[str] = pa.Field(isin=FABRICS)
     accelerator: Series[str] = pa.Field(isin=ACCELERATORS)

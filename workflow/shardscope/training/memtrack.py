@@ -434,6 +434,26 @@ def _write_live_set(folder: Path, tracker: TensorMemoryTracker) -> None:
                                                              "live": live, "timeline": tracker.timeline()}, indent=1))
 
 
+def step_peak_bytes(ctx: Any) -> int | None:
+    """After a timed step: CUDA's ``max_memory_allocated`` so far (the high-water mark up to this step); None on CPU.
+
+    A read of the allocator's counter, no synchronisation and no reset, so it costs the timed loop
+    nothing; on CPU no per-step figure exists (the tensor tracker runs on one untimed step only).
+    """
+    return int(torch.cuda.max_memory_allocated(ctx.device)) if ctx.is_cuda else None
+
+
+def largest_rank_bytes(values: list[int | None], ctx: Any) -> list[int | None]:
+    """Per step, the largest rank's value of :func:`step_peak_bytes` (one collective after the loop); Nones on CPU."""
+    if not ctx.is_cuda or not values:
+        return [None] * len(values)
+    import torch.distributed as dist
+
+    peaks = torch.tensor(values, dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    return [int(v) for v in peaks.cpu()]
+
+
 def measured_peak(ctx: Any) -> dict[str, Any]:
     """This rank's measured peak since the last reset: on a GPU, CUDA's own (allocated and reserved), else the RSS.
 

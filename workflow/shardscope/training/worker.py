@@ -39,7 +39,9 @@ from shardscope.training.job import TrainJob
 from shardscope.training.memtrack import (
     cuda_memory_counters,
     dump_oom_snapshot,
+    largest_rank_bytes,
     measured_peak,
+    step_peak_bytes,
     memory_categories,
     record_memory_history,
     tracked_step,
@@ -141,7 +143,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     rows = args.micro_batch * args.grad_accum  # this rank's sequences per optimizer step
     # HSDP holds (and, inside its group, moves) what FSDP over one shard group would; the models know FSDP
     modeled_as, modeled_ranks = ("fsdp", shard_size) if args.strategy == "hsdp" else (args.strategy, ctx.world_size)
-    local_s, losses, held = [], [], None
+    local_s, losses, held, step_peaks = [], [], None, []
     timed_steps = args.steps * args.repeats
     reset_peak_memory(ctx)
     gc.collect()
@@ -154,10 +156,12 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             if step >= args.warmup:
                 local_s.append(step_s)
                 losses.append(float(loss.float().item()))
+                step_peaks.append(step_peak_bytes(ctx))
     finally:
         gc.enable()
-    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value, "repeat": i // args.steps}
-                 for i, (t, loss_value) in enumerate(zip(slowest_rank_s(local_s, ctx), losses))]
+    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value, "repeat": i // args.steps, "peak_memory_bytes": peak_i}
+                 for i, (t, loss_value, peak_i) in enumerate(zip(slowest_rank_s(local_s, ctx), losses,
+                                                                 largest_rank_bytes(step_peaks, ctx)))]
     peak = measured_peak(ctx)
     memory = _tracked_memory(prepared, cfg, args, ctx)
     extra_step = args.warmup + timed_steps
