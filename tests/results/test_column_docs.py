@@ -38,3 +38,15 @@ def test_an_older_database_gets_the_comments_when_upgraded(tmp_path) -> None:
         (comment,) = con.execute("SELECT comment FROM duckdb_columns() WHERE table_name = 'runs' "
                                  "AND column_name = 'kind'").fetchone()
     assert comment.startswith("document kind")
+
+
+def test_the_documented_view_columns_are_the_views_columns() -> None:
+    from shardscope.results.ddl import VIEW_COLUMN_TYPES
+
+    with duckdb.connect() as con:
+        for statement in ddl():
+            con.execute(statement)
+        for view in VIEWS:
+            found = con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? "
+                                "ORDER BY column_index", [view]).fetchall()
+            assert found == list(VIEW_COLUMN_TYPES[view].items()), view
