@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from shardscope.cli import main
 from shardscope.contracts.factors import busbw_factor
 from shardscope.errors import UserError
 from shardscope.results.store import collect
+from shardscope.topology.identity import topology_hash
 
 CREATED_AT = "2026-11-29T00:00:00+00:00"  # the predictions_doc fixture's
 
@@ -184,8 +184,7 @@ def test_predict_plan_on_the_command_line(tmp_path, h200_topology, h200_plan, ca
     assert main(["predict", "plan", "--topology", topology, "--plan", plan, "--out", str(out)]) == 0
     assert "modeled, not measured" in capsys.readouterr().out
     doc = json.loads(out.read_text())
-    assert doc["kind"] == "predictions" and doc["topology"]["hash"] == hashlib.sha256(
-        json.dumps(h200_topology, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert doc["kind"] == "predictions" and doc["topology"]["hash"] == topology_hash(h200_topology)
     assert collect(tmp_path / "r.duckdb", [str(out)])["new_runs"] == 1
     assert main(["predict", "plan", "--topology", topology, "--plan", topology]) == 2
     assert "not a plan (expected a JSON object with schema 'shardscope.plan/1')" in capsys.readouterr().err

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from factories import REPO, collective_doc, query_db, training_doc, with_run_pre
 from shardscope.cli import main
 from shardscope.errors import UserError
 from shardscope.results.store import collect
+from shardscope.topology.identity import topology_hash
 from shardscope.topology.parse import parse_file
 
 NVL_PAIRS = REPO / "tests" / "data" / "topo" / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
@@ -35,8 +35,7 @@ def test_a_parsed_topology_is_one_row_with_its_gpus_and_links(tmp_path, nvl_topo
     path = _write(tmp_path / "topology.json", nvl_topology)
     summary = collect(db, [path])
     assert (summary["new_topologies"], summary["new_runs"]) == (1, 0)
-    canonical = json.dumps(nvl_topology, sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    digest = topology_hash(nvl_topology)  # the hardware's hash: the parsed file's path is not part of it
     (row,) = query_db(db, "SELECT topology_hash, host, fabric, accelerator, gpu_count, island_count, numa_node_count, "
                        "source_method, source_file, json_extract_string(source_json, '$.file'), origin_db FROM topologies")
     assert row == (digest, None, "nvlink_islands", "nvidia", 8, 4, 2, "nvidia-smi", path, str(NVL_PAIRS), None)

@@ -27,7 +27,6 @@ in ``strategies_note``, why strategies were not.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -41,20 +40,12 @@ from shardscope.costmodel.collectives import CollectivePrediction, Job
 from shardscope.costmodel.machine import Machine
 from shardscope.costmodel.step import StepAssumptions
 from shardscope.errors import UserError
+from shardscope.topology.identity import topology_hash
 
 KIND = "predictions"
 SCHEMA = "shardscope.predictions/1"
 #: Bumped when the model's equations or constants change, so stored predictions say which model made them.
 MODEL_VERSION = "costmodel/1"
-
-
-def topology_hash(doc: Mapping[str, Any]) -> str:
-    """sha256 of the topology document's canonical JSON (sorted keys, no spaces).
-
-    The same digest the results store uses as ``topologies.topology_hash``, so predictions made
-    for a topology.json that was also collected join its rows.
-    """
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
 def collective_row(pred: CollectivePrediction, job: Job, topo_hash: str, transport: str = "default") -> dict[str, Any]:

@@ -43,7 +43,7 @@ def _cmd_verdict(args: argparse.Namespace) -> int:
         for note in sweep.get("input_notes") or []:
             print(f"shardscope: note: {note}", file=sys.stderr)
     if topology is not None:
-        from shardscope.costmodel.documents import topology_hash
+        from shardscope.topology.identity import topology_hash
 
         # the key of the topology in the results database, so stored verdicts join their machine
         doc["topology_hash"] = topology_hash(topology)

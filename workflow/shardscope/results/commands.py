@@ -36,18 +36,20 @@ def _cmd_db_merge(args: argparse.Namespace) -> int:
 def _cmd_db_export(args: argparse.Namespace) -> int:
     from shardscope.results.export import export_database
 
-    counts = export_database(args.db, args.out, args.format)
+    counts = export_database(args.db, args.out, args.format, force=args.force)
     if args.json:
         print(json.dumps(counts, indent=2, sort_keys=True))
+    elif args.format == "jsonl":
+        print(f"{args.out}: wrote training_steps.jsonl ({counts['training_steps']} steps)")
     else:
         print(f"{args.out}: wrote {len(counts)} {args.format} files ({sum(counts.values())} rows) and schema.sql")
     return 0
 
 
 def _cmd_db_schema(args: argparse.Namespace) -> int:
-    from shardscope.results.ddl import schema_text
+    from shardscope.results.ddl import dictionary_text, schema_text
 
-    print(schema_text(), end="")
+    print(schema_text() if args.sql else dictionary_text(), end="")
     return 0
 
 
@@ -65,11 +67,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="+", metavar="IN.duckdb", help="databases to merge into OUT")
     p.add_argument("--json", action="store_true", help="print counts of new and already present runs as JSON")
     p.set_defaults(func=_cmd_db_merge)
-    p = db.add_parser("export", help="write every table and view as Parquet (or CSV) files, with schema.sql")
+    p = db.add_parser("export", help="write every table and view as Parquet (or CSV) files with schema.sql, "
+                                     "or each training run's per-step metrics as JSONL for experiment trackers")
     p.add_argument("--db", required=True, help="the database to export")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the files and schema.sql")
-    p.add_argument("--format", default="parquet", choices=["parquet", "csv"], help="file format (default parquet)")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new folder for the files (an existing one is refused)")
+    p.add_argument("--format", default="parquet", choices=["parquet", "csv", "jsonl"],
+                   help="parquet (units and meanings in each field's metadata), csv, or jsonl (training_steps.jsonl: "
+                        "loss, step time, tokens/s, MFU and memory per step); default parquet")
+    p.add_argument("--force", action="store_true", help="replace DIR whole if it exists")
     p.add_argument("--json", action="store_true", help="print rows per file as JSON")
     p.set_defaults(func=_cmd_db_export)
-    p = db.add_parser("schema", help="print the database's DDL, with the unit of each column as a comment")
+    p = db.add_parser("schema", help="print the data dictionary: table, column, type, unit and meaning of every column")
+    p.add_argument("--sql", action="store_true", help="print the DDL instead (tables, views and their comments)")
     p.set_defaults(func=_cmd_db_schema)

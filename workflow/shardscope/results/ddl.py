@@ -17,6 +17,7 @@ import hashlib
 
 import duckdb
 
+from shardscope.results.meanings import MEANINGS
 from shardscope.results.schemas import TABLES
 from shardscope.results.views import strategy_vs_ddp_sql
 
@@ -41,6 +42,31 @@ def _latest_prediction_sql(table: str, per: str = "") -> str:
         QUALIFY row_number() OVER (PARTITION BY {measured}{per}
                                    ORDER BY p.measured_run_id IS NULL, r.measured_at DESC NULLS LAST, p.run_id) = 1"""
 
+
+#: Meanings of the views' own columns (a view column named like a table column takes that column's meaning).
+VIEW_COLUMNS = {
+    "peak_busbw_gbps": "largest bus bandwidth over the run's message sizes (nccl-tests busbw)",
+    "peak_algbw_gbps": "largest algorithm bandwidth over the run's message sizes (bytes / time)",
+    "peak_at_size_bytes": "message size at which the bus bandwidth peaked",
+    "held_bytes": "parameters + gradients + optimizer state held by the largest rank after backward",
+    "modeled_bytes": "the ZeRO paper's per-GPU bytes for this job (memory_predictions.total_bytes; modeled)",
+    "step_time_vs_ddp": "median step time over DDP's on the same host, model, world size, placement and transport",
+    "tokens_per_s_vs_ddp": "tokens/s over DDP's on the same host, model, world size, placement and transport",
+    "held_bytes_vs_ddp": "held bytes over DDP's on the same host, model, world size, placement and transport",
+}
+
+_V, _B, _D = "VARCHAR", "BIGINT", "DOUBLE"
+#: Each view's columns and their types, in order: what the column comments and the data dictionary document, written
+#: here so that building the DDL needs no database (tests/results/test_column_docs.py checks them against the views).
+VIEW_COLUMN_TYPES = {
+    "collective_peaks": {"host": _V, "source": _V, "source_file": _V, "fabric": _V, "label": _V, "op": _V,
+                         "world_size": _B, "placement": _V, "transport": _V, "dtype": _V, "peak_busbw_gbps": _D,
+                         "peak_algbw_gbps": _D, "peak_at_size_bytes": _B, "run_id": _V},
+    "strategy_summary": {"host": _V, "fabric": _V, "model": _V, "world_size": _B, "placement": _V, "transport": _V,
+                         "strategy": _V, "outcome": _V, "median_step_time_s": _D, "tokens_per_s": _D, "mfu": _D,
+                         "peak_memory_bytes": _B, "held_bytes": _B, "modeled_bytes": _B, "step_time_vs_ddp": _D,
+                         "tokens_per_s_vs_ddp": _D, "held_bytes_vs_ddp": _D, "run_id": _V},
+}
 
 VIEWS = {
     # measured vs modeled is SQL over the measured tables and the predictions stage's rows (issue 34)
@@ -79,6 +105,53 @@ def column_unit(name: str) -> str | None:
     return None
 
 
+@functools.cache
+def column_docs(name: str) -> dict[str, tuple[str | None, str]]:
+    """Column -> (unit, meaning) of a table or view: the unit its name announces; the meaning its pandera field
+    describes (``pa.Field(description=...)``), else :data:`shardscope.results.meanings.MEANINGS` by column name.
+
+    A view's column takes the documentation of the table column of the same name, or of :data:`VIEW_COLUMNS`.
+    Worked out once per process (the DDL asks for it on every load); the answer is shared: do not modify it.
+    """
+    if name in TABLES:
+        return {col: (column_unit(col), column.description or MEANINGS.get(col, ""))
+                for col, column in TABLES[name].to_schema().columns.items()}
+    documented = {col: doc for table in TABLES for col, doc in column_docs(table).items() if doc[1]}
+    return {col: (column_unit(col), VIEW_COLUMNS.get(col) or documented.get(col, (None, ""))[1])
+            for col, _ in view_columns(name)}
+
+
+def view_columns(name: str) -> tuple[tuple[str, str], ...]:
+    """The (column, DuckDB type) pairs of view ``name`` (:data:`VIEW_COLUMN_TYPES`; a test checks them against the views)."""
+    return tuple(VIEW_COLUMN_TYPES[name].items())
+
+
+def comment_text(unit: str | None, meaning: str) -> str:
+    """A column's comment: its meaning, then its unit (``unit: bytes``) where its name announces one."""
+    meaning = " ".join(meaning.split())
+    return "; ".join(part for part in (meaning, f"unit: {unit}" if unit else "") if part)
+
+
+def data_dictionary() -> list[dict[str, str]]:
+    """Every column of every table and view: table, column, type, unit, meaning (what ``shardscope db schema`` prints)."""
+    rows = []
+    for name in [*TABLES, *VIEWS]:
+        types = column_types(name) if name in TABLES else dict(view_columns(name))
+        for column, (unit, meaning) in column_docs(name).items():
+            rows.append({"table": name, "column": column, "type": types.get(column, ""), "unit": unit or "",
+                         "meaning": " ".join(meaning.split())})
+    return rows
+
+
+def dictionary_text() -> str:
+    """:func:`data_dictionary` as aligned text, one table or view after another."""
+    rows = data_dictionary()
+    widths = {key: max(len(key), *(len(r[key]) for r in rows)) for key in ("table", "column", "type", "unit")}
+    lines = ["  ".join(key.ljust(widths[key]) for key in widths) + "  meaning"]
+    lines += ["  ".join(r[key].ljust(widths[key]) for key in widths) + "  " + r["meaning"] for r in rows]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
 def column_types(table: str) -> dict[str, str]:
     """Column name -> DuckDB type of ``table``, in schema order."""
     return dict(_column_types(table))
@@ -94,20 +167,31 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def ddl() -> list[str]:
-    """CREATE TABLE, COMMENT and VIEW statements of the whole database, generated from the schemas."""
+def _tables_and_views() -> list[str]:
+    """CREATE TABLE and VIEW statements alone (no comments)."""
     statements = [f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key VARCHAR PRIMARY KEY, value VARCHAR)",
                   f"INSERT OR REPLACE INTO {META_TABLE} VALUES ('schema', {_quote(SCHEMA_VERSION)})"]
-    for table, schema in TABLES.items():
-        types = column_types(table)
-        cols = ", ".join(f"{name} {sql}" for name, sql in types.items())
+    for table in TABLES:
+        cols = ", ".join(f"{name} {sql}" for name, sql in column_types(table).items())
         statements.append(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
+    return statements + [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
+
+
+def ddl() -> list[str]:
+    """CREATE TABLE, VIEW and COMMENT statements of the whole database, generated from the schemas.
+
+    Each table's comment is its schema's docstring; each column's, of tables and views alike, is
+    :func:`comment_text` of :func:`column_docs` (the pandera field's description and the unit its name
+    announces), so the database, ``db schema`` and the Parquet export say the same.
+    """
+    statements = _tables_and_views()
+    for table, schema in TABLES.items():
         statements.append(f"COMMENT ON TABLE {table} IS {_quote(' '.join((schema.__doc__ or '').split()))}")
-        for name in types:
-            unit = column_unit(name)
-            if unit:
-                statements.append(f"COMMENT ON COLUMN {table}.{name} IS 'unit: {unit}'")
-    statements += [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
+    for name in [*TABLES, *VIEWS]:
+        for column, (unit, meaning) in column_docs(name).items():
+            text = comment_text(unit, meaning)
+            if text:
+                statements.append(f"COMMENT ON COLUMN {name}.{column} IS {_quote(text)}")
     return statements
 
 

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from shardscope.errors import UserError
+from shardscope.topology.identity import topology_hash
 from shardscope.results.documents_derived import (
     TABLE_BUILDERS,
     derived_consistency_errors,
@@ -153,7 +154,8 @@ def tables_from_document(doc: Any, path: str) -> dict[str, list[dict[str, Any]]]
 
 
 #: Per-rank keys of a training document kept in ``training_memory`` (the tracker's are absent in older documents).
-_RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "comm_time_share",
+_RANK_MEMORY_KEYS = ("rank", "param_bytes", "grad_bytes", "optim_bytes", "peak_memory_bytes", "peak_memory_reserved_bytes",
+                     "comm_time_share",
                      "activation_bytes", "buffer_bytes", "activation_peak_bytes", "tracked_peak_bytes", "tracked_peak_phase",
                      "reserved_minus_allocated_bytes", "max_reserved_bytes", "num_alloc_retries", "num_ooms")
 
@@ -177,6 +179,7 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
         "mfu": summary.get("mfu"),
         "peak_memory_bytes": summary.get("peak_memory_bytes"),
         "peak_memory_method": summary.get("peak_memory_method"),
+        "peak_memory_reserved_bytes": summary.get("peak_memory_reserved_bytes"),
         "comm_time_share": summary.get("comm_time_share"),
         "deepspeed_config": json.dumps(job["deepspeed_config"], sort_keys=True) if job.get("deepspeed_config") else None,
         **_fairness_fields(doc),
@@ -184,7 +187,8 @@ def _training_tables(doc: dict[str, Any], path: str, run_id: str) -> dict[str, l
     return {
         "runs": [_run_row(doc, path, run_id, job["world_size"], "measured")],
         "training_runs": [run],
-        "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss", "repeat")}} for s in doc.get("steps", [])],
+        "training_steps": [{"run_id": run_id, **{k: s.get(k) for k in ("step", "step_time_s", "loss", "repeat",
+                                                                                              "peak_memory_bytes")}} for s in doc.get("steps", [])],
         "training_memory": [{"run_id": run_id, **{k: r.get(k) for k in _RANK_MEMORY_KEYS}}
                             for r in doc.get("ranks", [])],
         "training_comm": [{"run_id": run_id, **{k: r.get(k) for k in ("op", "dtype", "calls", "size_bytes", "volume_bytes")}}
@@ -209,11 +213,6 @@ def _fairness_fields(doc: dict[str, Any]) -> dict[str, Any]:
         "comm_implementation_volume_bytes": (comm.get("implementation") or {}).get("volume_bytes"),
         "host_calls_per_step": summary.get("host_calls_per_step"),
     }
-
-
-def topology_hash(doc: dict[str, Any]) -> str:
-    """sha256 of the topology document's canonical JSON: the key of its rows."""
-    return content_digest(doc)
 
 
 def _topology_tables(doc: dict[str, Any], path: str) -> dict[str, list[dict[str, Any]]]:

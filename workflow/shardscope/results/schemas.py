@@ -11,6 +11,7 @@ declared once, here.
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,7 @@ from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of 
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.results.tablebase import valid as _valid
 from shardscope.contracts.names import FABRICS
+from shardscope.topology.identity import topology_hash
 from shardscope.contracts.names import OUTCOMES, STRATEGIES, TRAINING_DTYPES
 
 #: Result documents that describe one job or one imported log (each has a world size).
@@ -50,7 +52,8 @@ class RunsSchema(_Table):
     """One row per loaded document: a job result or imported log (where, when and with what it was
     measured), or a derived document (predictions: source modeled; verdicts, doctor: source diagnosed)."""
 
-    run_id: Series[str] = pa.Field(unique=True, str_length={"min_value": 8})
+    run_id: Series[str] = pa.Field(unique=True, str_length={"min_value": 8},
+                                   description="id of the loaded document: the key every other table's run_id refers to")
     kind: Series[str] = pa.Field(isin=KINDS)
     source: Series[str] = pa.Field(isin=SOURCES)
     job_id: Series[str] = pa.Field(str_length={"min_value": 1})
@@ -167,6 +170,8 @@ class TrainingRunsSchema(_Table):
     mfu: Series[float] = pa.Field(gt=0, le=1, nullable=True)
     peak_memory_bytes: Series[int] = pa.Field(gt=0, nullable=True)
     peak_memory_method: Series[str] = pa.Field(nullable=True)
+    # CUDA's max_memory_reserved beside peak_memory_bytes (max_memory_allocated) on a GPU; null on CPU and in older runs.
+    peak_memory_reserved_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)
     deepspeed_config: Series[str] = pa.Field(nullable=True)
     # Repeats (issue 17): the median above is over `repeats` timed windows; 95% interval (null for 1 repeat).
@@ -218,6 +223,8 @@ class TrainingStepsSchema(_Table):
     step_time_s: Series[float] = pa.Field(gt=0)
     loss: Series[float] = pa.Field(nullable=True)
     repeat: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)  # which timed window (issue 17 repeats)
+    # CUDA's max_memory_allocated so far after the step, largest rank; null on CPU and in older runs.
+    peak_memory_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)
 
     class Config:
         strict = True
@@ -234,6 +241,7 @@ class TrainingMemorySchema(_Table):
     grad_bytes: Series[int] = pa.Field(ge=0)
     optim_bytes: Series[int] = pa.Field(ge=0)
     peak_memory_bytes: Series[int] = pa.Field(gt=0)
+    peak_memory_reserved_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)  # CUDA's max_memory_reserved
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)  # of a profiled step, where profiled
     # Tensor tracker of one untimed step (shardscope.training.memtrack); null in older documents.
     activation_bytes: Series[int] = pa.Field(ge=0, nullable=True)
@@ -286,10 +294,21 @@ class MemoryPredictionsSchema(_Table):
         return (slack >= 0) & (slack <= 2)
 
 
+def _topology_keys(doc: str) -> tuple[str, ...]:
+    """The keys a stored topology document may have: its :func:`topology_hash`, or the older digest of the whole text."""
+    try:
+        hardware = (topology_hash(json.loads(doc)),)
+    except (TypeError, ValueError):
+        hardware = ()
+    return (*hardware, hashlib.sha256(str(doc).encode()).hexdigest())
+
+
 class TopologiesSchema(_Table):
     """One row per distinct topology.json: the node's fabric class, keyed by the hash of its document."""
 
-    topology_hash: Series[str] = pa.Field(unique=True, str_length={"min_value": 64, "max_value": 64})
+    topology_hash: Series[str] = pa.Field(unique=True, str_length={"min_value": 64, "max_value": 64},
+                                          description="key: sha256 of the machine's hardware (the document less the "
+                                                      "probe time and file names; topology/identity.py)")
     host: Series[str] = pa.Field(nullable=True)
     fabric: Series[str] = pa.Field(isin=FABRICS)
     accelerator: Series[str] = pa.Field(isin=ACCELERATORS)
@@ -306,11 +325,16 @@ class TopologiesSchema(_Table):
         strict = True
         coerce = True
 
-    @pa.dataframe_check(error="topology_hash must be the sha256 of topology_json")
+    @pa.dataframe_check(error="topology_hash must be the topology_hash of topology_json (its hardware, less the probe time "
+                              "and file names)")
     def hash_matches_document(cls, df: pd.DataFrame) -> Series[bool]:
-        """The key is the document's digest, so the same topology loaded twice is one row."""
-        digests = [hashlib.sha256(str(doc).encode()).hexdigest() for doc in df["topology_json"]]
-        return pd.Series(np.asarray(digests) == df["topology_hash"].to_numpy(), index=df.index)
+        """The key is the digest of the document's hardware, so two probes of one machine are one row.
+
+        A row written before the hash left out the probe time (a database merged from an older
+        shardscope) holds the sha256 of the whole document; that key still names it, and is accepted.
+        """
+        return pd.Series([key in _topology_keys(doc) for key, doc in zip(df["topology_hash"], df["topology_json"])],
+                         index=df.index, dtype=bool)
 
     @pa.dataframe_check(error="fabric cpu needs gpu_count 0, fabric single needs gpu_count 1, any other fabric at least 2 GPUs")
     def fabric_matches_gpu_count(cls, df: pd.DataFrame) -> Series[bool]:

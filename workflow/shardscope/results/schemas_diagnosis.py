@@ -99,7 +99,7 @@ class VerdictRowsSchema(_Table):
     run_id: Series[str]
     source_file: Series[str] = pa.Field(str_length={"min_value": 1})
     size_bytes: Series[int] = pa.Field(gt=0)
-    repeats: Series[int] = pa.Field(ge=1)  # measurements of this size pooled (files x in/out of place)
+    repeats: Series[int] = pa.Field(ge=1, description="measurements of this size pooled (files x in/out of place)")
     measured_busbw_gbps: Series[float] = pa.Field(ge=0)  # median over repeats
     busbw_mean_gbps: Series[float] = pa.Field(ge=0)
     busbw_stdev_gbps: Series[float] = pa.Field(ge=0, nullable=True)

@@ -104,6 +104,7 @@ def document_shapes() -> dict[str, dict[str, Any]]:
                 "error": _STR,
                 "summary": {"type": "object", "properties": {
                     "median_step_time_s": _NUM, "tokens_per_s": _NUM, "mfu": _NUM, "peak_memory_bytes": _INT,
+                    "peak_memory_reserved_bytes": _INT,
                     "peak_memory_method": _STR, "comm_time_share": _NUM, "repeats": _INT, "host_calls_per_step": _INT,
                     **dict.fromkeys(("ci95_low_step_time_s", "ci95_high_step_time_s", "ci95_low_tokens_per_s",
                                      "ci95_high_tokens_per_s"), _NUM),

@@ -11,12 +11,17 @@ The harness trains with AdamW (``strategies.deepspeed_config``). For such a job
 :func:`skip_muon` puts stand-ins for the two modules into ``sys.modules``: their
 ``MuonWithAuxAdam`` is a class no optimizer is an instance of, so every check answers "not Muon"
 exactly as the real one would, and their update functions raise if anything ever calls them.
+
+:func:`quiet_known_warnings` silences the FutureWarnings DeepSpeed's ZeRO makes torch print on
+every rank (some 25 of a 2-rank ZeRO-3 job's log lines): known and harmless, and nothing this
+harness could change.
 """
 
 from __future__ import annotations
 
 import sys
 import types
+import warnings
 from typing import Any, NoReturn
 
 MUON_MODULES = ("deepspeed.runtime.zero.muon.muon_optimizer", "deepspeed.runtime.zero.muon.original_muon")
@@ -46,3 +51,16 @@ def skip_muon(optimizer_type: str) -> bool:
         module.adam_update = _not_here  # type: ignore[attr-defined]
         sys.modules[name] = module
     return True
+
+
+#: FutureWarnings DeepSpeed's collectives make torch print, by their message. torch (2.13) deprecates
+#: ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` in favour of ``*_single``; DeepSpeed's
+#: ZeRO (0.19) still calls the old names, which do the same collective. Known and harmless: the
+#: calls are DeepSpeed's, not ours, and each rank repeats the warning, burying the job's own lines.
+KNOWN_HARMLESS = (r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",)
+
+
+def quiet_known_warnings() -> None:
+    """Ignore :data:`KNOWN_HARMLESS` for the rest of this process (only those: any other warning still prints)."""
+    for message in KNOWN_HARMLESS:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)

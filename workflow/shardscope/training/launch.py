@@ -15,8 +15,10 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -201,6 +203,21 @@ def launch_command(nproc: int, nodes: int, worker_args: list[str], allocation: A
     return build_launch_command(spec, "shardscope.training", worker_args, allocation, address or node_address)
 
 
+#: torchrun's template of the prefix of each line a rank prints (``${rank}``: the global rank).
+RANK_PREFIX_ENV = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank ${rank}] "}
+
+
+def with_rank_prefixes(cmd: list[str], log_dir: str) -> list[str]:
+    """``cmd`` with torchrun told to tee every rank's stdout and stderr (``--tee 3``) through ``log_dir``.
+
+    torchrun then forwards each line a rank prints with the prefix of :data:`RANK_PREFIX_ENV`
+    (``[rank 3] ...``), C++ and NCCL output included, so the job's log says which rank said what;
+    the per-rank files it keeps in ``log_dir`` are removed after the run.
+    """
+    at = cmd.index("torch.distributed.run") + 1
+    return [*cmd[:at], "--tee", "3", "--log-dir", log_dir, *cmd[at:]]
+
+
 def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, log_path: str, cpu: bool,
            nodes: int = 1) -> int:
     """Run the worker on ``nproc`` ranks on each of ``nodes`` nodes; always leave a result at ``out`` unless unwritable.
@@ -209,6 +226,8 @@ def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, lo
     above 1 outside Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files.
     """
     cmd = launch_command(nproc, nodes, [*worker_args, "--out", out])
+    rank_logs = tempfile.mkdtemp(prefix="shardscope-ranks-")
+    cmd = with_rank_prefixes(cmd, rank_logs)
     world_size = nproc * nodes
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:
@@ -219,7 +238,11 @@ def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, lo
             prebuild_deepspeed_cpu_ops(log, env)
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False).returncode
+        try:
+            returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**env, **RANK_PREFIX_ENV},
+                                        check=False).returncode
+        finally:
+            shutil.rmtree(rank_logs, ignore_errors=True)
     if returncode == 0 and Path(out).exists():
         return 0
     atomic_write_json(out, failure_document(job, out, world_size, returncode, log_path))

@@ -308,6 +308,9 @@ def prepare_deepspeed(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, op
 
     fair = fair or FairSettings()
     ds_cfg = deepspeed_config(stage, micro_batch, dtype, optim, fair, grad_accum, hpz_partition)
+    from shardscope.training.deepspeed_startup import quiet_known_warnings
+
+    quiet_known_warnings()  # DeepSpeed's calls of deprecated torch collectives: a FutureWarning per call site and rank
     if stage == 3:
         with deepspeed.zero.Init(config_dict_or_path=ds_cfg):  # partitions each layer as it is built
             model = seeded_model(cfg, seed)

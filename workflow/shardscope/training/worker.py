@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shardscope.device import DistContext, Timer, environment, init_distributed, peak_memory_bytes, reset_peak_memory, synchronize
+from shardscope.device import DistContext, Timer, environment, init_distributed, reset_peak_memory, synchronize
 from shardscope.fileio import atomic_write_json
 from shardscope.training.accumulation import accumulating
 from shardscope.training.comm_bytes import count_step_collectives
@@ -40,6 +40,9 @@ from shardscope.training.job import TrainJob
 from shardscope.training.memtrack import (
     cuda_memory_counters,
     dump_oom_snapshot,
+    largest_rank_bytes,
+    measured_peak,
+    step_peak_bytes,
     memory_categories,
     record_memory_history,
     tracked_step,
@@ -139,7 +142,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     rows = args.micro_batch * args.grad_accum  # this rank's sequences per optimizer step
     # HSDP moves inside its group what FSDP over one shard group would; the ZeRO paper's volumes know FSDP
     modeled_as = "fsdp" if args.strategy == "hsdp" else args.strategy
-    local_s, losses, held = [], [], None
+    local_s, losses, held, step_peaks = [], [], None, []
     timed_steps = args.steps * args.repeats
     reset_peak_memory(ctx)
     gc.collect()
@@ -152,11 +155,13 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             if step >= args.warmup:
                 local_s.append(step_s)
                 losses.append(float(loss.float().item()))
+                step_peaks.append(step_peak_bytes(ctx))
     finally:
         gc.enable()
-    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value, "repeat": i // args.steps}
-                 for i, (t, loss_value) in enumerate(zip(slowest_rank_s(local_s, ctx), losses))]
-    peak, peak_method = peak_memory_bytes(ctx)
+    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value, "repeat": i // args.steps, "peak_memory_bytes": peak_i}
+                 for i, (t, loss_value, peak_i) in enumerate(zip(slowest_rank_s(local_s, ctx), losses,
+                                                                 largest_rank_bytes(step_peaks, ctx)))]
+    peak = measured_peak(ctx)
     memory = _tracked_memory(prepared, cfg, args, ctx)
     extra_step = args.warmup + timed_steps
     with PythonCallCounter() as host_calls:  # the untimed step that counts collectives also counts Python calls
@@ -172,7 +177,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
         except RuntimeError as exc:  # a profiler that cannot start (no CUPTI) leaves the share unmeasured
             print(f"rank {ctx.rank}: communication profile failed, comm_time_share is null: {exc}", file=sys.stderr)
     per_rank = [None] * ctx.world_size
-    dist.all_gather_object(per_rank, {"rank": ctx.rank, **held.to_dict(), "peak_memory_bytes": peak, "comm_time_share": comm_share,
+    dist.all_gather_object(per_rank, {"rank": ctx.rank, **held.to_dict(), "peak_memory_bytes": peak["peak_memory_bytes"],
+                                      "peak_memory_reserved_bytes": peak["peak_memory_reserved_bytes"], "comm_time_share": comm_share,
                                       **memory})
     tokens_per_step = job.tokens_per_step
     spread = summarize_repeats([r["step_time_s"] for r in step_rows], args.repeats, tokens_per_step)
@@ -184,7 +190,7 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     mfu = cfg.flops_per_token(args.seq_len) * tokens_per_s / (peak_f * ctx.world_size) if peak_f else None
     max_peak = max(r["peak_memory_bytes"] for r in per_rank)
     # the budget against CUDA's peak on GPU; on CPU against the tensor tracker's peak (the RSS counts the runtime too)
-    budget_peak, budget_what = ((max_peak, peak_method) if ctx.is_cuda else
+    budget_peak, budget_what = ((max_peak, peak["peak_memory_method"]) if ctx.is_cuda else
                                 (max(r["tracked_peak_bytes"] for r in per_rank), "tracked tensor peak"))
     over = args.memory_budget_bytes is not None and budget_peak > args.memory_budget_bytes
     return {
@@ -226,7 +232,9 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
             "mfu": mfu,
             "peak_flops": peak_f,
             "peak_memory_bytes": max_peak,
-            "peak_memory_method": peak_method,
+            "peak_memory_method": peak["peak_memory_method"],
+            "peak_memory_reserved_bytes": max((r["peak_memory_reserved_bytes"] for r in per_rank
+                                               if r["peak_memory_reserved_bytes"] is not None), default=None),
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
             "host_calls_per_step": host_calls.calls,
             "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
