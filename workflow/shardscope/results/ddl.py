@@ -59,6 +59,14 @@ _V, _B, _D = "VARCHAR", "BIGINT", "DOUBLE"
 #: Each view's columns and their types, in order: what the column comments and the data dictionary document, written
 #: here so that building the DDL needs no database (tests/results/test_column_docs.py checks them against the views).
 VIEW_COLUMN_TYPES = {
+    "modeled_run_memory": {"measured_run_id": _V, "run_id": _V, "strategy": _V, "model": _V, "n_params": _B,
+                           "gpus": _B, "dtype": _V, "param_bytes": _B, "grad_bytes": _B, "optim_bytes": _B,
+                           "total_bytes": _B, "method": _V},
+    "modeled_run_peaks": {"measured_run_id": _V, "strategy": _V, "gpus": _B, "dtype": _V, "micro_batch": _B,
+                          "seq_len": _B, "checkpointing": _V, "device": _V, "param_bytes": _B, "grad_bytes": _B,
+                          "optim_bytes": _B, "activation_bytes": _B, "buffer_bytes": _B, "overhead_bytes": _B,
+                          "peak_bytes": _B, "peak_phase": _V, "method": _V, "run_id": _V, "memory_model": _V,
+                          "model": _V, "attention": _V},
     "collective_peaks": {"host": _V, "source": _V, "source_file": _V, "fabric": _V, "label": _V, "op": _V,
                          "world_size": _B, "placement": _V, "transport": _V, "dtype": _V, "peak_busbw_gbps": _D,
                          "peak_algbw_gbps": _D, "peak_at_size_bytes": _B, "run_id": _V},

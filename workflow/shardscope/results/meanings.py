@@ -13,7 +13,8 @@ _RUN = "the document this row belongs to (runs.run_id)"
 
 MEANINGS: dict[str, str] = {
     # who, where, when
-    "run_id": _RUN, "judged_run_id": "the measured run a verdict judges (runs.run_id)",
+    "run_id": _RUN, "measured_run_id": "the measured training run a modeled row describes (runs.run_id; null on rows collect computed before the predictions stage did)",
+    "judged_run_id": "the measured run a verdict judges (runs.run_id)",
     "kind": "document kind: collectives, training, collectives_import, search, predictions, verdicts or doctor",
     "source": "measured (our workers), nccl-tests, reference (bundled logs), modeled (the cost model) or diagnosed",
     "job_id": "the job's name in plan.json (or the imported log's)", "host": "host name of the machine",
