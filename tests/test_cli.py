@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import default_config_path
 
 REPO = Path(__file__).resolve().parents[1]
 TOPO = REPO / "tests" / "data" / "topo"
@@ -17,7 +18,7 @@ NCCL = REPO / "tests" / "data" / "nccl-tests"
 NVL_PAIRS = TOPO / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
 GEN2 = NCCL / "all_reduce_perf-gen2-2x8-h100-16ranks.txt"
 GEN1_HEADER_ONLY = NCCL / "alltoall-gen1-header-8x-a100.txt"
-CONFIG = REPO / "config" / "config.yaml"
+CONFIG = default_config_path()
 STRATEGIES = ["ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3"]
 
 
