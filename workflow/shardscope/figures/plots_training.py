@@ -183,7 +183,8 @@ def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
         strategies = _ordered(sub["strategy"])
         _held_panel(top, sub, strategies)
         dtype = sub["dtype"].dropna()
-        top.set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {where}\n"
+        fabric = f" · {key[0]} fabric" if len(hosts) <= 1 and "fabric" in sub else ""
+        top.set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {where}{fabric}\n"
                       "parameters, gradients, optimizer state: measured | ZeRO paper | implementation", fontsize="medium")
         bottom.set_title("measured peak = training state + the rest", fontsize="medium")
         _peak_panel(bottom, sub, strategies)

@@ -20,7 +20,7 @@ import pandas as pd
 from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.errors import UserError
 from shardscope.results import queries
-from shardscope.figures.captions import answer_ranking, ties_with
+from shardscope.figures.captions import answer_ranking, noise_against_best, noise_sentence, ties_with
 from shardscope.figures.plots import FIGURES
 from shardscope.results.reference_manifest import load_manifest
 from shardscope.results.sources import open_results, require_database
@@ -129,13 +129,13 @@ def _recommendations(speed: pd.DataFrame) -> list[str]:
             continue
         fast = ok.sort_values("median_step_time_s").iloc[0]
         lean = ok.sort_values("held_bytes").iloc[0]
-        tied = ties_with(fast, ok)
-        if tied:
+        comparison = noise_against_best(fast, ok)
+        if comparison.tied:
             batch = {s: f" (micro-batch {int(m)})" for s, m in zip(ok["strategy"], ok["micro_batch"])} if best else {}
-            names = " and ".join(strategy_name(s) + batch.get(s, "") for s in [fast["strategy"], *tied])
-            text = (f"On {host} ({fabric}), {model} on {ws} ranks: {names} are within noise of each other"
-                    f" (their 95% intervals over repeats overlap; best median {fast['median_step_time_s']:.4f} s per step),"
-                    " so none is named the winner")
+            text = (f"On {host} ({fabric}), {model} on {ws} ranks: "
+                    + noise_sentence(comparison, f"{fast['median_step_time_s']:.4f} s per step",
+                                     lambda s: strategy_name(s) + batch.get(s, ""))
+                    + ", so none is named the winner")
         else:
             text = (f"On {host} ({fabric}), {model} on {ws} ranks: {strategy_name(fast['strategy'])} was fastest"
                     + (_batch_text(fast) if best else "") + f" ({fast['median_step_time_s']:.4f} s per step)")
