@@ -64,7 +64,8 @@ rule figures:
         db=DB,
         out=lambda wildcards, output: os.path.dirname(output.index),
     shell:
-        "{params.shardscope} figures --db {params.db} --reference-db {input.reference} --out {params.out} > {log} 2>&1"
+        "{params.shardscope} figures --db {params.db} --reference-db {input.reference} --manifest {input.manifest}"
+        " --out {params.out} > {log} 2>&1"
 
 
 rule figures_from_db:

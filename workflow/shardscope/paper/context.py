@@ -20,6 +20,7 @@ import pandas as pd
 from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.errors import UserError
 from shardscope.results import queries
+from shardscope.results.selection import RunSelection, select_runs
 from shardscope.figures.captions import answer_ranking, noise_against_best, noise_sentence, ties_with
 from shardscope.figures.plots import FIGURES
 from shardscope.results.reference_manifest import load_manifest
@@ -176,18 +177,21 @@ def _decision_table(decision: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str],
-                   reference_db: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                   reference_db: str | os.PathLike[str] | None = None,
+                   runs: RunSelection | None = None) -> dict[str, Any]:
     """Everything the template may use: tables, facts, recommendations and figures, all from the database.
 
     Reference runs come from ``reference_db`` (the reference stage's database) when given, as for
-    the figures; without it the report lists none.
+    the figures; without it the report lists none. ``runs``: which of the database's runs are reported (default:
+    the current plan's, :func:`shardscope.results.selection.select_runs`), said under ``run_selection``.
     """
     require_database(db)
     index = figure_index(figures_dir)
     missing = [f.name for f in FIGURES if f.name not in index]
     if missing:
         raise UserError(f"{Path(figures_dir) / 'figures.json'}: lacks {', '.join(missing)}; run `shardscope figures` again")
-    with open_results(db, reference_db) as con:
+    runs = runs or select_runs(db)
+    with open_results(db, reference_db, runs.inputs) as con:
         speed = queries.strategy_speed(con)
         sweeps = report_queries.interconnect_sweeps(con)
         references = queries.reference_runs(con)
@@ -205,6 +209,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
     slowdown = report_queries.emulated_slowdown(emulated)
     return {
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_selection": runs.description,
         "runs": runs,
         "reference_count": len(references),
         "fastest": ok.sort_values("median_step_time_s").iloc[0].to_dict() if not ok.empty else None,

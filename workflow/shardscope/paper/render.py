@@ -16,6 +16,7 @@ import markdown
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_text
 from shardscope.paper.context import markdown_table, report_context
+from shardscope.results.selection import RunSelection
 
 __all__ = ["markdown_table", "render_report", "report_context"]
 
@@ -36,14 +37,15 @@ code {{ background: #f6f6f6; padding: 0 0.2rem; }} .modeled {{ color: #7a4d00; }
 
 
 def render_report(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str], source: str | os.PathLike[str],
-                  out: str | os.PathLike[str], reference_db: str | os.PathLike[str] | None = None) -> Path:
+                  out: str | os.PathLike[str], reference_db: str | os.PathLike[str] | None = None,
+                  runs: RunSelection | None = None) -> Path:
     """Render the Markdown template ``source`` with :func:`report_context` to a self-contained HTML file."""
     src = Path(source)
     if not src.exists():
         raise UserError(f"{src}: report template not found")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(src.parent), undefined=jinja2.StrictUndefined, autoescape=False)
     try:
-        text = env.get_template(src.name).render(**report_context(db, figures_dir, reference_db))
+        text = env.get_template(src.name).render(**report_context(db, figures_dir, reference_db, runs))
     except jinja2.TemplateError as exc:
         raise UserError(f"{src}: template error: {exc}") from None
     body = markdown.markdown(text, extensions=["tables", "fenced_code"])
