@@ -303,3 +303,17 @@ def test_readme_commands_work_as_written(pipeline, tmp_path):
 
     results, configfile = pipeline
     print("\n".join(run_readme(tmp_path, results, yaml.safe_load(configfile.read_text()))))
+
+
+def test_snakemake_report_opens_every_category_in_a_browser(pipeline, tmp_path):
+    """Issue 32: the Collectives category was blank (TypeError reading 'mime_type': two labels, two results)."""
+    from browser import chromium_or_skip, snakemake_report_categories
+
+    chromium_or_skip()
+    _, configfile = pipeline
+    report = tmp_path / "snakemake-report.html"
+    result = run_snakemake(configfile, "--report", str(report))
+    assert result.returncode == 0, result.stderr[-3000:]
+    errors = snakemake_report_categories(report, tmp_path)
+    assert {"Collectives", "Memory", "Training", "Report", "Topology", "Model"} <= set(errors)
+    assert not any(errors.values()), errors

@@ -12,6 +12,7 @@ import datetime as _dt
 import html
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,16 @@ def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> s
     data = base64.b64encode(png.read_bytes()).decode()
     return (f'<figure id="fig-{entry["name"]}"><img alt="{html.escape(entry["title"])}" src="data:image/png;base64,{data}">'
             f'<figcaption><strong>Figure {entry["number"]}. {html.escape(entry["title"])}.</strong> '
-            f'{html.escape(entry["question"])} <em>{html.escape(entry["answer"])}</em></figcaption></figure>')
+            f'{html.escape(entry["question"])} <em>{code_spans(html.escape(entry["answer"]))}</em></figcaption></figure>')
+
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def code_spans(escaped: str) -> str:
+    """Markdown code spans (`` `shardscope advise` ``) of already escaped text as <code> (a caption's answer is
+    HTML, not Markdown: figure 5's caption showed the backticks, issue 32)."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", escaped)
 
 
 def _measured_summary(con: Any) -> dict[str, Any]:
@@ -190,8 +200,8 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
     missing = [f.name for f in FIGURES if f.name not in index]
     if missing:
         raise UserError(f"{Path(figures_dir) / 'figures.json'}: lacks {', '.join(missing)}; run `shardscope figures` again")
-    runs = runs or select_runs(db)
-    with open_results(db, reference_db, runs.inputs) as con:
+    selection = runs or select_runs(db)
+    with open_results(db, reference_db, selection.inputs) as con:
         speed = queries.strategy_speed(con)
         sweeps = report_queries.interconnect_sweeps(con)
         references = queries.reference_runs(con)
@@ -209,7 +219,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
     slowdown = report_queries.emulated_slowdown(emulated)
     return {
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "run_selection": runs.description,
+        "run_selection": selection.description,
         "runs": runs,
         "reference_count": len(references),
         "fastest": ok.sort_values("median_step_time_s").iloc[0].to_dict() if not ok.empty else None,
@@ -240,7 +250,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
             "mistral_memory": markdown_table(tables.mistral_memory_table(memory_model), tables.MISTRAL_FORMATS),
             "mistral_peak": markdown_table(mistral_peak, memory_cases.GB_FORMATS),
             "emulated": markdown_table(
-                emulated[["preset", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",
+                emulated[["preset", "placement", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",
                           "comm_time_share"]],
                 {"median_step_time_s": "{:.4f}", "tokens_per_s": "{:.0f}", "comm_time_share": "{:.2f}"}),
             "modeled_vs_measured": markdown_table(tables.modeled_vs_measured_table(modeled_steps), tables.MODELED_FORMATS),

@@ -25,8 +25,8 @@ _HTML = """<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.5; color: #222; }}
-table {{ border-collapse: collapse; margin: 1rem 0; font-size: 0.85rem; display: block; overflow-x: auto; }}
-th, td {{ border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: right; }}
+table {{ border-collapse: collapse; margin: 1rem 0; font-size: 0.8rem; width: 100%; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25rem 0.4rem; text-align: right; overflow-wrap: anywhere; min-width: 4em; }}
 th {{ background: #f3f3f3; }} td:first-child, th:first-child {{ text-align: left; }}
 figure {{ margin: 1.5rem 0; }} img {{ max-width: 100%; }} figcaption {{ font-size: 0.9rem; color: #444; }}
 code {{ background: #f6f6f6; padding: 0 0.2rem; }} .modeled {{ color: #7a4d00; }}
@@ -48,5 +48,5 @@ def render_report(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str
         text = env.get_template(src.name).render(**report_context(db, figures_dir, reference_db, runs))
     except jinja2.TemplateError as exc:
         raise UserError(f"{src}: template error: {exc}") from None
-    body = markdown.markdown(text, extensions=["tables", "fenced_code"])
+    body = markdown.markdown(text, extensions=["tables", "fenced_code", "toc"])
     return atomic_write_text(out, _HTML.format(title="shardscope report", body=body))
