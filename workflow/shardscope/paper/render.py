@@ -48,5 +48,5 @@ def render_report(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str
         text = env.get_template(src.name).render(**report_context(db, figures_dir, reference_db, runs))
     except jinja2.TemplateError as exc:
         raise UserError(f"{src}: template error: {exc}") from None
-    body = markdown.markdown(text, extensions=["tables", "fenced_code", "toc"])
+    body = markdown.markdown(text, extensions=["tables", "fenced_code"])
     return atomic_write_text(out, _HTML.format(title="shardscope report", body=body))
