@@ -95,3 +95,11 @@ def test_runs_over_every_emulated_preset_are_one_memory_panel_apart_from_the_hos
     fig = draw_memory_by_strategy(df)
     titles = [ax.get_title() for ax in fig.axes if "parameters, gradients" in ax.get_title()]
     assert len(titles) == len(set(titles)) == 2 and any("emulated fabric" in t for t in titles)
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 50])
+def test_every_series_of_figures_1_and_2_has_its_own_colour(n):
+    from shardscope.figures.plots_collectives import _series_colors
+
+    colors = _series_colors([f"series {i}" for i in range(n)])
+    assert len(set(colors.values())) == n
