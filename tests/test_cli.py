@@ -326,7 +326,9 @@ def test_plan_prints_a_summary_and_writes_the_json_the_pipeline_reads(tmp_path: 
     lines = proc.stdout.splitlines()
     assert len(lines) < 20 and lines[0].startswith(f"plan for {NVL_PAIRS}: gpu fabric nvlink_islands, world sizes 2, 4, 8")
     plan = json.loads(out.read_text())
-    assert f"{len(plan['collectives'])} jobs  ops" in proc.stdout and f"{len(plan['training'])} jobs  strategies" in proc.stdout
+    assert f"{len(plan['collectives'])} jobs  ops" in proc.stdout
+    # one line per training group (model, micro-batch, ...): together every training job (issue 32)
+    assert sum(int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("  training")) == len(plan["training"])
     for place in plan["placements"]:
         assert any(line.split()[:2] == [str(place["world_size"]), place["placement"]] for line in lines), place
     assert ok_json("plan", "--topology", NVL_PAIRS, "--config", CONFIG, "--json") == plan
