@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 def default_config_text() -> str:
     """The shipped default config: config/config.yaml as committed (git HEAD), the working tree's file only where
     there is no git. Tests read this, never the working tree's file, so a user's edit of config/config.yaml (a
-    strategy added, emulated on) changes no test's outcome (issue 32); a change of the default is seen once committed."""
+    strategy added, emulated on) changes no test's outcome (issue 32); a change of the default is seen once
+    committed."""
     shown = subprocess.run(["git", "show", "HEAD:config/config.yaml"], cwd=REPO, capture_output=True, text=True,
                            check=False)
     return shown.stdout if shown.returncode == 0 and shown.stdout else (REPO / "config" / "config.yaml").read_text()
@@ -54,7 +55,8 @@ def merged_config(base: dict[str, Any], override: dict[str, Any]) -> dict[str, A
     """``base`` with ``override`` merged in key by key, as Snakemake merges a --configfile over the config."""
     out = dict(base)
     for key, value in override.items():
-        out[key] = merged_config(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged_config(out[key], value) if nested else value
     return out
 
 

@@ -328,7 +328,8 @@ def test_plan_prints_a_summary_and_writes_the_json_the_pipeline_reads(tmp_path: 
     plan = json.loads(out.read_text())
     assert f"{len(plan['collectives'])} jobs  ops" in proc.stdout
     # one line per training group (model, micro-batch, ...): together every training job (issue 32)
-    assert sum(int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("  training")) == len(plan["training"])
+    groups = [line for line in proc.stdout.splitlines() if line.startswith("  training")]
+    assert sum(int(line.split()[1]) for line in groups) == len(plan["training"])
     for place in plan["placements"]:
         assert any(line.split()[:2] == [str(place["world_size"]), place["placement"]] for line in lines), place
     assert ok_json("plan", "--topology", NVL_PAIRS, "--config", CONFIG, "--json") == plan

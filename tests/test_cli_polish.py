@@ -19,7 +19,8 @@ def shardscope(*args: object) -> subprocess.CompletedProcess[str]:
 
 
 def test_plan_summary_lists_every_training_group_of_the_h200_plan():
-    proc = shardscope("plan", "--topology", TOPO / "01-hgx-h200-nvswitch-nv18-12nics.txt", "--config", default_config_path())
+    proc = shardscope("plan", "--topology", TOPO / "01-hgx-h200-nvswitch-nv18-12nics.txt",
+                      "--config", default_config_path())
     assert proc.returncode == 0, proc.stderr
     groups = [line for line in proc.stdout.splitlines() if line.strip().startswith("model ")]
     assert any("model gpt2-small" in line for line in groups) and any("model mistral-7b" in line for line in groups)
@@ -28,7 +29,8 @@ def test_plan_summary_lists_every_training_group_of_the_h200_plan():
 
 
 def test_plan_hint_names_no_flag_plan_lacks():
-    proc = shardscope("plan", "--topology", TOPO / "13-8x-pcie-pix-pxb-sys-numa-na.txt", "--config", default_config_path())
+    proc = shardscope("plan", "--topology", TOPO / "13-8x-pcie-pix-pxb-sys-numa-na.txt",
+                      "--config", default_config_path())
     assert proc.returncode == 0, proc.stderr
     plan_help = shardscope("plan", "--help").stdout
     assert "--gpu" not in plan_help

@@ -25,10 +25,12 @@ def history(tmp_path: Path) -> Path:
     manifest = tmp_path / "results" / "db" / "collect.json"
     old = write_docs(tmp_path / "old", [training_doc(s, step_time_s=0.02) for s in ("ddp", "zero3")])
     collect(db, old, manifest=str(manifest))
-    first = write_docs(tmp_path / "new", [training_doc("ddp", step_time_s=0.03, measured_at="2026-11-30T00:00:00+00:00"),
+    first = write_docs(tmp_path / "new", [training_doc("ddp", step_time_s=0.03,
+                                                       measured_at="2026-11-30T00:00:00+00:00"),
                                           training_doc("fsdp", step_time_s=0.04)])
     collect(db, first, manifest=str(manifest))
-    again = write_docs(tmp_path / "new", [training_doc("ddp", step_time_s=0.05, measured_at="2026-12-01T00:00:00+00:00")])
+    again = write_docs(tmp_path / "new", [training_doc("ddp", step_time_s=0.05,
+                                                       measured_at="2026-12-01T00:00:00+00:00")])
     collect(db, [*again, first[1]], manifest=str(manifest))
     return db
 

@@ -82,8 +82,8 @@ def pipeline(slurm, tmp_path_factory):
                 "model": "tiny", "dtype": "float32", "micro_batch": 2, "seq_len": 32, "warmup": 1, "steps": 3},
     }
     folder = workflow_folder(tmp / "workdir", config)  # the shipped default config, never the working tree's
-    run = snakemake("--snakefile", str(REPO / "Snakefile"), *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp / "slurm_logs"),
-                    cwd=folder)
+    run = snakemake("--snakefile", str(REPO / "Snakefile"), *PLUGIN_TEST_OPTIONS, "--slurm-logdir",
+                    str(tmp / "slurm_logs"), cwd=folder)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     return results, tmp / "slurm_logs", slurm_jobs(run.stdout + run.stderr)
 

@@ -349,7 +349,8 @@ def _answer_speed_all(df: pd.DataFrame) -> str:
         text = f"{key[0]}, {hosts[0] if hosts else '?'}, {model} on {ws} ranks: "
         if not good.empty:
             fast, slow = good.iloc[-1], good.iloc[0]
-            text += noise_sentence(noise_against_best(fast, good.iloc[::-1]), f"{fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s") + ","
+            best_value = f"{fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s"
+            text += noise_sentence(noise_against_best(fast, good.iloc[::-1]), best_value) + ","
             text += f" slowest {strategy_name(slow['strategy'])} ({slow['tokens_per_s_vs_ddp']:.2f}x)"
         elif not done.empty:
             fast = done.sort_values("median_step_time_s").iloc[0]

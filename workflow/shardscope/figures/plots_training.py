@@ -122,8 +122,8 @@ def _log_scale_if_spread(ax: plt.Axes, peaks: pd.Series) -> bool:
 def _peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
     """Measured peak per rank: the training state stacked under the rest; the GPU's capacity as a line."""
     if _whole_peak_panel(ax, sub, strategies):
-        ax.set_title("whole peak (activations, buffers included):\nmeasured solid | modeled pale, or outlined on a log axis",
-                     fontsize="medium")
+        ax.set_title("whole peak (activations, buffers included):\n"
+                     "measured solid | modeled pale, or outlined on a log axis", fontsize="medium")
         return
     measured = sub[sub["method"] == "measured"].set_index("strategy").reindex(strategies)
     if measured["rest_bytes"].isna().all():

@@ -69,7 +69,8 @@ def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> s
     data = base64.b64encode(png.read_bytes()).decode()
     return (f'<figure id="fig-{entry["name"]}"><img alt="{html.escape(entry["title"])}" src="data:image/png;base64,{data}">'
             f'<figcaption><strong>Figure {entry["number"]}. {html.escape(entry["title"])}.</strong> '
-            f'{html.escape(entry["question"])} <em>{code_spans(html.escape(entry["answer"]))}</em></figcaption></figure>')
+            f'{html.escape(entry["question"])} <em>{code_spans(html.escape(entry["answer"]))}</em>'
+            '</figcaption></figure>')
 
 
 _CODE_SPAN = re.compile(r"`([^`]+)`")
@@ -250,7 +251,8 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
             "mistral_memory": markdown_table(tables.mistral_memory_table(memory_model), tables.MISTRAL_FORMATS),
             "mistral_peak": markdown_table(mistral_peak, memory_cases.GB_FORMATS),
             "emulated": markdown_table(
-                emulated[["preset", "placement", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",
+                emulated[["preset", "placement", "model", "world_size", "strategy", "outcome", "median_step_time_s",
+                          "tokens_per_s",
                           "comm_time_share"]],
                 {"median_step_time_s": "{:.4f}", "tokens_per_s": "{:.0f}", "comm_time_share": "{:.2f}"}),
             "modeled_vs_measured": markdown_table(tables.modeled_vs_measured_table(modeled_steps), tables.MODELED_FORMATS),

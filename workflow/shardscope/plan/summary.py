@@ -125,7 +125,8 @@ def _training_lines(training: list[Mapping[str, Any]]) -> list[str]:
     for (model, micro_batch, seq_len, steps, fabric), jobs in groups.items():
         lines.append(_stage_line("training", jobs, "strategy", "strategies"))
         over = f", over {fabric}" if fabric else ""
-        lines.append(f"  {'':<12} model {model}, micro-batch {micro_batch}, seq len {seq_len}, {steps} timed steps{over}")
+        lines.append(f"  {'':<12} model {model}, micro-batch {micro_batch}, seq len {seq_len}, "
+                     f"{steps} timed steps{over}")
     return lines
 
 
@@ -142,7 +143,8 @@ def summarize(plan: Mapping[str, Any], topology_name: str, estimated: Estimate |
     lines += _training_lines(training)
     emulated = [job for job in plan.get("emulated") or [] if job.get("kind") == "emulated_collective"]
     if emulated:
-        lines.append(f"  {'emulated':<12} {len(emulated):>3} jobs  collectives {_counted(j['op'] for j in emulated)} over "
+        lines.append(f"  {'emulated':<12} {len(emulated):>3} jobs  collectives "
+                     f"{_counted(j['op'] for j in emulated)} over "
                      f"presets {_counted(j['preset'] for j in emulated)}")
     searched = plan.get("search") or []
     if searched:
