@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import REPO, collective_doc, training_doc, with_run_predictions, write_docs
+from factories import REPO, collective_doc, default_config, training_doc, with_run_predictions, write_docs
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def gpu_db(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     folder = tmp_path_factory.mktemp("gpu_db")
     topology = json.loads(json.dumps(parse_file(H200_TOPO).to_dict()))
-    plan = make_plan(topology, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    plan = make_plan(topology, default_config())
     docs = [gpu_collective_doc(op, transport, busbw) for op, transport, busbw in GPU_SWEEPS]
     docs += [gpu_training_doc(s, t) for s, t in (("ddp", 0.05), ("zero3", 0.08))]
     docs += [emulated_training_doc(*run) for run in EMULATED]

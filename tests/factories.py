@@ -8,12 +8,75 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from shardscope.contracts.factors import algbw_gbps, busbw_gbps
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@cache
+def default_config_text() -> str:
+    """The shipped default config: config/config.yaml as committed (git HEAD), the working tree's file only where
+    there is no git. Tests read this, never the working tree's file, so a user's edit of config/config.yaml (a
+    strategy added, emulated on) changes no test's outcome (issue 32); a change of the default is seen once
+    committed."""
+    shown = subprocess.run(["git", "show", "HEAD:config/config.yaml"], cwd=REPO, capture_output=True, text=True,
+                           check=False)
+    return shown.stdout if shown.returncode == 0 and shown.stdout else (REPO / "config" / "config.yaml").read_text()
+
+
+def default_config() -> dict[str, Any]:
+    """A fresh copy of the shipped default config (:func:`default_config_text`), parsed."""
+    import yaml
+
+    return yaml.safe_load(default_config_text())
+
+
+@cache
+def default_config_path() -> Path:
+    """The shipped default config (:func:`default_config_text`) as a file, for commands that take --config PATH;
+    written once per test process into a temporary folder removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="shardscope-default-config-"))
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / "config.yaml"
+    path.write_text(default_config_text())
+    return path
+
+
+def merged_config(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` merged in key by key, as Snakemake merges a --configfile over the config."""
+    out = dict(base)
+    for key, value in override.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged_config(out[key], value) if nested else value
+    return out
+
+
+def workflow_folder(folder: Path, override: dict[str, Any]) -> Path:
+    """``folder`` set up to run the repository's Snakefile in (``snakemake --snakefile REPO/Snakefile`` with
+    ``cwd=folder``): its own config/config.yaml, the shipped default with ``override`` merged in. The Snakefile's
+    ``configfile: config/config.yaml`` is read from the working directory, so the working tree's config is never
+    read, and Snakemake's bookkeeping (.snakemake/) stays in ``folder``."""
+    import yaml
+
+    (folder / "config").mkdir(parents=True, exist_ok=True)
+    (folder / "config" / "config.yaml").write_text(yaml.safe_dump(merged_config(default_config(), override)))
+    return folder
+
+
+def snakemake_words(*extra: str) -> list[str]:
+    """The command line running the repository's workflow (from a :func:`workflow_folder`) with ``extra``."""
+    import sys
+
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), *extra]
 
 
 def collective_doc(op: str = "all_reduce", world_size: int = 2, host: str = "hostA", placement: str = "local",

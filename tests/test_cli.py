@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import default_config_path
 
 REPO = Path(__file__).resolve().parents[1]
 TOPO = REPO / "tests" / "data" / "topo"
@@ -17,7 +18,7 @@ NCCL = REPO / "tests" / "data" / "nccl-tests"
 NVL_PAIRS = TOPO / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
 GEN2 = NCCL / "all_reduce_perf-gen2-2x8-h100-16ranks.txt"
 GEN1_HEADER_ONLY = NCCL / "alltoall-gen1-header-8x-a100.txt"
-CONFIG = REPO / "config" / "config.yaml"
+CONFIG = default_config_path()
 STRATEGIES = ["ddp", "fsdp", "fsdp_grad_op", "zero0", "zero1", "zero2", "zero3"]
 
 
@@ -325,7 +326,10 @@ def test_plan_prints_a_summary_and_writes_the_json_the_pipeline_reads(tmp_path: 
     lines = proc.stdout.splitlines()
     assert len(lines) < 20 and lines[0].startswith(f"plan for {NVL_PAIRS}: gpu fabric nvlink_islands, world sizes 2, 4, 8")
     plan = json.loads(out.read_text())
-    assert f"{len(plan['collectives'])} jobs  ops" in proc.stdout and f"{len(plan['training'])} jobs  strategies" in proc.stdout
+    assert f"{len(plan['collectives'])} jobs  ops" in proc.stdout
+    # one line per training group (model, micro-batch, ...): together every training job (issue 32)
+    groups = [line for line in proc.stdout.splitlines() if line.startswith("  training")]
+    assert sum(int(line.split()[1]) for line in groups) == len(plan["training"])
     for place in plan["placements"]:
         assert any(line.split()[:2] == [str(place["world_size"]), place["placement"]] for line in lines), place
     assert ok_json("plan", "--topology", NVL_PAIRS, "--config", CONFIG, "--json") == plan

@@ -11,6 +11,7 @@ import yaml
 
 from shardscope.config import config_hash, key_path, validate_config
 from shardscope.errors import UserError
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -18,7 +19,7 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 @pytest.fixture
 def config() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return default_config()
 
 
 def test_repository_config_is_valid(config: dict[str, Any]) -> None:
@@ -147,7 +148,7 @@ def test_config_hash_is_stable_and_short(config: dict[str, Any]) -> None:
     h = config_hash(config)
     assert len(h) == 12 and all(c in "0123456789abcdef" for c in h)
     assert config_hash(copy.deepcopy(config)) == h
-    reloaded = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    reloaded = default_config()
     assert config_hash(reloaded) == h
 
 

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from factories import default_config, merged_config
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -70,18 +71,10 @@ def make_copy(folder: Path, results: Path, config: dict) -> Path:
     (folder / ".venv").symlink_to(sys.prefix)
     (folder / "results").symlink_to(results)
     (folder / "config").mkdir()
-    merged = merge(yaml.safe_load((REPO / "config" / "config.yaml").read_text()), config)
+    merged = merged_config(default_config(), config)
     merged.update(results="results", db="results/shardscope.duckdb")
     (folder / "config" / "config.yaml").write_text(yaml.safe_dump(merged))
     return folder
-
-
-def merge(base: dict, override: dict) -> dict:
-    """``base`` with ``override`` merged in key by key, as Snakemake merges a --configfile over the config."""
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def run(words: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess[str]:
@@ -165,4 +158,4 @@ def run_readme(folder: Path, results: Path, config: dict) -> list[str]:
 
 
 def test_merge_is_key_by_key() -> None:
-    assert merge({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"c": 4}, "e": 5}) == {"a": {"b": 1, "c": 4}, "d": 3, "e": 5}
+    assert merged_config({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"c": 4}, "e": 5}) == {"a": {"b": 1, "c": 4}, "d": 3, "e": 5}

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from factories import collective_doc, write_json
+from factories import collective_doc, write_json, default_config_path
 
 REPO = Path(__file__).resolve().parents[1]
 TOPO = REPO / "tests" / "data" / "topo" / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
 GEN2 = REPO / "tests" / "data" / "nccl-tests" / "all_reduce_perf-gen2-2x8-h100-16ranks.txt"
-CONFIG = REPO / "config" / "config.yaml"
+CONFIG = default_config_path()
 HEAVY = ("torch", "deepspeed")
 
 _PROBE = """

@@ -22,6 +22,7 @@ from shardscope.collectives.peer import peer_command, peer_job_id
 from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan
 from shardscope.topology.parse import parse_file
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 GEN3 = REPO / "tests" / "data" / "nccl-tests" / "all_reduce_perf-gen3-2x-gb10.txt"
@@ -54,7 +55,7 @@ def test_rule_steps_with_a_stand_in_binary(tmp_path: Path) -> None:
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     machine = MachineProbe(which=lambda name: shutil.which(name, path=str(bin_dir)),
                            emulated_problem=lambda delay, prefix: None)
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = default_config()
     config.update(world_sizes=[2], collectives={**config["collectives"], "ops": ["all_reduce"]})
     plan = make_plan(parse_file(NVSWITCH).to_dict(), config, machine)
     (tmp_path / "plan.json").write_text(json.dumps(plan))

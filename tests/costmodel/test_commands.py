@@ -10,6 +10,7 @@ import pytest
 from costmodel.published import DATA, TOPO_FILES
 from shardscope.costmodel.__main__ import main
 from shardscope.costmodel.commands import register
+from factories import default_config
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -114,7 +115,7 @@ def test_predict_plan_labels_its_step_constants(capsys: pytest.CaptureFixture[st
 
     topo = tmp_path / "topology.json"
     topo.write_text(json.dumps(parse_file(DATA / "topo" / "01-hgx-h200-nvswitch-nv18-12nics.txt").to_dict()))
-    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "config.yaml").read_text())
+    config = default_config()
     (tmp_path / "plan.json").write_text(json.dumps(make_plan(json.loads(topo.read_text()), config)))
     code, out, _ = _run(capsys, "predict", "plan", "--topology", str(topo), "--plan", str(tmp_path / "plan.json"))
     assert code == 0

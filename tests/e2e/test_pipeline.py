@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from factories import query_db
+from factories import query_db, snakemake_words, workflow_folder
 
 from shardscope.contracts.factors import busbw_factor
 
-REPO = Path(__file__).resolve().parents[2]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 #: The strategy the pipeline run leaves out, added by the rerun test (its job alone must then run).
 ADDED_LATER = "zero0"
 STRATEGIES = ["ddp", "fsdp", "fsdp_grad_op", "zero1", "zero2", "zero3"]
@@ -40,9 +38,20 @@ def reduced_config(results: Path) -> dict:
     }
 
 
+#: The folder every Snakemake run of this module runs in (tests/factories.py's workflow_folder: the shipped default
+#: config, never the working tree's; one .snakemake/ for the module, so reruns see the earlier runs' records).
+WORKDIR: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def workdir(tmp_path_factory) -> Path:
+    WORKDIR[:] = [workflow_folder(tmp_path_factory.mktemp("workdir"), {})]
+    return WORKDIR[0]
+
+
 def run_snakemake(configfile: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, "--cores", "2", "--configfile", str(configfile), *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    return subprocess.run(snakemake_words("--cores", "2", "--configfile", str(configfile), *extra),
+                          cwd=WORKDIR[0], capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -226,9 +235,9 @@ def edited(configfile: Path, path: Path, edit) -> Path:
 
 def replan(configfile: Path) -> None:
     """Run the plan checkpoint (cheap) so that the dry run after it sees every job, not only `plan`."""
-    result = subprocess.run([*SNAKEMAKE, str(Path(yaml.safe_load(configfile.read_text())["results"]) / "plan" / "plan.json"),
-                             "--cores", "1", "--configfile", str(configfile)], cwd=REPO, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(snakemake_words(str(Path(yaml.safe_load(configfile.read_text())["results"]) / "plan" /
+                                                 "plan.json"), "--cores", "1", "--configfile", str(configfile)),
+                            cwd=WORKDIR[0], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
 
 
@@ -283,7 +292,7 @@ def test_bad_config_stops_before_any_job_with_the_key_named(tmp_path, override, 
 
 
 def test_workflow_lints_clean():
-    result = subprocess.run([*SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(snakemake_words("--lint"), cwd=WORKDIR[0], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
 
@@ -294,3 +303,17 @@ def test_readme_commands_work_as_written(pipeline, tmp_path):
 
     results, configfile = pipeline
     print("\n".join(run_readme(tmp_path, results, yaml.safe_load(configfile.read_text()))))
+
+
+def test_snakemake_report_opens_every_category_in_a_browser(pipeline, tmp_path):
+    """Issue 32: the Collectives category was blank (TypeError reading 'mime_type': two labels, two results)."""
+    from browser import chromium_or_skip, snakemake_report_categories
+
+    chromium_or_skip()
+    _, configfile = pipeline
+    report = tmp_path / "snakemake-report.html"
+    result = run_snakemake(configfile, "--report", str(report))
+    assert result.returncode == 0, result.stderr[-3000:]
+    errors = snakemake_report_categories(report, tmp_path)
+    assert {"Collectives", "Memory", "Training", "Report", "Topology", "Model"} <= set(errors)
+    assert not any(errors.values()), errors

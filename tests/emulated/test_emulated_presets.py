@@ -14,9 +14,10 @@ from shardscope.emulated.fabric import Names, build_commands, check_subnet, qdis
 from shardscope.emulated.launch import EmulatedJob
 from shardscope.emulated.presets import BUILTIN, SLOW_MBIT, FabricPreset, Link, all_presets, get_preset, preset_from_config
 from shardscope.errors import UserError
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+CONFIG = default_config()
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from factories import workflow_folder
 from shardscope.emulated import netns
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def snakemake(tmp_path: Path, *args: str, prefix: list[str] | None = None, timeo
     snakefile = tmp_path / "Snakefile"
     snakefile.write_text(
         "from snakemake.exceptions import WorkflowError\nfrom shardscope.errors import UserError\n"
-        f'configfile: "{REPO}/config/config.yaml"\n'
+        f'configfile: "{workflow_folder(tmp_path, {})}/config/config.yaml"\n'
         f'include: "{REPO}/workflow/rules/common.smk"\ninclude: "{REPO}/workflow/rules/topology.smk"\n'
         f'include: "{REPO}/workflow/rules/emulated_common.smk"\ninclude: "{REPO}/workflow/rules/emulated.smk"\n'
         f'include: "{REPO}/workflow/rules/collectives.smk"\ninclude: "{REPO}/workflow/rules/training.smk"\n'

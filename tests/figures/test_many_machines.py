@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from factories import collective_doc, training_doc, write_docs
+from factories import collective_doc, training_doc, write_docs, default_config
 
 from shardscope.results import queries
 from shardscope.figures.plots import FIGURES, draw_all
@@ -46,7 +46,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("fleet")
     db = tmp / "fleet.duckdb"
     topology = json.loads(json.dumps(detect_cpu_only().topology.to_dict()))
-    plan = make_plan(topology, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    plan = make_plan(topology, default_config())
     predictions = write_json(tmp / "predictions.json", plan_predictions(topology, plan, "cpu", created_at="2026-11-29T00:00:00+00:00"))
     collect(db, [*write_docs(tmp / "in", [doc for host in HOSTS for doc in _docs(host)]), predictions])
     draw_all(db, tmp / "figs")

@@ -12,7 +12,7 @@ import json
 import duckdb
 import pandas as pd
 import pytest
-from factories import collective_doc, write_docs
+from factories import collective_doc, write_docs, default_config
 
 from shardscope.figures.plots import draw_all
 
@@ -81,7 +81,7 @@ def test_cpu_runs_get_no_placeholder_curve_and_the_caption_says_why(tmp_path):
     from shardscope.topology.detect import detect_cpu_only
 
     topology = json.loads(json.dumps(detect_cpu_only().topology.to_dict()))
-    plan = make_plan(topology, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    plan = make_plan(topology, default_config())
     predictions = plan_predictions(topology, plan, "cpu", created_at="2026-11-29T00:00:00+00:00")
     assert predictions["collectives"] and {r["fabric"] for r in predictions["collectives"]} == {"cpu"}
     paths = write_docs(tmp_path / "in", [collective_doc("all_reduce", host=topology["source"]["host"])])  # same host

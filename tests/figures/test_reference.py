@@ -177,7 +177,7 @@ def test_reference_command_and_figures_flag(module_db, tmp_path, capsys):
     summary = json.loads((tmp_path / "m.json").read_text())
     assert (summary["reference_runs"], summary["verdicts"], summary["modeled_fabrics"], summary["new_runs"]) == (
         len(RUNS), len(RUNS), len(MODELED), 2 * len(RUNS) + len(MODELED))
-    assert sorted(p.name for p in (tmp_path / "ref").glob("*.json")) == sorted(
+    assert sorted(p.name for p in (tmp_path / "ref" / "r.documents").glob("*.json")) == sorted(  # its own folder
         [name for r in RUNS for name in (f"{Path(r.file).stem}.json", f"{Path(r.file).stem}.verdicts.json")]
         + [modeled_name(m) for m in MODELED])
     assert main(["figures", "--db", str(module_db), "--out", str(tmp_path / "f"),

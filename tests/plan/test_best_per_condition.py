@@ -21,6 +21,7 @@ from shardscope.plan.searches import memory_key
 from shardscope.plan.summary import estimate, max_trials
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "data" / "topo"
@@ -29,7 +30,7 @@ NO_PEER = MachineProbe(which=lambda name: None, emulated_problem=lambda delay, p
 
 @pytest.fixture()
 def config() -> dict[str, Any]:
-    doc = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    doc = default_config()
     doc["training"]["search"] = {"limit": 8, "strategies": ["ddp", "zero3", "fsdp"]}
     return doc
 
@@ -130,7 +131,7 @@ def test_a_condition_without_a_searched_strategy_says_why(config: dict[str, Any]
 
 
 def test_the_default_config_plans_no_search_and_says_so() -> None:
-    doc = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    doc = default_config()
     plan = make_plan(detect_cpu_only().topology.to_dict(), copy.deepcopy(doc), MachineProbe(which=lambda n: None))
     assert plan["search"] == [] and plan["best"] == []
     assert [j["job_id"] for j in plan["training"]] == [f"{s}-tiny-ws2-local" for s in doc["training"]["strategies"]]

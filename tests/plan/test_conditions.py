@@ -17,6 +17,7 @@ from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "data" / "topo"
@@ -34,7 +35,7 @@ NO_PEER = MachineProbe(which=lambda name: None, emulated_problem=lambda delay, p
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return default_config()
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +203,7 @@ def test_hsdp_is_planned_where_islands_make_a_two_dimensional_mesh(plans: dict[s
                      ("pcie_numa", "HSDP would be DDP"), ("single", "one GPU")):
         assert not any(j["strategy"] == "hsdp" for j in plans[key]["training"]), key
         assert plans[key]["hsdp"][0]["added"] is False and why in plans[key]["hsdp"][0]["reason"], key
-    cpu = make_plan(detect_cpu_only().topology.to_dict(), yaml.safe_load((REPO / "config" / "config.yaml").read_text()), NO_PEER)
+    cpu = make_plan(detect_cpu_only().topology.to_dict(), default_config(), NO_PEER)
     assert not any(j["strategy"] == "hsdp" for j in cpu["training"])  # the CPU default pipeline keeps its jobs
 
 
@@ -220,7 +221,7 @@ def test_hpz_is_planned_with_the_island_as_its_partition(plans: dict[str, dict[s
                         ("pcie_numa", "hpZ would be ZeRO-3"), ("single", "one GPU")):
         assert not any(j["strategy"] == "zero3_hpz" for j in plans[key]["training"]), key
         assert plans[key]["hpz"][0]["added"] is False and reason in plans[key]["hpz"][0]["reason"], key
-    cpu_config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cpu_config = default_config()
     cpu = make_plan(detect_cpu_only().topology.to_dict(), cpu_config, NO_PEER)
     assert [j["strategy"] for j in cpu["training"]] == cpu_config["training"]["strategies"]  # no hsdp, no zero3_hpz
     assert cpu["hpz"][0]["added"] is False and "no islands" in cpu["hpz"][0]["reason"]

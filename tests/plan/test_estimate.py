@@ -8,6 +8,7 @@ from pathlib import Path
 
 from shardscope.jobs.run import job_position
 from shardscope.plan.summary import CPU_FIXED_SECONDS, CPU_JOB_SECONDS, estimate, job_kind, summarize
+from factories import default_config_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +45,7 @@ def test_the_plan_log_starts_with_the_estimate(tmp_path):
     topo = tmp_path / "topology.json"
     run = [sys.executable, "-m", "shardscope"]
     assert subprocess.run([*run, "topology", "detect", "--out", str(topo)], capture_output=True, cwd=REPO).returncode == 0
-    proc = subprocess.run([*run, "plan", "--topology", str(topo), "--config", str(REPO / "config" / "config.yaml"),
+    proc = subprocess.run([*run, "plan", "--topology", str(topo), "--config", str(default_config_path()),
                            "--out", str(tmp_path / "plan.json")], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[0].startswith("shardscope: plan: ") and " jobs; " in proc.stderr.splitlines()[0]

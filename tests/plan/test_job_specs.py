@@ -21,6 +21,7 @@ from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan, planner_config
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 NVSWITCH = REPO / "tests" / "data" / "topo" / "01-hgx-h200-nvswitch-nv18-12nics.txt"
@@ -30,7 +31,7 @@ BARE = MachineProbe(which=lambda name: None, emulated_problem=lambda delay, pref
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return default_config()
 
 
 @pytest.fixture(scope="module")

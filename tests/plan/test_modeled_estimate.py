@@ -17,10 +17,11 @@ from shardscope.plan.modeled_time import GPU_JOB_START_SECONDS, modeled_seconds
 from shardscope.plan.planner import make_plan
 from shardscope.plan.summary import CPU_FIXED_SECONDS, estimate, max_trials, summarize
 from shardscope.topology.parse import parse_file
+from factories import default_config_path
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "data" / "topo"
-CONFIG = REPO / "config" / "config.yaml"
+CONFIG = default_config_path()
 NO_PEER = MachineProbe(which=lambda name: None, emulated_problem=lambda delay, prefix: None)
 GB = 10**9
 #: (saved topology, the GPU name nvidia-smi reports there, its memory)

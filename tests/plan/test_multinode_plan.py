@@ -17,6 +17,7 @@ from shardscope.plan.multinode import JOB_SUFFIX, MULTINODE_JOB, SINGLE_NODE_JOB
 from shardscope.plan.planner import make_plan
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "data" / "topo"
@@ -26,7 +27,7 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return default_config()
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from factories import default_config_path
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = REPO / "config" / "config.yaml"
+CONFIG = default_config_path()
 NVL_PAIRS = REPO / "tests" / "data" / "topo" / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt"
 
 

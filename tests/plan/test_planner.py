@@ -14,6 +14,7 @@ from shardscope.errors import UserError
 from shardscope.plan.planner import make_plan
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "data" / "topo"
@@ -27,7 +28,7 @@ FIXTURES = {
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return default_config()
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from shardscope.plan.planner import make_plan
 from shardscope.plan.scales import STATE_SHARE, memory_scale
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "data" / "topo"
@@ -24,7 +25,7 @@ GB = 10**9
 
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return default_config()
 
 
 def topology(name: str, memory_bytes: int | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from diagnose.fixtures import LSPCI, RUN_293_GDR, RUN_293_NPS4, THIS, TOPO_293, text
-from factories import REPO
+from factories import REPO, default_config
 
 from shardscope.cli import main
 from shardscope.topology.parse import parse_file
@@ -39,7 +39,7 @@ def h200_plan(h200_topology: dict[str, Any]) -> dict[str, Any]:
     """What `shardscope plan` makes of the default config on that machine."""
     from shardscope.plan.planner import make_plan
 
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = default_config()
     return make_plan(h200_topology, config)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from factories import REPO, file_digest, query_db, write_json
+from factories import REPO, file_digest, query_db, write_json, default_config
 
 from shardscope.cli import main
 from shardscope.contracts.factors import busbw_factor
@@ -86,7 +86,7 @@ def test_without_gpus_collectives_are_labelled_placeholders_and_strategies_are_n
     topology = json.loads(json.dumps(detect().topology.to_dict()))
     if topology["fabric"] != "cpu":
         pytest.skip("this machine has GPUs; the cpu fabric is what this test is about")
-    plan = make_plan(topology, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    plan = make_plan(topology, default_config())
     doc = plan_predictions(topology, plan, "this machine", created_at=CREATED_AT)
     db = tmp_path / "r.duckdb"
     collect(db, [write_json(tmp_path / "topology.json", topology), write_json(tmp_path / "predictions.json", doc)])

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from factories import snakemake_words, workflow_folder
 from shardscope.cluster.launch import LaunchSpec, build_launch_command, rendezvous_port
 from shardscope.cluster.slurm import (
     Allocation,
@@ -305,10 +306,10 @@ def test_a_combined_topology_that_contradicts_itself_is_named(change, message):
 def test_without_the_slurm_profile_a_multinode_config_stops_before_any_job(tmp_path):
     """The local executor refuses cluster.nodes > 1 in one sentence, before the topology job."""
     results = tmp_path / "results"
-    configfile = tmp_path / "config.yaml"
-    configfile.write_text(f"results: {results}\ndb: {results}/shardscope.duckdb\ncluster: {{nodes: 2}}\n")
-    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(configfile)],
-                         cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    folder = workflow_folder(tmp_path / "workdir", {"results": str(results), "db": f"{results}/shardscope.duckdb",
+                                                     "cluster": {"nodes": 2}})
+    run = subprocess.run(snakemake_words("--cores", "2"), cwd=folder, capture_output=True, text=True, timeout=120,
+                         check=False)
     assert run.returncode != 0
     lines = [line for line in (run.stdout + run.stderr).splitlines() if "cluster.nodes is 2" in line]
     assert lines == ["config key cluster.nodes is 2, and multi-node jobs need the Slurm profile (snakemake --profile "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from factories import query_db
+from factories import query_db, workflow_folder
 
 REPO = Path(__file__).resolve().parents[2]
 OPS = ["all_reduce"]
@@ -81,9 +81,9 @@ def pipeline(slurm, tmp_path_factory):
         "cpu": {"ranks": 2, "sweep": {"min_bytes": 1024, "max_bytes": 65536, "factor": 8, "warmup": 1, "iters": 3},
                 "model": "tiny", "dtype": "float32", "micro_batch": 2, "seq_len": 32, "warmup": 1, "steps": 3},
     }
-    configfile = tmp / "config.yaml"
-    configfile.write_text(yaml.safe_dump(config))
-    run = snakemake("--configfile", str(configfile), *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp / "slurm_logs"))
+    folder = workflow_folder(tmp / "workdir", config)  # the shipped default config, never the working tree's
+    run = snakemake("--snakefile", str(REPO / "Snakefile"), *PLUGIN_TEST_OPTIONS, "--slurm-logdir",
+                    str(tmp / "slurm_logs"), cwd=folder)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     return results, tmp / "slurm_logs", slurm_jobs(run.stdout + run.stderr)
 
@@ -181,20 +181,20 @@ MULTINODE_CONFIG = {
 }
 
 
-def multinode_configfile(tmp: Path) -> tuple[Path, Path]:
+def multinode_folder(tmp: Path) -> tuple[Path, Path]:
+    """A workflow folder (tests/factories.py's workflow_folder) of the multi-node config, and its results folder."""
     results = tmp / "results"
-    configfile = tmp / "config.yaml"
-    configfile.write_text(yaml.safe_dump({"results": str(results), "db": str(results / "shardscope.duckdb"), **MULTINODE_CONFIG}))
-    return configfile, results
+    config = {"results": str(results), "db": str(results / "shardscope.duckdb"), **MULTINODE_CONFIG}
+    return workflow_folder(tmp / "workdir", config), results
 
 
 @pytest.fixture(scope="module")
 def multinode_pipeline(slurm, tmp_path_factory):
     """The pipeline up to the database (target collect) with cluster.nodes 2, through the slurm profile."""
     tmp = tmp_path_factory.mktemp("slurm-multinode")
-    configfile, results = multinode_configfile(tmp)
-    run = snakemake("--configfile", str(configfile), *PLUGIN_TEST_OPTIONS, "--slurm-logdir", str(tmp / "slurm_logs"),
-                    "collect", timeout=900)
+    folder, results = multinode_folder(tmp)
+    run = snakemake("--snakefile", str(REPO / "Snakefile"), *PLUGIN_TEST_OPTIONS, "--slurm-logdir",
+                    str(tmp / "slurm_logs"), "collect", cwd=folder, timeout=900)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     jobs: dict[str, list[dict[str, str]]] = {}
     for record in slurm_jobs(run.stdout + run.stderr).values():

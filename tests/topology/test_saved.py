@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from shardscope.topology.saved import saved_topology_problem
+from factories import default_config, snakemake_words, workflow_folder
 
 REPO = Path(__file__).resolve().parents[2]
 EIGHT = REPO / "tests" / "data" / "topo" / "01-hgx-h200-nvswitch-nv18-12nics.txt"
@@ -34,12 +35,10 @@ def test_snakemake_stops_before_any_job(tmp_path: Path) -> None:
 
     if local_gpu_count() >= 8:
         pytest.skip("this machine has the 8 GPUs the saved topology names")
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = default_config()
     results = tmp_path / "results"
     config.update(results=str(results), db=str(results / "shardscope.duckdb"), topology={"file": str(EIGHT)})
-    configfile = tmp_path / "config.yaml"
-    configfile.write_text(yaml.safe_dump(config))
-    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(configfile)], cwd=REPO,
+    run = subprocess.run(snakemake_words("--cores", "1"), cwd=workflow_folder(tmp_path / "workdir", config),
                          capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode != 0
     assert "describes 8 GPUs but this machine has" in run.stderr, run.stderr[-3000:]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from factories import REPO, training_doc, write_docs, write_json
+from factories import REPO, training_doc, write_docs, write_json, default_config
 
 from shardscope.results.store import collect
 from shardscope.costmodel.memory_peak import whole_peak
@@ -23,7 +23,7 @@ def database(tmp_path_factory: pytest.TempPathFactory):
 
     tmp = tmp_path_factory.mktemp("mistral")
     topology = json.loads(json.dumps(parse_file(H200).to_dict()))
-    plan = make_plan(topology, yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    plan = make_plan(topology, default_config())
     predictions = plan_predictions(topology, plan, "01-hgx-h200", created_at="2026-12-01T00:00:00+00:00")
     measured = training_doc("zero3")
     measured["job"].update(model="mistral-7b", param_count=7241732096, world_size=8, micro_batch=1, seq_len=4096,

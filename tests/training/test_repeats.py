@@ -7,6 +7,7 @@ import math
 import pytest
 
 from shardscope.contracts.repeats import ci95, summarize_repeats, t95, within_noise
+from factories import default_config
 
 
 def test_t_quantiles_fall_towards_the_normal() -> None:
@@ -56,7 +57,7 @@ def test_a_repeat_count_that_is_not_a_positive_integer_stops_before_any_job() ->
     from shardscope.training.job import TrainJob
 
     repo = Path(__file__).resolve().parents[2]
-    config = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    config = default_config()
     schema = repo / "workflow" / "schemas" / "config.schema.yaml"
     validate_config(config, schema)  # the shipped defaults are valid
     for section, value in (("gpu", 0), ("cpu", "three")):

@@ -27,6 +27,7 @@ from shardscope.plan.summary import estimate
 from shardscope.results.store import collect, validate_inputs
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.training.search import best_spec, run_best, run_search, search_largest
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -35,7 +36,7 @@ NO_PEER = MachineProbe(which=lambda name: None)
 
 @pytest.fixture()
 def config() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return default_config()
 
 
 def cpu_plan(config: dict[str, Any]) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def test_the_plan_sizes_each_search_from_one_global_batch(config: dict[str, Any]
     plan = cpu_plan(config)
     assert [(e["strategy"], e["per_rank_batch"], e["micro_batches"], e["activation_checkpointing"]) for e in plan["search"]] == [
         ("ddp", 12, [1, 2, 3, 4, 6], "full"), ("fsdp", 12, [1, 2, 3, 4, 6], "full")]  # up to the limit 8
-    assert len(plan["training"]) == len(cpu_plan(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))["training"])
+    assert len(plan["training"]) == len(cpu_plan(default_config())["training"])
     est = estimate(plan)
     assert est.search_jobs == 2 * (4 + 1) and "at most 10 micro-batch search trials and best-micro-batch runs" in est.sentence()
 

@@ -16,6 +16,7 @@ from shardscope.plan.planner import make_plan
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.contracts.jobs import job_from_dict
 from shardscope.training.search import run_search, search_largest, trial_path, trial_spec
+from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ def test_a_failed_trial_stops_the_search_and_says_so() -> None:
 
 
 def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = default_config()
     config["training"]["search"] = {"limit": 8, "strategies": ["zero3"]}
     plan = make_plan(detect_cpu_only().topology.to_dict(), config, MachineProbe(which=lambda n: None))
     assert plan["search"] == [{"job_id": "zero3-tiny-ws2-local", "strategy": "zero3", "limit": 8, "global_batch": 16,
@@ -105,7 +106,7 @@ def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pyt
 
 
 def test_no_search_unless_configured() -> None:
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = default_config()
     assert make_plan(detect_cpu_only().topology.to_dict(), copy.deepcopy(config), MachineProbe(which=lambda n: None))["search"] == []
 
 
@@ -113,7 +114,7 @@ def test_no_search_unless_configured() -> None:
 def test_a_search_limit_that_is_not_a_positive_integer_stops_before_any_job(limit: Any) -> None:
     from shardscope.config import validate_config
 
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = default_config()
     config["training"]["search"] = {"limit": limit}
     with pytest.raises(UserError, match="^invalid config key training.search.limit:"):
         validate_config(config, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))

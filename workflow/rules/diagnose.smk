@@ -27,7 +27,7 @@ localrules:
 
 rule verdicts:
     input:
-        topology=lambda wildcards: checkpoints.topology.get().output.json,
+        topology=rules.topology.output.json,
         results=collective_results,
     output:
         json=VERDICTS,
@@ -44,7 +44,7 @@ rule verdicts:
 
 rule nccl_tests_verdicts:
     input:
-        topology=lambda wildcards: checkpoints.topology.get().output.json,
+        topology=rules.topology.output.json,
         results=nccl_tests_peer_results,
     output:
         json=NCCL_TESTS_VERDICTS,
@@ -61,7 +61,7 @@ rule nccl_tests_verdicts:
 
 rule doctor:
     input:
-        topology=lambda wildcards: checkpoints.topology.get().output.json,
+        topology=rules.topology.output.json,
     output:
         json=DOCTOR,
     log:

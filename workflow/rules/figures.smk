@@ -41,7 +41,10 @@ FIGURE_REPORT_ARGS = [
     dict(
         caption=f"../report/{name}.rst",
         category=FIGURE_CATEGORIES[name],
-        labels={"figure": f"{n}", "shows": FIGURE_LABELS[name]},
+        # One label only: with two, Snakemake's report turns a second label that has two values in a category of
+        # two results into a toggle, and the entry the toggle does not match has no result (Collectives stayed blank:
+        # "TypeError ... reading 'mime_type'", issue 32).
+        labels={"figure": f"{n}: {FIGURE_LABELS[name]}"},
     )
     for n, name in enumerate(FIGURE_NAMES, start=1)
 ]
@@ -64,8 +67,8 @@ rule figures:
         db=DB,
         out=lambda wildcards, output: os.path.dirname(output.index),
     shell:
-        "{params.shardscope} figures --db {params.db:q} --reference-db {input.reference:q} --out"
-        " {params.out:q} > {log:q} 2>&1"
+        "{params.shardscope} figures --db {params.db:q} --reference-db {input.reference:q} --manifest"
+        " {input.manifest:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule figures_from_db:

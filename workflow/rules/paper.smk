@@ -18,6 +18,7 @@ rule paper:
     input:
         figures=rules.figures.output.png,
         index=rules.figures.output.index,
+        manifest=rules.collect.output.manifest,  # names the current plan's runs (shardscope.results.selection)
         template=PAPER_TEMPLATE,
         reference=REFERENCE_DB,
         calibration=rules.step_calibration.output.json,  # the step ledger it shows (calibration.smk)
@@ -33,7 +34,7 @@ rule paper:
         figures=lambda wildcards, input: os.path.dirname(input.index),
     shell:
         "{params.shardscope} paper --db {params.db:q} --reference-db {input.reference:q} --figures {params.figures:q}"
-        " --source {input.template:q} --out {output.html:q} > {log:q} 2>&1"
+        " --manifest {input.manifest:q} --source {input.template:q} --out {output.html:q} > {log:q} 2>&1"
 
 
 rule paper_from_db:

@@ -24,7 +24,7 @@ localrules:
 
 rule predictions:
     input:
-        topology=lambda wildcards: checkpoints.topology.get().output.json,
+        topology=rules.topology.output.json,
         plan=f"{RESULTS}/plan/plan.json",
     output:
         json=f"{RESULTS}/predictions/predictions.json",

@@ -1,7 +1,7 @@
 rule collect:
     input:
         # the topology.json the plan was made from, loaded with the results (one topology row per node)
-        topology=lambda wildcards: checkpoints.topology.get().output.json,
+        topology=rules.topology.output.json,
         collectives=collective_results,
         training=training_results,
         # micro-batch searches (table search_trials) and each searched job at its best micro-batch (training runs)

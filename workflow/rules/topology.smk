@@ -1,4 +1,4 @@
-checkpoint topology:
+rule topology:
     output:
         json=report(f"{RESULTS}/topology/topology.json", caption="../report/topology.rst", category="Topology"),
     log:
@@ -26,7 +26,7 @@ from shardscope.plan.planner import planner_config
 # planner reads, so an edit elsewhere (a figure option, a disabled stage's settings) re-plans nothing.
 checkpoint plan:
     input:
-        topology=lambda wildcards: checkpoints.topology.get().output.json,
+        topology=rules.topology.output.json,
     output:
         json=f"{RESULTS}/plan/plan.json",
     log:

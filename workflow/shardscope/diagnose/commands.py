@@ -7,6 +7,7 @@ pipeline's ``doctor`` and ``verdicts`` rules and ``shardscope collect``.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 import sys
 
 from shardscope.fileio import add_max_input_flag, atomic_write_json, dump_json
@@ -67,18 +68,34 @@ def _cmd_nccl_log(args: argparse.Namespace) -> int:
     if args.json:
         print(dump_json(doc), end="")
         return 0
-    print(f"NCCL {summary.version or 'version not logged'}; network {summary.network or 'none logged'}")
-    print(f"  transports: {', '.join(f'{k} x{v}' for k, v in summary.transports.items()) or 'no connection lines'}")
-    print(f"  channels: {summary.channels or 'not logged'}; NVLS available {summary.nvls_available}, used {summary.nvls_used}")
-    if summary.gdr_rdma is not None:
-        print(f"  GPUDirect RDMA on network connections: {summary.gdr_rdma}")
-    if summary.algorithms:
-        print(f"  algorithms: {summary.algorithms}; protocols: {summary.protocols}")
-    if summary.env:
-        print(f"  NCCL variables NCCL reported: {summary.env}")
-    for flag in doc["flags"]:
-        print(f"  FLAG: {flag}")
+    print(nccl_log_table(summary, doc["flags"]), end="")
     return 0
+
+
+def _logged(value: Any) -> str:
+    """A summary value for people: ``not logged`` for None or empty, yes/no, ``k v, k v`` for counts."""
+    if value is None or value == {} or value == []:
+        return "not logged"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
+
+
+def nccl_log_table(summary: Any, flags: list[str]) -> str:
+    """What ``nccl-log`` prints without --json: one row per thing NCCL may log (``not logged`` where it did not),
+    then each flag (issue 32: it printed Python dicts and ``None``)."""
+    rows = [("NCCL version", summary.version), ("network", summary.network),
+            ("transports (connections)", summary.transports), ("channels", summary.channels),
+            ("NVLS available", summary.nvls_available), ("NVLS used", summary.nvls_used if summary.nvls_available
+                                                          is not None or summary.nvls_used else None),
+            ("GPUDirect RDMA on network connections", summary.gdr_rdma), ("algorithms (calls)", summary.algorithms),
+            ("protocols (calls)", summary.protocols), ("NCCL variables NCCL reported", summary.env)]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {_logged(value)}" for name, value in rows]
+    lines += [f"FLAG: {flag}" for flag in flags]
+    return "\n".join(lines) + "\n"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

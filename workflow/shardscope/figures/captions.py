@@ -6,7 +6,10 @@ these answers, so a number in a caption is always a number in the figure's data.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -177,7 +180,8 @@ def _memory_where(key: tuple, sub: pd.DataFrame) -> str:
     hosts = sub["host"].dropna().unique()
     model, ws = key[-2], key[-1]
     if len(hosts) <= 1:
-        return f"On {hosts[0] if len(hosts) else '?'} ({model}, {ws} ranks)"
+        fabric = f"{sub['fabric'].iloc[0]} fabric, " if "fabric" in sub else ""
+        return f"On {hosts[0] if len(hosts) else '?'} ({fabric}{model}, {ws} ranks)"
     return f"On {len(hosts)} machines ({', '.join(map(str, key[:-2]))}; median per strategy; {model}, {ws} ranks)"
 
 
@@ -220,11 +224,59 @@ def answer_memory(df: pd.DataFrame) -> str:
 
 def ties_with(best: pd.Series, others: pd.DataFrame) -> list[str]:
     """Strategies of ``others`` whose tokens/s 95% interval overlaps ``best``'s: within noise of it, not beaten by it."""
-    if "ci95_low_tokens_per_s" not in others:
-        return []
-    return [rec["strategy"] for rec in others.to_dict("records") if rec["strategy"] != best["strategy"]
-            and within_noise(best["ci95_low_tokens_per_s"], best["ci95_high_tokens_per_s"],
-                             rec["ci95_low_tokens_per_s"], rec["ci95_high_tokens_per_s"])]
+    return noise_against_best(best, others).tied
+
+
+@dataclass(frozen=True)
+class NoiseComparison:
+    """The runs of one comparison against its best run: whose 95% interval overlaps the best's (``tied``), whose
+    does not (``apart``), and who has no interval to judge (``unjudged``); strategy names, in the given order."""
+
+    best: str
+    tied: list[str]
+    apart: list[str]
+    unjudged: list[str]
+
+
+def noise_against_best(best: pd.Series, others: pd.DataFrame) -> NoiseComparison:
+    """Each other strategy of ``others`` against ``best`` by the tokens/s 95% intervals over repeats (issue 32: only
+    overlap with the best is claimed, never that all overlap each other)."""
+    tied, apart, unjudged = [], [], []
+    has_ci = "ci95_low_tokens_per_s" in others
+    for rec in others.to_dict("records"):
+        if rec["strategy"] == best["strategy"]:
+            continue
+        bounds = (best.get("ci95_low_tokens_per_s"), best.get("ci95_high_tokens_per_s"),
+                  rec.get("ci95_low_tokens_per_s"), rec.get("ci95_high_tokens_per_s")) if has_ci else (None,) * 4
+        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in bounds):
+            unjudged.append(rec["strategy"])
+        elif within_noise(*bounds):
+            tied.append(rec["strategy"])
+        else:
+            apart.append(rec["strategy"])
+    return NoiseComparison(str(best["strategy"]), tied, apart, unjudged)
+
+
+def noise_sentence(comparison: NoiseComparison, best_value: str, name: Callable[[str], str] = strategy_name) -> str:
+    """What the intervals show about the fastest run: ``fastest X (value)`` when no other interval overlaps its,
+    else ``no single fastest: A, B within noise of X ...``; those beyond the noise and those without an interval are
+    named as such. ``best_value`` is the best run's number as the sentence should show it, ``name`` a strategy's."""
+    def names(strategies: list[str]) -> str:
+        return ", ".join(name(s) for s in strategies)
+
+    best = name(comparison.best)
+    if comparison.tied:
+        text = (f"no single fastest: {names(comparison.tied)} within noise of {best} (their 95% intervals over repeats"
+                f" overlap {best}'s; {best}'s median {best_value})")
+        if comparison.apart:
+            text += f"; {names(comparison.apart)} slower beyond the noise (intervals apart from {best}'s)"
+    else:
+        text = f"fastest {best} ({best_value})"
+        if comparison.apart:
+            text += ", every other interval apart from its"
+    if comparison.unjudged:
+        text += f"; {names(comparison.unjudged)} without a 95% interval, so not judged against it"
+    return text
 
 
 def _speed_many(sub: pd.DataFrame, hosts: list[str]) -> str:
@@ -297,13 +349,8 @@ def _answer_speed_all(df: pd.DataFrame) -> str:
         text = f"{key[0]}, {hosts[0] if hosts else '?'}, {model} on {ws} ranks: "
         if not good.empty:
             fast, slow = good.iloc[-1], good.iloc[0]
-            tied = ties_with(fast, good)
-            if tied:
-                names = ", ".join(strategy_name(s) for s in [fast["strategy"], *tied])
-                text += (f"no single fastest: {names} are within noise of each other (95% intervals over repeats"
-                         f" overlap; the best median {fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s),")
-            else:
-                text += f"fastest {strategy_name(fast['strategy'])} ({fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s),"
+            best_value = f"{fast['tokens_per_s_vs_ddp']:.2f}x DDP's tokens/s"
+            text += noise_sentence(noise_against_best(fast, good.iloc[::-1]), best_value) + ","
             text += f" slowest {strategy_name(slow['strategy'])} ({slow['tokens_per_s_vs_ddp']:.2f}x)"
         elif not done.empty:
             fast = done.sort_values("median_step_time_s").iloc[0]

@@ -32,6 +32,7 @@ from shardscope.results.sources import open_results, require_database
 from shardscope.figures.style import DPI, STRATEGY_ORDER
 from shardscope.results import queries
 from shardscope.results.queries_decision import decision_map
+from shardscope.results.selection import RunSelection, select_runs
 
 __all__ = ["FIGURES", "STRATEGY_ORDER", "Figure", "draw_all"]  # STRATEGY_ORDER: kept for importers
 
@@ -102,17 +103,19 @@ def _render(fig: plt.Figure, fmt: str, box: Bbox | str = "tight") -> bytes:
 
 
 def draw_all(db: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-             reference_db: str | os.PathLike[str] | None = None) -> list[Path]:
+             reference_db: str | os.PathLike[str] | None = None, runs: RunSelection | None = None) -> list[Path]:
     """Draw every figure of :data:`FIGURES` from ``db`` into ``out_dir``; returns the files written.
 
     Figures 1 and 2 draw the public reference runs beside the user's runs from ``reference_db``
     (the reference stage's database) when given, and the user's runs alone without it: nothing
-    is built here, the figures only query.
+    is built here, the figures only query. ``runs``: which of the database's runs are drawn (default: the current
+    plan's, :func:`shardscope.results.selection.select_runs`); ``figures.json`` says which under ``runs``.
     """
     out = Path(out_dir)
     require_database(db)
+    runs = runs or select_runs(db)
     sns.set_theme(style="whitegrid", context="notebook")
-    with open_results(db, reference_db) as con:
+    with open_results(db, reference_db, runs.inputs) as con:
         data = {figure.name: figure.query(con) for figure in FIGURES}
         ranking = queries.machine_ranking(con)
     files: dict[Path, bytes] = {}
@@ -139,5 +142,5 @@ def draw_all(db: str | os.PathLike[str], out_dir: str | os.PathLike[str],
                "rows": len(ranking)}]
     for path, payload in files.items():
         atomic_write_bytes(path, payload)
-    atomic_write_json(out / "figures.json", {"figures": index, "tables": tables})
+    atomic_write_json(out / "figures.json", {"figures": index, "tables": tables, "runs": runs.description})
     return list(files)

@@ -23,8 +23,12 @@ _PALETTE_ORDER = (0, 1, 2, 4, 9, 5, 3, 7, 8, 6)
 
 
 def _series_colors(series: list[str]) -> dict[str, tuple[float, float, float]]:
+    """A colour per series: the colorblind palette up to its 10 colours; beyond, as many evenly spaced hues as series,
+    so that no two series share a colour (16 series with emulated runs reused six of them, issue 32)."""
+    if len(series) > len(_PALETTE_ORDER):
+        return dict(zip(series, sns.color_palette("husl", len(series))))
     palette = sns.color_palette("colorblind", 10)
-    return {name: palette[_PALETTE_ORDER[i % len(_PALETTE_ORDER)]] for i, name in enumerate(series)}
+    return {name: palette[_PALETTE_ORDER[i]] for i, name in enumerate(series)}
 
 
 def _ordered_series(df: pd.DataFrame, column: str = "series") -> list[str]:

@@ -74,16 +74,22 @@ def _whole_peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) ->
               float(capacity.max()) if len(capacity) else 0.0)
     unit, scale = memory_unit(top)
     x = np.arange(len(strategies))
-    for offset, rows, alpha in ((-0.2, measured, 1.0), (0.2, modeled, 0.45)):  # modeled: pale (hatching is slow to save)
-        bottom = np.zeros(len(strategies))
-        for (col, _), color in zip(_PEAK_PARTS, _PEAK_COLORS):
-            values = rows[col].fillna(0).to_numpy(dtype=float) / scale
-            ax.bar(x + offset, values, 0.38, bottom=bottom, color=color, alpha=alpha, edgecolor="white", lw=0.5)
-            bottom += values
+    peaks = pd.concat([measured["tracked_peak_bytes"], modeled["tracked_peak_bytes"]]) / scale
+    log = _log_scale_if_spread(ax, peaks)
+    if log:  # a stacked bar on a log axis hides its lower parts (issue 32): each part its own bar, side by side
+        _grouped_parts(ax, x, measured, modeled, scale)
+        parts = pd.concat([rows[col] for rows in (measured, modeled) for col, _ in _PEAK_PARTS]) / scale
+        ax.set_ylim(bottom=float(parts[parts > 0].min()) / 2)  # a floor under the smallest part's bar
+    else:
+        for offset, rows, alpha in ((-0.2, measured, 1.0), (0.2, modeled, 0.45)):  # modeled: pale (hatching is slow)
+            bottom = np.zeros(len(strategies))
+            for (col, _), color in zip(_PEAK_PARTS, _PEAK_COLORS):
+                values = rows[col].fillna(0).to_numpy(dtype=float) / scale
+                ax.bar(x + offset, values, 0.38, bottom=bottom, color=color, alpha=alpha, edgecolor="white", lw=0.5)
+                bottom += values
     _capacity_line(ax, capacity, scale)
     ax.set_xticks(x, [strategy_name(s) for s in strategies])
     ax.grid(axis="x", visible=False)
-    log = _log_scale_if_spread(ax, pd.concat([measured["tracked_peak_bytes"], modeled["tracked_peak_bytes"]]) / scale)
     ax.set_ylabel(f"tracked tensor peak per rank ({unit}{', log scale' if log else ''})")
     return True
 
@@ -91,6 +97,16 @@ def _whole_peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) ->
 #: Peaks further apart than this (largest / smallest) are drawn on a log axis: DeepSpeed's whole 5e8-element
 #: reduce bucket (2 GB in fp32) would otherwise flatten every other strategy's bar of a small model to nothing.
 LOG_SPREAD = 10.0
+
+
+def _grouped_parts(ax: plt.Axes, x: np.ndarray, measured: pd.DataFrame, modeled: pd.DataFrame, scale: float) -> None:
+    """Each part of the peak as its own bar beside the others (measured solid, modeled as an outline of the same
+    colour): on a log axis every part keeps its own height, which stacking would hide."""
+    width = 0.84 / len(_PEAK_PARTS)
+    for i, ((col, _), color) in enumerate(zip(_PEAK_PARTS, _PEAK_COLORS)):
+        at = x - 0.42 + width * (i + 0.5)
+        ax.bar(at, measured[col].fillna(0).to_numpy(dtype=float) / scale, width, color=color, lw=0)
+        ax.bar(at, modeled[col].fillna(0).to_numpy(dtype=float) / scale, width, fill=False, edgecolor=color, lw=1.2)
 
 
 def _log_scale_if_spread(ax: plt.Axes, peaks: pd.Series) -> bool:
@@ -106,7 +122,8 @@ def _log_scale_if_spread(ax: plt.Axes, peaks: pd.Series) -> bool:
 def _peak_panel(ax: plt.Axes, sub: pd.DataFrame, strategies: list[str]) -> None:
     """Measured peak per rank: the training state stacked under the rest; the GPU's capacity as a line."""
     if _whole_peak_panel(ax, sub, strategies):
-        ax.set_title("whole peak: measured (solid) | modeled (pale), activations and buffers included", fontsize="medium")
+        ax.set_title("whole peak (activations, buffers included):\n"
+                     "measured solid | modeled pale, or outlined on a log axis", fontsize="medium")
         return
     measured = sub[sub["method"] == "measured"].set_index("strategy").reindex(strategies)
     if measured["rest_bytes"].isna().all():
@@ -183,7 +200,8 @@ def draw_memory_by_strategy(df: pd.DataFrame) -> plt.Figure:
         strategies = _ordered(sub["strategy"])
         _held_panel(top, sub, strategies)
         dtype = sub["dtype"].dropna()
-        top.set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {where}\n"
+        fabric = f" · {key[0]} fabric" if len(hosts) <= 1 and "fabric" in sub else ""
+        top.set_title(f"{model} ({dtype.iloc[0] if len(dtype) else '?'}) on {ws} ranks · {where}{fabric}\n"
                       "parameters, gradients, optimizer state: measured | ZeRO paper | implementation", fontsize="medium")
         bottom.set_title("measured peak = training state + the rest", fontsize="medium")
         _peak_panel(bottom, sub, strategies)

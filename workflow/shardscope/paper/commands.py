@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from shardscope.figures.commands import add_run_selection
+
 
 def _cmd_paper(args: argparse.Namespace) -> int:
     import sys
@@ -14,7 +16,10 @@ def _cmd_paper(args: argparse.Namespace) -> int:
     if args.reference_db is None and not args.no_reference:
         print("shardscope: note: no --reference-db: the report lists this database's runs only "
               "(the reference stage builds results/reference/reference.duckdb)", file=sys.stderr)
-    render_report(args.db, args.figures, args.source, args.out, reference_db=args.reference_db)
+    from shardscope.results.selection import select_runs
+
+    render_report(args.db, args.figures, args.source, args.out, reference_db=args.reference_db,
+                  runs=select_runs(args.db, args.runs, args.manifest))
     print(f"report written to {args.out}")
     return 0
 
@@ -40,4 +45,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     ref = p.add_mutually_exclusive_group()
     ref.add_argument("--reference-db", help="attach the reference stage's database and list its public runs beside ours")
     ref.add_argument("--no-reference", action="store_true", help="report the database's own runs only, without the note that --reference-db is absent")
+    add_run_selection(p)
     p.set_defaults(func=_cmd_paper)

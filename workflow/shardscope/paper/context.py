@@ -12,6 +12,7 @@ import datetime as _dt
 import html
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 from shardscope.errors import UserError
 from shardscope.fileio import loads_bounded
 from shardscope.results import queries
-from shardscope.figures.captions import answer_ranking, ties_with
+from shardscope.results.selection import RunSelection, select_runs
+from shardscope.figures.captions import answer_ranking, noise_against_best, noise_sentence, ties_with
 from shardscope.figures.plots import FIGURES
 from shardscope.results.reference_manifest import load_manifest
 from shardscope.results.sources import open_results, require_database
@@ -83,7 +85,17 @@ def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> M
     return Markup(f'<figure id="fig-{html.escape(str(entry["name"]))}"><img alt="{text_for_markdown(entry["title"])}" '
                   f'src="data:image/png;base64,{data}"><figcaption><strong>Figure {text_for_markdown(entry["number"])}. '
                   f'{text_for_markdown(entry["title"])}.</strong> {text_for_markdown(entry["question"])} '
-                  f'<em>{text_for_markdown(entry["answer"])}</em></figcaption></figure>')
+                  f'<em>{code_spans(text_for_markdown(entry["answer"]))}</em></figcaption></figure>')
+
+
+#: A Markdown code span of text escaped by :func:`text_for_markdown` (its backticks became ``&#96;``).
+_CODE_SPAN = re.compile(r"&#96;(.+?)&#96;")
+
+
+def code_spans(escaped: Markup) -> Markup:
+    """Markdown code spans (`` `shardscope advise` ``) of already escaped text as <code> (a caption's answer is
+    HTML, not Markdown: figure 5's caption showed the backticks, issue 32); the text inside stays escaped."""
+    return Markup(_CODE_SPAN.sub(r"<code>\1</code>", str(escaped)))
 
 
 def _measured_summary(con: Any) -> dict[str, Any]:
@@ -145,13 +157,13 @@ def _recommendations(speed: pd.DataFrame) -> list[str]:
             continue
         fast = ok.sort_values("median_step_time_s").iloc[0]
         lean = ok.sort_values("held_bytes").iloc[0]
-        tied = ties_with(fast, ok)
-        if tied:
+        comparison = noise_against_best(fast, ok)
+        if comparison.tied:
             batch = {s: f" (micro-batch {int(m)})" for s, m in zip(ok["strategy"], ok["micro_batch"])} if best else {}
-            names = " and ".join(strategy_name(s) + batch.get(s, "") for s in [fast["strategy"], *tied])
-            text = (f"On {host} ({fabric}), {model} on {ws} ranks: {names} are within noise of each other"
-                    f" (their 95% intervals over repeats overlap; best median {fast['median_step_time_s']:.4f} s per step),"
-                    " so none is named the winner")
+            text = (f"On {host} ({fabric}), {model} on {ws} ranks: "
+                    + noise_sentence(comparison, f"{fast['median_step_time_s']:.4f} s per step",
+                                     lambda s: strategy_name(s) + batch.get(s, ""))
+                    + ", so none is named the winner")
         else:
             text = (f"On {host} ({fabric}), {model} on {ws} ranks: {strategy_name(fast['strategy'])} was fastest"
                     + (_batch_text(fast) if best else "") + f" ({fast['median_step_time_s']:.4f} s per step)")
@@ -192,18 +204,21 @@ def _decision_table(decision: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str],
-                   reference_db: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                   reference_db: str | os.PathLike[str] | None = None,
+                   runs: RunSelection | None = None) -> dict[str, Any]:
     """Everything the template may use: tables, facts, recommendations and figures, all from the database.
 
     Reference runs come from ``reference_db`` (the reference stage's database) when given, as for
-    the figures; without it the report lists none.
+    the figures; without it the report lists none. ``runs``: which of the database's runs are reported (default:
+    the current plan's, :func:`shardscope.results.selection.select_runs`), said under ``run_selection``.
     """
     require_database(db)
     index = figure_index(figures_dir)
     missing = [f.name for f in FIGURES if f.name not in index]
     if missing:
         raise UserError(f"{Path(figures_dir) / 'figures.json'}: lacks {', '.join(missing)}; run `shardscope figures` again")
-    with open_results(db, reference_db) as con:
+    selection = runs or select_runs(db)
+    with open_results(db, reference_db, selection.inputs) as con:
         speed = queries.strategy_speed(con)
         sweeps = report_queries.interconnect_sweeps(con)
         references = queries.reference_runs(con)
@@ -221,6 +236,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
     slowdown = report_queries.emulated_slowdown(emulated)
     return {
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_selection": selection.description,
         "runs": runs,
         "reference_count": len(references),
         "fastest": ok.sort_values("median_step_time_s").iloc[0].to_dict() if not ok.empty else None,
@@ -251,7 +267,8 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
             "mistral_memory": markdown_table(tables.mistral_memory_table(memory_model), tables.MISTRAL_FORMATS),
             "mistral_peak": markdown_table(mistral_peak, memory_cases.GB_FORMATS),
             "emulated": markdown_table(
-                emulated[["preset", "model", "world_size", "strategy", "outcome", "median_step_time_s", "tokens_per_s",
+                emulated[["preset", "placement", "model", "world_size", "strategy", "outcome", "median_step_time_s",
+                          "tokens_per_s",
                           "comm_time_share"]],
                 {"median_step_time_s": "{:.4f}", "tokens_per_s": "{:.0f}", "comm_time_share": "{:.2f}"}),
             "modeled_vs_measured": markdown_table(tables.modeled_vs_measured_table(modeled_steps), tables.MODELED_FORMATS),

@@ -23,6 +23,8 @@ transport of a training job do not change its price (the best placement's step o
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,7 +67,7 @@ def modeled_seconds(plan: Mapping[str, Any], topology: Mapping[str, Any], search
     try:
         doc = plan_predictions(topology, plan)
     except (UserError, ValueError) as exc:  # an estimate that cannot be made never stops the plan
-        return None, f"the cost model cannot price this plan ({exc})"
+        return None, f"the cost model cannot price this plan ({for_plan(str(exc))})"
     times = {(r["op"], int(r["world_size"]), r["transport"], int(r["size_bytes"])): float(r["time_s"])
              for r in doc["collectives"]}
     steps = {(r["strategy"], r["model"], int(r["gpus"])): r for r in doc["strategies"]}
@@ -104,5 +106,18 @@ def modeled_seconds(plan: Mapping[str, Any], topology: Mapping[str, Any], search
             step = float(step_row(job)["step_time_s"]) * _step_scale(job, entry)
             total += runs * (GPU_JOB_START_SECONDS + (int(job["warmup"]) + int(job["steps"]) * repeats) * step)
     except LookupError as exc:
-        return None, f"the cost model cannot price every job: {exc.args[0]}"
+        return None, f"the cost model cannot price every job: {for_plan(exc.args[0])}"
     return total, _basis(fixed_seconds)
+
+
+#: The cost model's hint of flags `plan` does not have (``--gpu``, ``--peak-tflops``: advise's and predict's).
+_ADVISE_FLAGS = re.compile(r";? *(?:name the GPU with --gpu|pass a known --gpu)\b.*$")
+
+
+def for_plan(reason: str) -> str:
+    """The cost model's ``reason`` with its hint of advise's flags replaced by what a plan's reader can do (issue 32:
+    the plan's summary named a ``--gpu`` flag that ``plan`` does not have)."""
+    if not _ADVISE_FLAGS.search(reason):
+        return reason
+    return (_ADVISE_FLAGS.sub("", reason) + "; the topology does not name a GPU model the cost model knows, so "
+            "`shardscope advise --topology FILE --gpu NAME` prices the strategies by hand")

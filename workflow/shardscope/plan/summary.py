@@ -106,6 +106,30 @@ def _stage_line(name: str, jobs: list[Mapping[str, Any]], key: str, label: str) 
     return f"  {name:<12} {len(jobs):>3} jobs  {label} {what}; world sizes {', '.join(map(str, sizes)) or '-'}"
 
 
+def _group_of(job: Mapping[str, Any]) -> tuple[str, Any, Any, Any, str]:
+    """What a training job shares with its group: model, micro-batch, sequence length, timed steps, fabric."""
+    fabric = f"emulated {job['emulated'].get('preset', '?')}" if isinstance(job.get("emulated"), dict) else (
+        "emulated" if job.get("emulated") else "")
+    return (str(job.get("model")), job.get("micro_batch"), job.get("seq_len"), job.get("steps"), fabric)
+
+
+def _training_lines(training: list[Mapping[str, Any]]) -> list[str]:
+    """One line per group of training jobs (model, micro-batch, sequence length, steps, fabric): every job is in one,
+    so a scale the summary did not know of is never hidden (the memory-bound mistral-7b jobs were, issue 32)."""
+    if not training:
+        return [_stage_line("training", [], "strategy", "strategies")]
+    groups: dict[tuple[str, Any, Any, Any, str], list[Mapping[str, Any]]] = {}
+    for job in training:
+        groups.setdefault(_group_of(job), []).append(job)
+    lines = []
+    for (model, micro_batch, seq_len, steps, fabric), jobs in groups.items():
+        lines.append(_stage_line("training", jobs, "strategy", "strategies"))
+        over = f", over {fabric}" if fabric else ""
+        lines.append(f"  {'':<12} model {model}, micro-batch {micro_batch}, seq len {seq_len}, "
+                     f"{steps} timed steps{over}")
+    return lines
+
+
 def summarize(plan: Mapping[str, Any], topology_name: str, estimated: Estimate | None = None) -> str:
     """The human summary of ``plan`` (a ``shardscope.plan/1`` document) made from ``topology_name``; its last
     sentence is ``estimated`` (default: :func:`estimate` of the plan alone)."""
@@ -116,11 +140,17 @@ def summarize(plan: Mapping[str, Any], topology_name: str, estimated: Estimate |
     lines.append(_stage_line("collectives", collectives, "op", "ops"))
     transports = _counted(job["transport"] for job in collectives)
     lines.append(f"  {'':<12} transports {transports}")
-    lines.append(_stage_line("training", training, "strategy", "strategies"))
-    profile = plan.get("profile") or {}
-    if profile:
-        lines.append(f"  {'':<12} model {profile.get('model')}, micro-batch {profile.get('micro_batch')}, "
-                     f"seq len {profile.get('seq_len')}, {profile.get('steps')} timed steps")
+    lines += _training_lines(training)
+    emulated = [job for job in plan.get("emulated") or [] if job.get("kind") == "emulated_collective"]
+    if emulated:
+        lines.append(f"  {'emulated':<12} {len(emulated):>3} jobs  collectives "
+                     f"{_counted(j['op'] for j in emulated)} over "
+                     f"presets {_counted(j['preset'] for j in emulated)}")
+    searched = plan.get("search") or []
+    if searched:
+        lines.append(f"  {'search':<12} {len(searched):>3} micro-batch searches  strategies "
+                     f"{_counted(entry.get('strategy', '?') for entry in searched)}; "
+                     f"{len(plan.get('best') or [])} best-micro-batch runs")
     multi = plan.get("multi_node")
     if multi:
         jobs = len(multi.get("collectives", [])) + len(multi.get("training", []))

@@ -170,12 +170,17 @@ def allreduce_peak_vs_gpus(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return df
 
 
+#: Figure 3's fabric of a run: the bytes a rank holds do not depend on the links, so the runs over every emulated preset
+#: are one group ("emulated"), apart from the host's own runs (issue 32: one panel per preset, each title alike).
+MEMORY_FABRIC_SQL = f"CASE WHEN {FABRIC_SQL} LIKE 'emulated:%' THEN 'emulated' ELSE {FABRIC_SQL} END"
+
+
 def measured_memory(con: duckdb.DuckDBPyConnection, keep_run_id: bool = False) -> pd.DataFrame:
     """Per-rank bytes held by each strategy (the largest rank) in its latest finished run (``run_id`` on request),
     at the configured micro-batch (the runs at each strategy's own best micro-batch are figure 4's)."""
     return con.execute(f"""
         WITH per_run AS (
-            SELECT t.run_id, r.measured_at, r.host, {FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model,
+            SELECT t.run_id, r.measured_at, r.host, {MEMORY_FABRIC_SQL} AS fabric, {GPU_MODEL_SQL} AS gpu_model,
                    t.model, t.param_count, t.world_size,
                    t.dtype, t.strategy, max(m.param_bytes) AS param_bytes, max(m.grad_bytes) AS grad_bytes,
                    max(m.optim_bytes) AS optim_bytes, max(m.param_bytes + m.grad_bytes + m.optim_bytes) AS held_bytes,
@@ -190,9 +195,9 @@ def measured_memory(con: duckdb.DuckDBPyConnection, keep_run_id: bool = False) -
               AND t.placement NOT LIKE '%{BEST_MICROBATCH_SUFFIX}'  -- figure 3 compares strategies at one micro-batch
             GROUP BY ALL)
         SELECT * FROM per_run
-        QUALIFY row_number() OVER (PARTITION BY host, model, world_size, dtype, strategy
+        QUALIFY row_number() OVER (PARTITION BY host, fabric, model, world_size, dtype, strategy
                                    ORDER BY measured_at DESC, run_id) = 1
-        ORDER BY host, model, world_size, strategy""").df().drop(columns=["measured_at"] if keep_run_id else ["run_id", "measured_at"])
+        ORDER BY host, fabric, model, world_size, strategy""").df().drop(columns=["measured_at"] if keep_run_id else ["run_id", "measured_at"])
 
 
 def device_capacity_bytes(device_type: str | None, devices: str | None, probed_bytes: float | None = None) -> float | None:

@@ -38,14 +38,17 @@ def require_database(db: str | os.PathLike[str]) -> None:
 
 
 @contextlib.contextmanager
-def open_results(db: str | os.PathLike[str],
-                 reference_db: str | os.PathLike[str] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Open ``db`` read-only with the ``all_runs``/``all_collectives`` views; UserError if a file is missing."""
+def open_results(db: str | os.PathLike[str], reference_db: str | os.PathLike[str] | None = None,
+                 current: tuple[str, ...] | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open ``db`` read-only with the ``all_runs``/``all_collectives`` views; UserError if a file is missing.
+
+    ``current`` (:class:`shardscope.results.selection.RunSelection` ``inputs``): only the database's runs loaded
+    from these files, the newest load of each, are in ``all_runs`` (reference runs are kept); None: every run."""
     if reference_db is not None and not Path(reference_db).exists():
         raise UserError(f"{reference_db}: reference database not found; run `shardscope reference --db {reference_db}` first")
     con = connect_readonly(db)
     try:
-        _create_views(con, reference_db)
+        _create_views(con, reference_db, current)
     except duckdb.CatalogException as exc:
         con.close()
         raise UserError(f"{db}: not a shardscope results database ({exc}); run `shardscope collect` first") from None
@@ -108,9 +111,20 @@ def _create_union_views(con: duckdb.DuckDBPyConnection, catalogs: list[str]) -> 
         con.execute(f"CREATE TEMP VIEW all_{table} AS SELECT DISTINCT * FROM ({parts})")
 
 
-def _create_views(con: duckdb.DuckDBPyConnection, reference_db: str | os.PathLike[str] | None) -> None:
+def _current_runs(con: duckdb.DuckDBPyConnection, runs: str, current: tuple[str, ...] | None) -> str:
+    """``runs`` restricted to the newest load of each file of ``current`` (all of ``runs`` for None)."""
+    if current is None:
+        return runs
+    con.execute("CREATE TEMP TABLE current_inputs (source_file VARCHAR)")
+    con.executemany("INSERT INTO current_inputs VALUES (?)", [[path] for path in current])
+    return (f"SELECT * FROM ({runs}) WHERE source_file IN (SELECT source_file FROM current_inputs) "
+            "QUALIFY measured_at IS NOT DISTINCT FROM max(measured_at) OVER (PARTITION BY source_file, kind)")
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, reference_db: str | os.PathLike[str] | None,
+                  current: tuple[str, ...] | None = None) -> None:
     name = con.execute("SELECT current_database()").fetchone()[0]
-    main_runs, main_catalog = _runs_select(con, name), _ident(name)
+    main_runs, main_catalog = _current_runs(con, _runs_select(con, name), current), _ident(name)
     if reference_db is None:
         con.execute(f"CREATE TEMP VIEW all_runs AS {main_runs}")
         con.execute(f"CREATE TEMP VIEW all_collectives AS SELECT * FROM {main_catalog}.main.collectives")
