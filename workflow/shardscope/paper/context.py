@@ -44,11 +44,22 @@ from shardscope.paper.ranking import RANKING_FORMATS, has_peers, ranking_table
 _ACTIVE = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;", **{c: f"&#{ord(c)};" for c in "\\`*[]|!"}}
 
 
+#: A pair of backticks around text: a code span (our sentences name commands and files that way).
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
 def text_for_markdown(value: Any) -> Markup:
-    """``value`` as text that Markdown and HTML show literally (see :data:`_ACTIVE`); Markup passes unchanged."""
+    """``value`` as text that Markdown and HTML show literally (see :data:`_ACTIVE`); Markup passes unchanged.
+
+    Text between a pair of backticks becomes ``<code>`` around that text, itself escaped the same way: the
+    sentences name commands like `` `lspci -vv` `` and the page must not show the backticks (issue 32); the
+    element carries no attribute, so nothing in it can act (issue 35).
+    """
     if isinstance(value, Markup):
         return value
-    return Markup("".join(_ACTIVE.get(c, c) for c in str(value)))
+    parts = _CODE_SPAN.split(str(value))
+    escaped = ["".join(_ACTIVE.get(c, c) for c in part) for part in parts]
+    return Markup("".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(escaped)))
 
 
 def markdown_table(df: pd.DataFrame, formats: dict[str, str] | None = None) -> Markup:
@@ -85,17 +96,7 @@ def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> M
     return Markup(f'<figure id="fig-{html.escape(str(entry["name"]))}"><img alt="{text_for_markdown(entry["title"])}" '
                   f'src="data:image/png;base64,{data}"><figcaption><strong>Figure {text_for_markdown(entry["number"])}. '
                   f'{text_for_markdown(entry["title"])}.</strong> {text_for_markdown(entry["question"])} '
-                  f'<em>{code_spans(text_for_markdown(entry["answer"]))}</em></figcaption></figure>')
-
-
-#: A Markdown code span of text escaped by :func:`text_for_markdown` (its backticks became ``&#96;``).
-_CODE_SPAN = re.compile(r"&#96;(.+?)&#96;")
-
-
-def code_spans(escaped: Markup) -> Markup:
-    """Markdown code spans (`` `shardscope advise` ``) of already escaped text as <code> (a caption's answer is
-    HTML, not Markdown: figure 5's caption showed the backticks, issue 32); the text inside stays escaped."""
-    return Markup(_CODE_SPAN.sub(r"<code>\1</code>", str(escaped)))
+                  f'<em>{text_for_markdown(entry["answer"])}</em></figcaption></figure>')
 
 
 def _measured_summary(con: Any) -> dict[str, Any]:

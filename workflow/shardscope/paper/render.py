@@ -1,5 +1,8 @@
 """Render ``paper/report.md`` (a Jinja2 template over Markdown) into one self-contained HTML file.
 
+Values from the database are text, never markup: host and device names come from result files that anyone
+can write, so each value is escaped for HTML and Markdown before Markdown sees the template (issue 35).
+
 Every number and table in the report comes from a database query at build time (the same
 queries the figures use, see :mod:`shardscope.paper.context`); figures are embedded as
 base64 PNGs, so the HTML travels alone.
@@ -15,7 +18,7 @@ import markdown
 
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_text
-from shardscope.paper.context import markdown_table, report_context
+from shardscope.paper.context import markdown_table, report_context, text_for_markdown
 from shardscope.results.selection import RunSelection
 
 __all__ = ["markdown_table", "render_report", "report_context"]
@@ -43,7 +46,10 @@ def render_report(db: str | os.PathLike[str], figures_dir: str | os.PathLike[str
     src = Path(source)
     if not src.exists():
         raise UserError(f"{src}: report template not found")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(src.parent), undefined=jinja2.StrictUndefined, autoescape=False)
+    # Only the template is Markdown: every value it shows is text (text_for_markdown), except the tables and
+    # figures this package builds (Markup, their cells and captions escaped the same way when built).
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(src.parent), undefined=jinja2.StrictUndefined,
+                             autoescape=True, finalize=text_for_markdown)
     try:
         text = env.get_template(src.name).render(**report_context(db, figures_dir, reference_db, runs))
     except jinja2.TemplateError as exc:
