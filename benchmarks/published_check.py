@@ -493,6 +493,11 @@ class RunResult:
     error: str | None = None
 
     @property
+    def same_micro_batch(self) -> bool:
+        """Whether the model answered at the run's micro-batch (memory and fit compare only then)."""
+        return self.answer is not None and self.answer.micro_batch in (None, self.micro_batch)
+
+    @property
     def modeled_tokens_per_gpu(self) -> float | None:
         a = self.answer
         return a.tokens_per_s / self.gpus if a and a.tokens_per_s else None
@@ -501,7 +506,7 @@ class RunResult:
         """(modeled bytes to compare with the measurement, which modeled number): the model's allocated peak for an
         allocated measurement where it gives one, else its peak."""
         a = self.answer
-        if a is None:
+        if a is None or not self.same_micro_batch:
             return None, "-"
         if self.memory_basis == "allocated" and a.allocated_bytes is not None:
             return a.allocated_bytes, "allocated_peak_bytes"
@@ -519,6 +524,9 @@ def check_case(case: Mapping[str, Any], workdir: Path, call: Callable[[Sequence[
             answer, error = ask(case, run, workdir, call), None
         except (RuntimeError, KeyError, StopIteration, ValueError) as exc:
             answer, error = None, str(exc)
+        if answer and answer.micro_batch not in (None, run["micro_batch"]):
+            answer.lost.append(f"micro-batch {run['micro_batch']} answered at {answer.micro_batch} "
+                               "(memory and OOM not compared)")
         thr = None
         if answer and answer.tokens_per_s:
             thr = answer.tokens_per_s / (run["gpus"] if case.get("compare") == "per_gpu" else 1)
@@ -554,7 +562,8 @@ def summarize(results: Sequence[RunResult], cases: Sequence[Mapping[str, Any]], 
         modeled, _ = r.modeled_memory()
         if r.measured_memory and modeled:
             mem_signed.append(memory_error(modeled, r.measured_memory))
-    ooms, fit_ooms, oks, false_ooms = oom_misses((r.outcome, r.answer.fits if r.answer else None) for r in results)
+    ooms, fit_ooms, oks, false_ooms = oom_misses((r.outcome, r.answer.fits if r.same_micro_batch else None)
+                                                 for r in results)
     no_absolute = {c["id"] for c in cases if c.get("absolute_throughput") is False}
     absolute = [max(q, 1 / q) for r in results
                 if r.measured_tokens_per_gpu and r.modeled_tokens_per_gpu and r.case not in no_absolute
