@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import math
@@ -206,16 +207,26 @@ def _run_flags(case: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     return [token for pair in _flag_pairs(run) for token in pair]
 
 
-def _model_arg(model: Mapping[str, Any]) -> str:
-    """``--model``: a preset name where the case names one, else the HF-style JSON object."""
-    return model["preset"] if model.get("preset") else json.dumps(model["hf"], separators=(",", ":"))
+def _model_arg(model: Mapping[str, Any], workdir: Path, model_as: str = "json") -> str:
+    """``--model``: a preset name where the case names one, else the HF-style object as JSON text or (``model_as``
+    ``path``) as a ``config.json`` written to ``workdir``."""
+    if model.get("preset"):
+        return model["preset"]
+    text = json.dumps(model["hf"], separators=(",", ":"))
+    if model_as != "path":
+        return text
+    path = workdir / f"model-{hashlib.sha1(text.encode()).hexdigest()[:12]}" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return str(path)
 
 
-def advise_argv(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path) -> list[str]:
+def advise_argv(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path, model_as: str = "json") -> list[str]:
     """``shardscope advise`` arguments for one run: the strategy alone at the run's micro-batch."""
     topo, extra = _topology_arg(case, workdir)
     hw, model = case["hardware"], run_model(case, run)
-    argv = ["advise", "--topology", topo, *extra, "--model", _model_arg(model), "--gpus", str(run["gpus"]),
+    argv = ["advise", "--topology", topo, *extra, "--model", _model_arg(model, workdir, model_as),
+            "--gpus", str(run["gpus"]),
             "--strategies", run["strategy"], "--micro-batch", str(run["micro_batch"]),
             "--seq-len", str(run_seq_len(case, run)), "--json"]
     if hw.get("gpu") and not hw.get("peak_tflops"):  # a GPU the table lacks is named by the topology alone
@@ -229,10 +240,11 @@ def advise_argv(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path) 
     return argv + _run_flags(case, run)
 
 
-def memory_argv(case: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+def memory_argv(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path, model_as: str = "json") -> list[str]:
     """``shardscope memory`` arguments for one run of a memory-only case."""
     model, gpu_bytes = run_model(case, run), _gpu_memory(case)
-    argv = ["memory", "--model", _model_arg(model), "--gpus", str(run["gpus"]), "--strategy", run["strategy"],
+    argv = ["memory", "--model", _model_arg(model, workdir, model_as), "--gpus", str(run["gpus"]),
+            "--strategy", run["strategy"],
             "--micro-batch", str(run["micro_batch"]), "--seq-len", str(run_seq_len(case, run)), "--json",
             "--no-deepspeed-estimate"]
     if gpu_bytes:
@@ -380,17 +392,19 @@ def library_advise(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Pat
 
 
 def ask(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path,
-        call: Callable[[Sequence[str]], tuple[int, str, str]] = call_inprocess) -> Answer:
-    """The modeled answer for one run: ``memory`` for a memory-only case, else ``advise``; RuntimeError when the
-    command refuses the question for another reason than a missing flag or the model's form."""
+        call: Callable[[Sequence[str]], tuple[int, str, str]] = call_inprocess, model_as: str = "json") -> Answer:
+    """The modeled answer for one run: ``memory`` for a memory-only case, else ``advise``, the model given as JSON
+    text or a config.json path (``model_as``); RuntimeError when the command refuses the question for another reason
+    than a missing flag or the model's form."""
     seq = run_seq_len(case, run)
     own = json.dumps(internal_dims(run_model(case, run)["hf"], seq), separators=(",", ":"))
     if case.get("memory_only"):
-        code, out, err, lost, route, seconds = call_with_fallbacks(memory_argv(case, run), call, own)
+        code, out, err, lost, route, seconds = call_with_fallbacks(memory_argv(case, run, workdir, model_as), call, own)
         if code != 0:
             raise RuntimeError(f"{case['id']} / {run['label']}: memory exited {code}: {err.strip()[-300:]}")
         return answer_from_memory(json.loads(out), run["strategy"], seconds, route, lost)
-    code, out, err, lost, route, seconds = call_with_fallbacks(advise_argv(case, run, workdir), call, own)
+    code, out, err, lost, route, seconds = call_with_fallbacks(advise_argv(case, run, workdir, model_as), call,
+                                                                   own)
     if code == 0:
         return answer_from_advise(json.loads(out), run["strategy"], seq, run["micro_batch"], seconds, route, lost)
     if _model_rejected(err):
@@ -513,15 +527,15 @@ class RunResult:
         return a.peak_bytes, a.peak_key
 
 
-def check_case(case: Mapping[str, Any], workdir: Path, call: Callable[[Sequence[str]], tuple[int, str, str]]
-               ) -> list[RunResult]:
+def check_case(case: Mapping[str, Any], workdir: Path, call: Callable[[Sequence[str]], tuple[int, str, str]],
+               model_as: str = "json") -> list[RunResult]:
     """Ask the model about every run of a case."""
     out = []
     for run in case["runs"]:
         m = run["measured"]
         mem = m.get("memory")
         try:
-            answer, error = ask(case, run, workdir, call), None
+            answer, error = ask(case, run, workdir, call, model_as), None
         except (RuntimeError, KeyError, StopIteration, ValueError) as exc:
             answer, error = None, str(exc)
         if answer and answer.micro_batch not in (None, run["micro_batch"]):
@@ -608,14 +622,18 @@ def collectives_summary() -> dict[str, Any]:
 
 
 def check(cases: Sequence[Mapping[str, Any]], call: Callable[[Sequence[str]], tuple[int, str, str]] = call_inprocess,
-          with_collectives: bool = True) -> tuple[list[RunResult], dict[str, Any]]:
+          with_collectives: bool = True, model_as: str = "json") -> tuple[list[RunResult], dict[str, Any]]:
     """Every run's result and the summary per split (``defaults``, ``held_out``, ``all``), plus the collectives."""
     with tempfile.TemporaryDirectory(prefix="published-check-") as tmp:
-        results = [r for case in cases for r in check_case(case, Path(tmp), call)]
+        results = [r for case in cases for r in check_case(case, Path(tmp), call, model_as)]
     summary = {use: summarize([r for r in results if r.use == use], [c for c in cases if c["use"] == use])
                for use in SPLITS}
     summary["all"] = summarize(results, cases)
-    summary["lost_flags"] = sorted({f"{r.case}: {flag}" for r in results if r.answer for flag in r.answer.lost})
+    lost: dict[str, set[str]] = {}
+    for r in results:
+        for flag in r.answer.lost if r.answer else ():
+            lost.setdefault(r.case, set()).add(flag)
+    summary["lost_flags"] = {case: sorted(flags) for case, flags in sorted(lost.items())}
     summary["routes"] = sorted({r.answer.route for r in results if r.answer})
     summary["peak_keys"] = sorted({r.answer.peak_key for r in results if r.answer})
     if with_collectives:
@@ -678,8 +696,8 @@ def print_summary(summary: Mapping[str, Any]) -> None:
               f"slowest {_num(t['worst'], '.3f')} s "
               f"({t['n']} calls)")
     print("\nflags the installed commands did not take (dropped):" if summary["lost_flags"] else "\nno flag dropped")
-    for line in summary["lost_flags"]:
-        print(f"  {line}")
+    for case, flags in summary["lost_flags"].items():
+        print(f"  {case}: {'; '.join(flags)}")
     print(f"model given via: {', '.join(summary['routes'])}; modeled peak read from: {', '.join(summary['peak_keys'])}")
     if "advise_probe_seconds" in summary:
         p = summary["advise_probe_seconds"]
@@ -695,11 +713,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--cases", type=Path, default=CASES, help="cases.json (default: the published training set)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--model-as", choices=("json", "path"), default="json",
+                        help="give --model as JSON text (default) or as a path to a config.json written per model")
     parser.add_argument("--subprocess", action="store_true",
                         help="call `python -m shardscope` per run (default: in-process)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONPATH", str(ROOT / "workflow"))
-    results, summary = check(load_cases(args.cases), call_subprocess if args.subprocess else call_inprocess)
+    results, summary = check(load_cases(args.cases), call_subprocess if args.subprocess else call_inprocess,
+                             model_as=args.model_as)
     if args.json:
         summary["runs_detail"] = [dict(asdict(r), answer=asdict(r.answer) if r.answer else None) for r in results]
         print(json.dumps(summary, indent=1, default=str))

@@ -112,6 +112,21 @@ def test_unknown_flags_are_dropped_and_recorded_float16_falls_back_and_a_refused
     assert calls[-1] == ["memory", "--model", '{"d_model":8}', "--dtype", "bfloat16", "--json"]
 
 
+def test_the_question_carries_the_case_machine_and_the_run_flags(tmp_path: Path) -> None:
+    case = next(c for c in CASES if c["id"] == "torchtitan-llama31-8b-h100-8-vs-128")
+    argv = pc.advise_argv(case, case["runs"][0], tmp_path)
+    pairs = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("--")}
+    assert pairs["--topology"] == "preset:hgx-h100" and pairs["--gpus"] == "8" and pairs["--strategies"] == "fsdp"
+    assert pairs["--activation-checkpointing"] == "full"  # selective is asked as full
+    assert json.loads(pairs["--model"])["num_key_value_heads"] == 8
+    titan = next(c for c in CASES if c["id"] == "hf-ds-blog-deberta-xl-2x-titanrtx")
+    argv = pc.advise_argv(titan, titan["runs"][1], tmp_path)
+    assert "--gpu" not in argv and "--peak-tflops" in argv  # a GPU the table lacks: named by the topology only
+    assert json.loads(Path(argv[argv.index("--topology") + 1]).read_text())["fabric"] == "pcie"
+    path = Path(pc._model_arg(titan["model"], tmp_path, "path"))
+    assert path.name == "config.json" and json.loads(path.read_text())["hidden_size"] == 1536
+
+
 def test_an_error_that_is_not_about_a_flag_or_the_model_is_returned_as_is() -> None:
     def fake(argv: list[str]) -> tuple[int, str, str]:
         return 2, "", "shardscope: error: --gpus 3 is more than the 2 GPUs of the topology"
