@@ -9,9 +9,9 @@ case's machine (a ``preset:`` topology or a synthetic one written to a temporary
 JSON object of dimensions, or a preset), micro-batch, sequence length and the run's flags (``--dtype``,
 ``--activation-checkpointing``, ``--global-batch``, ``--transport``, ``--trainable-fraction``,
 ``--offload-optimizer``). A flag the installed command does not have (``unrecognized arguments``) is dropped and
-the run retried; each lost flag is printed with its case. Where the command takes no JSON model at all, the
-model's own dimensions go to the library function (``advise``) or through the command's own field names
-(``memory``); the route is printed too.
+the run retried; each lost flag is printed with its case. Where the command refuses the HF-style JSON object, the
+same config goes as a ``config.json`` path, then in shardscope's own field names, and (``advise`` only) at last to
+the library function; the route is printed too.
 
 It prints, for the cases that may set model defaults (``use: defaults``), the cases kept for checking
 (``held_out``) and all of them:
@@ -295,15 +295,17 @@ def _model_rejected(stderr: str) -> bool:
     return "model" in text and ("preset" in text or "field" in text or "json" in text or "dimension" in text)
 
 
-def call_with_fallbacks(argv: list[str], call: Callable[[Sequence[str]], tuple[int, str, str]], own_fields: str | None
-                        ) -> tuple[int, str, str, list[str], str, float]:
+def call_with_fallbacks(argv: list[str], call: Callable[[Sequence[str]], tuple[int, str, str]],
+                        other_models: Sequence[tuple[str, str]] = ()) -> tuple[int, str, str, list[str], str, float]:
     """Run ``argv``, dropping flags the command does not know, giving ``--dtype float16`` as bfloat16 where float16 is
-    not a choice, and ``--model`` in shardscope's own fields (``own_fields``) where the HF-style object is refused.
+    not a choice, and, where the ``--model`` value itself is refused, the next of ``other_models`` ((route, value):
+    a config.json path, shardscope's own fields) in turn.
 
     Returns (status, stdout, stderr, what was lost, route, seconds of the last call).
     """
     lost: list[str] = []
     route = "cli"
+    others = list(other_models)
     for _ in range(12):
         start = time.perf_counter()
         code, out, err = call(argv)
@@ -322,11 +324,12 @@ def call_with_fallbacks(argv: list[str], call: Callable[[Sequence[str]], tuple[i
             argv = _replace_value(argv, "--dtype", "bfloat16")
             lost.append("--dtype float16 (given as bfloat16)")
             continue
-        if own_fields is not None and route == "cli" and _model_rejected(err):
-            argv = _replace_value(argv, "--model", own_fields)
-            route = "cli (own fields)"
+        if others and _model_rejected(err):
+            route, value = others.pop(0)
+            argv = _replace_value(argv, "--model", value)
             continue
         return code, out, err, lost, route, seconds
+    return code, out, err, lost, route, seconds
     return code, out, err, lost, route, seconds
 
 
@@ -396,15 +399,19 @@ def ask(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path,
     """The modeled answer for one run: ``memory`` for a memory-only case, else ``advise``, the model given as JSON
     text or a config.json path (``model_as``); RuntimeError when the command refuses the question for another reason
     than a missing flag or the model's form."""
-    seq = run_seq_len(case, run)
-    own = json.dumps(internal_dims(run_model(case, run)["hf"], seq), separators=(",", ":"))
+    seq, model = run_seq_len(case, run), run_model(case, run)
+    others = [("cli (config.json)", _model_arg(model, workdir, "path"))] if model_as != "path" else []
+    others.append(("cli (own fields)", json.dumps(internal_dims(model["hf"], seq), separators=(",", ":"))))
+    if model.get("preset"):
+        others = []
     if case.get("memory_only"):
-        code, out, err, lost, route, seconds = call_with_fallbacks(memory_argv(case, run, workdir, model_as), call, own)
+        code, out, err, lost, route, seconds = call_with_fallbacks(memory_argv(case, run, workdir, model_as), call,
+                                                                   others)
         if code != 0:
             raise RuntimeError(f"{case['id']} / {run['label']}: memory exited {code}: {err.strip()[-300:]}")
         return answer_from_memory(json.loads(out), run["strategy"], seconds, route, lost)
     code, out, err, lost, route, seconds = call_with_fallbacks(advise_argv(case, run, workdir, model_as), call,
-                                                                   own)
+                                                               others)
     if code == 0:
         return answer_from_advise(json.loads(out), run["strategy"], seq, run["micro_batch"], seconds, route, lost)
     if _model_rejected(err):
@@ -467,9 +474,11 @@ def memory_error(modeled_bytes: float, measured_bytes: float) -> float:
 
 def oom_misses(rows: Iterable[tuple[str, bool | None]]) -> tuple[int, int, int, int]:
     """(runs that went out of memory, of those predicted to fit, runs that ran, of those predicted not to fit)
-    from (measured outcome, modeled fits) pairs; an unknown fit counts as neither."""
+    from (measured outcome, modeled fits) pairs; a run whose fit is unknown (None) is not counted."""
     ooms = fit_ooms = oks = false_ooms = 0
     for outcome, fits in rows:
+        if fits is None:
+            continue
         if outcome == "oom":
             ooms += 1
             fit_ooms += fits is True
@@ -505,11 +514,14 @@ class RunResult:
     memory_basis: str | None
     answer: Answer | None
     error: str | None = None
+    selective: bool = False
+    """Selective activation checkpointing: asked as full (the model has none and full), so its memory and fit are
+    not compared (selective holds more than full and less than none)."""
 
     @property
     def same_micro_batch(self) -> bool:
-        """Whether the model answered at the run's micro-batch (memory and fit compare only then)."""
-        return self.answer is not None and self.answer.micro_batch in (None, self.micro_batch)
+        """Whether memory and fit compare: the model answered at the run's micro-batch and checkpointing."""
+        return self.answer is not None and self.answer.micro_batch in (None, self.micro_batch) and not self.selective
 
     @property
     def modeled_tokens_per_gpu(self) -> float | None:
@@ -549,7 +561,8 @@ def check_case(case: Mapping[str, Any], workdir: Path, call: Callable[[Sequence[
                              measured_throughput=measured_throughput(case, run), modeled_throughput=thr,
                              measured_tokens_per_gpu=measured_tokens_per_gpu(case, run),
                              measured_memory=memory_bytes(mem) if mem and m["outcome"] == "ok" else None,
-                             memory_basis=mem.get("basis") if mem else None, answer=answer, error=error))
+                             memory_basis=mem.get("basis") if mem else None, answer=answer, error=error,
+                             selective=run.get("activation_checkpointing") == "selective"))
     return out
 
 
