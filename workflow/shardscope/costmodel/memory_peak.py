@@ -124,8 +124,7 @@ def compute_policy(strategy: str, dtype: str) -> str:
 
 def block_weights(cfg: ModelConfig) -> int:
     """Matmul weights of one block (the RMSNorm gains excluded)."""
-    kv = cfg.n_kv_heads * cfg.head_dim
-    return 2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff
+    return cfg.block_matmul_params()
 
 
 def block_params(cfg: ModelConfig) -> int:
