@@ -113,17 +113,28 @@ PRESETS: dict[str, ModelConfig] = {
 
 def _preset(name: Any) -> ModelConfig:
     if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)} or explicit dimensions")
+        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)}, a JSON object of "
+                         "dimensions or the path of a Hugging Face config.json")
     return PRESETS[name]
 
 
-def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
-    """A model from a preset name or explicit dimensions (a dict, optionally with ``preset`` to override).
+def looks_like_path(spec: str) -> bool:
+    """Whether a ``--model`` string names a file (a ``.json`` name or a path with a folder) rather than a preset."""
+    return spec.endswith(".json") or "/" in spec or "\\" in spec
 
-    Every problem is a ``ValueError`` of one sentence naming the preset or field, so the command
+
+def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
+    """A model from a preset name, a Hugging Face ``config.json`` path or explicit dimensions (a dict,
+    optionally with ``preset`` to override).
+
+    Every problem is a ``ValueError`` of one sentence naming the preset, file or field, so the command
     line can report it as a user error before any process starts.
     """
     if isinstance(spec, str):
+        if spec not in PRESETS and looks_like_path(spec):
+            from shardscope.contracts.hf_config import read_hf_config
+
+            return read_hf_config(spec)
         return spec, _preset(spec)
     if not isinstance(spec, dict):
         raise ValueError(f"model must be a preset name or an object of dimensions, got {type(spec).__name__}")
@@ -145,7 +156,8 @@ def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
 
 
 def parse_model_spec(text: str) -> str | dict[str, Any]:
-    """A ``--model`` value: a preset name, or a JSON object of dimensions (as the pipeline passes it)."""
+    """A ``--model`` value: a preset name or a ``config.json`` path (both kept as text for :func:`resolve_model`),
+    or a JSON object of dimensions (as the pipeline passes it)."""
     if not text.lstrip().startswith("{"):
         return text
     try:
