@@ -58,14 +58,15 @@ def trainable_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, fra
 
 def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None, *,
              attention: str = "sdpa", optimizer: str = "adamw", overhead_fraction: float = 0.0,
-             held: dict[str, int] | None = None) -> PeakTerms:
+             held: dict[str, int] | None = None, **run: Any) -> PeakTerms:
     """The whole modeled peak of one GPU running ``strategy`` on ``gpus`` GPUs with the step ``a`` describes.
 
     ``a`` gives the micro-batch, sequence length (the model's, capped at 4096, when None), dtype, activation
     checkpointing, trainable fraction and optimizer offload; ``shard_group`` is HSDP's shard group or hpZ's
     partition. ``attention``, ``optimizer`` (its moments' bytes), ``overhead_fraction`` and ``held`` (model states
-    given outright, a user's bytes per parameter) are ``shardscope memory``'s further knobs; at their defaults
-    every caller gets the same bytes. ValueError names the argument on bad input.
+    given outright, a user's bytes per parameter) are ``shardscope memory``'s further knobs; ``run`` a measured run's
+    recorded settings (``device``, ``fair``, ``overlap_comm``: :mod:`shardscope.costmodel.memory_check`); at their
+    defaults every caller gets the same bytes. ValueError names the argument on bad input.
     """
     dtype = memory_dtype(a.dtype)
     choice = OptimizerAssumption(name=optimizer, offload=a.offload_optimizer)
@@ -73,7 +74,7 @@ def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, sha
         held = trainable_states(strategy, cfg, gpus, dtype, a.trainable_fraction, choice, shard_group)
     return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, a.checkpointing, dtype=dtype,
                       attention=attention, optimizer=choice, overhead_fraction=overhead_fraction,
-                      shard_group=shard_group, held=held)
+                      shard_group=shard_group, held=held, **run)
 
 
 def largest_fitting(fits: Callable[[int], bool], candidates: list[int] | None = None, limit: int = 65536) -> int:

@@ -694,7 +694,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                checkpointing: str = "none", *, dtype: str = "bfloat16", attention: str = "sdpa",
                states: str = "implementation", optimizer: OptimizerAssumption | None = None,
                overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
-               shard_group: int | None = None, held: dict[str, int] | None = None) -> PeakTerms:
+               shard_group: int | None = None, held: dict[str, int] | None = None,
+               overlap_comm: bool | None = None) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -704,7 +705,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     ``terms.fits(capacity_bytes)`` the verdict. Model states are ``implementation`` (what this
     code's strategies hold) or ``paper`` (the ZeRO paper's bytes per parameter); the overhead
     is 0 unless a calibrated fraction is given. ``held`` replaces the model states (as :func:`predict_peak`'s:
-    frozen weights, a user's bytes per parameter). Raises ValueError naming the argument on bad input.
+    frozen weights, a user's bytes per parameter), ``overlap_comm`` a run's recorded DeepSpeed setting. Raises
+    ValueError naming the argument on bad input.
     """
     from shardscope.contracts.models import resolve_model
 
@@ -716,7 +718,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention, checkpointing=checkpointing)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
-                        device=device, fair=fair, shard_group=shard_group, held=held)
+                        device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
