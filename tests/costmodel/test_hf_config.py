@@ -1,4 +1,5 @@
-"""``--model PATH/config.json``: real Hugging Face configs (tests/data/hf) read as the decoder's shape, bad ones refused."""
+"""``--model PATH/config.json``: real Hugging Face configs (tests/data/hf) read as the decoder's shape, bad ones
+refused."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def test_llama_3_2_1b_config_is_the_preset() -> None:
 def test_gpt2_config_reads_gpt2_keys() -> None:
     name, cfg = resolve_model(str(HF / "gpt2" / "config.json"))
     assert name == "gpt2"
-    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.max_seq_len) == (12, 768, 12, 12, 3072, 1024)
+    shape = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.max_seq_len)
+    assert shape == (12, 768, 12, 12, 3072, 1024)
     assert cfg.mlp == "gelu" and cfg.tie_embeddings  # n_inner null: 4 x width; GPT-2's tying is transformers' default
     assert 123e6 < cfg.param_count() < 124.5e6  # published 124.4 M with biases, LayerNorms and the position table
 

@@ -34,7 +34,8 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:
 
 
 @pytest.mark.parametrize(("micro_batch", "checkpointing"), [(1, "none"), (2, "full")])
-def test_every_caller_gets_the_same_bytes(capsys: pytest.CaptureFixture[str], micro_batch: int, checkpointing: str) -> None:
+def test_every_caller_gets_the_same_bytes(capsys: pytest.CaptureFixture[str], micro_batch: int,
+                                          checkpointing: str) -> None:
     question = StepAssumptions(micro_batch=micro_batch, seq_len=SEQ, dtype="bfloat16", checkpointing=checkpointing)
     truth = {s: job_peak(s, CFG, GPUS, question).peak_bytes for s in STRATEGIES}
     shape = ["--model", MODEL, "--gpus", str(GPUS), "--seq-len", str(SEQ), "--micro-batch", str(micro_batch),
@@ -47,9 +48,10 @@ def test_every_caller_gets_the_same_bytes(capsys: pytest.CaptureFixture[str], mi
     report = {s: case_row("seed_mistral", s, MODEL, MODEL, GPUS, SEQ, micro_batch, "bfloat16", checkpointing,
                           80 * 10**9)["peak_bytes"] for s in STRATEGIES}
     assert report == truth
-    figure = {s: modeled_for_job({"job": {"strategy": s, "model": MODEL, "world_size": GPUS, "micro_batch": micro_batch,
-                                          "seq_len": SEQ, "dtype": "bfloat16", "activation_checkpointing": checkpointing},
-                                  "env": {"device_type": "cuda"}}).peak_bytes for s in STRATEGIES}
+    def run(s: str) -> dict:
+        return {"job": {"strategy": s, "model": MODEL, "world_size": GPUS, "micro_batch": micro_batch, "seq_len": SEQ,
+                        "dtype": "bfloat16", "activation_checkpointing": checkpointing}, "env": {"device_type": "cuda"}}
+    figure = {s: modeled_for_job(run(s)).peak_bytes for s in STRATEGIES}
     assert figure == truth
 
 
@@ -57,7 +59,8 @@ def test_advise_and_the_decision_map_rank_alike(capsys: pytest.CaptureFixture[st
     advice = _json(capsys, "advise", "--model", MODEL, "--gpus", str(GPUS), "--topology", "preset:hgx-h100", "--json")
     cell = cell_decision(panel_setup("nvswitch", GPUS), CFG, 80)
     assert [r["strategy"] for r in advice["decision"]["ranking"]] == [r.strategy for r in cell.ranking]
-    assert {r["strategy"]: r["peak_bytes"] for r in advice["ranking"]} == {r.strategy: r.peak_bytes for r in cell.ranking}
+    assert {r["strategy"]: r["peak_bytes"] for r in advice["ranking"]} == \
+        {r.strategy: r.peak_bytes for r in cell.ranking}
     assert advice["recommended"] == cell.recommended
 
 

@@ -41,8 +41,8 @@ SHAPES = {
                              tie_embeddings=True, mlp="gelu"),
     "gelu-untied-mqa": ModelConfig(n_layers=3, d_model=64, n_heads=8, n_kv_heads=1, d_ff=256, vocab_size=300,
                                    max_seq_len=SEQ, mlp="gelu"),
-    "swiglu-tied-gqa-wide-vocab": ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=176, vocab_size=4000,
-                                              max_seq_len=SEQ, tie_embeddings=True),
+    "swiglu-tied-gqa-wide-vocab": ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=176,
+                                              vocab_size=4000, max_seq_len=SEQ, tie_embeddings=True),
 }
 
 

@@ -50,7 +50,7 @@ def read_hf_config(path: str) -> tuple[str, ModelConfig]:
 
 
 def model_name(file: Path, doc: dict[str, Any]) -> str:
-    """The model's name: the config's ``_name_or_path`` (its last part), else the folder the file is in, else its stem."""
+    """The model's name: the config's ``_name_or_path`` (its last part), else the file's folder, else its stem."""
     named = doc.get("_name_or_path")
     if isinstance(named, str) and named.strip():
         return named.rstrip("/").rsplit("/", 1)[-1]
@@ -65,7 +65,8 @@ def _first(doc: dict[str, Any], keys: tuple[str, ...], path: str) -> Any:
 
 
 def mlp_kind(doc: dict[str, Any]) -> str:
-    """``gelu`` for the ungated families (by ``model_type``) or a GELU activation in an unknown family, else ``swiglu``."""
+    """``gelu`` for the ungated families (by ``model_type``) or a GELU activation in an unknown family, else
+    ``swiglu``."""
     family = str(doc.get("model_type") or "").lower()
     if family in UNGATED_FAMILIES:
         return "gelu"
@@ -86,16 +87,19 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     kv = doc.get("num_key_value_heads")
     family = str(doc.get("model_type") or "").lower()
     tied = doc.get("tie_word_embeddings", family in TIED_BY_DEFAULT)
-    context = next((doc[k] for k in ("max_position_embeddings", "n_positions", "n_ctx") if doc.get(k) is not None), 2048)
+    context = next((doc[k] for k in ("max_position_embeddings", "n_positions", "n_ctx") if doc.get(k) is not None),
+                   2048)
     values = {**dims, "d_ff": d_ff, "n_kv_heads": dims["n_heads"] if kv is None else kv, "max_seq_len": context,
               "tie_embeddings": tied, "mlp": mlp}
     for name, value in values.items():
-        if name not in ("tie_embeddings", "mlp") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        counted = name not in ("tie_embeddings", "mlp")
+        if counted and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{path}: {_key_of(name, doc)} must be a positive integer, got {value!r}")
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}")
     head_dim = doc.get("head_dim")
-    if head_dim is not None and dims["d_model"] % dims["n_heads"] == 0 and head_dim != dims["d_model"] // dims["n_heads"]:
+    even = dims["d_model"] % dims["n_heads"] == 0
+    if head_dim is not None and even and head_dim != dims["d_model"] // dims["n_heads"]:
         raise ValueError(f"{path}: head_dim {head_dim} differs from the width over the heads "
                          f"({dims['d_model']} / {dims['n_heads']}), which the modeled decoder cannot describe")
     try:
@@ -116,3 +120,18 @@ def _in_hf_terms(message: str, doc: dict[str, Any]) -> str:
     for field in ("n_kv_heads", "n_layers", "n_heads", "d_model", "d_ff", "vocab_size", "max_seq_len"):
         message = message.replace(f"model.{field}", _key_of(field, doc))
     return message
+
+
+def spec_of(model: Any, key: str) -> Any:
+    """A config's model value as the pipeline passes it on: a ``config.json`` path becomes its dimensions with its
+    name (``{"name": ..., "n_layers": ...}``), so job ids, workers and the database see a name and a shape, never
+    a path; a preset name or a dict stays as it is. ValueError names the config ``key`` and the file."""
+    from shardscope.contracts.models import PRESETS, looks_like_path
+
+    if not isinstance(model, str) or model in PRESETS or not looks_like_path(model):
+        return model
+    try:
+        name, cfg = read_hf_config(model)
+    except ValueError as exc:
+        raise ValueError(f"config key {key}: {exc}") from None
+    return {"name": name, **cfg.to_dict()}

@@ -71,7 +71,8 @@ class ModelConfig:
     def block_matmul_params(self) -> int:
         """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP."""
         kv = self.n_kv_heads * self.head_dim
-        return self.d_model * (self.d_model + 2 * kv) + self.d_model * self.d_model + self.mlp_matrices * self.d_model * self.d_ff
+        attention = self.d_model * (self.d_model + 2 * kv) + self.d_model * self.d_model
+        return attention + self.mlp_matrices * self.d_model * self.d_ff
 
     def param_count(self) -> int:
         """Exact number of parameters of :class:`GPT` with this shape, computed without building it."""

@@ -147,11 +147,12 @@ class Setup:
 def setup(doc: Mapping[str, Any], gpus: int, *, gpu_name: str | None = None, memory_bytes: int | None = None,
           peak_tflops: float | None = None, nic_gbps: float | None = None,
           calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
-          nics: int | None = None, transport: str = "default") -> Setup:
+          nics: int | None = None, transport: str = "default", assume_unknown: bool = True) -> Setup:
     """The machine of ``doc`` (a topology.json) with a ``gpus``-GPU job placed on its best GPUs; UserError on bad input.
 
     A GPU whose memory or peak FLOP/s nothing gives (not in the table, unnamed on PCIe) gets
-    :data:`DEFAULT_MEMORY_BYTES` and :data:`DEFAULT_PEAK_FLOPS`, each with a note saying so.
+    :data:`DEFAULT_MEMORY_BYTES` and :data:`DEFAULT_PEAK_FLOPS`, each with a note saying so; with ``assume_unknown``
+    False an unknown peak is a UserError instead (the pipeline's predictions of this machine price nothing on a guess).
     """
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise UserError(f"--gpus must be a positive integer, got {gpus!r}")
@@ -161,6 +162,9 @@ def setup(doc: Mapping[str, Any], gpus: int, *, gpu_name: str | None = None, mem
     if machine.fabric == "cpu":
         raise UserError(f"{source}: the topology has no GPUs (fabric cpu); advise predicts GPU jobs — give a GPU topology")
     peak = peak_tflops * 1e12 if peak_tflops else peak_flops(machine.spec.reference_name)
+    if not peak and not assume_unknown:
+        raise UserError(f"peak FLOP/s of {machine.spec.family} is not known; name the GPU with --gpu NAME "
+                        "or give its dense bf16 peak with --peak-tflops")
     if not peak:
         peak = DEFAULT_PEAK_FLOPS
         machine = replace(machine, notes=(*machine.notes, f"peak FLOP/s of {machine.spec.family} is not known: "
@@ -222,7 +226,8 @@ def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strat
 
 
 #: Strategies whose gradients are reduced once per optimizer step under gradient accumulation (torch DDP's
-#: ``no_sync``, DeepSpeed stage 0 at the accumulation boundary); the others reduce (and ZeRO-3/FSDP gather) per micro-batch.
+#: ``no_sync``, DeepSpeed stage 0 at the accumulation boundary); the others reduce (and ZeRO-3/FSDP gather) per
+#: micro-batch.
 REDUCE_ONCE = ("ddp", "zero0")
 
 
@@ -257,9 +262,9 @@ class Ranking:
     decision: Decision
 
 
-def rank_strategies(where: Setup, model: str | dict[str, Any], gpus: int, strategies: Sequence[str] = DEFAULT_STRATEGIES,
-                    assumptions: StepAssumptions | None = None, shard_sizes: Mapping[str, int] | None = None,
-                    global_batch: int | None = None) -> Ranking:
+def rank_strategies(where: Setup, model: str | dict[str, Any], gpus: int,
+                    strategies: Sequence[str] = DEFAULT_STRATEGIES, assumptions: StepAssumptions | None = None,
+                    shard_sizes: Mapping[str, int] | None = None, global_batch: int | None = None) -> Ranking:
     """The one ranking (advise's, the decision map's): each strategy's modeled step, ordered by
     :func:`~shardscope.costmodel.decision.decide` (fits, then fastest, ties to the least memory).
 
@@ -313,7 +318,8 @@ class Advice:
     """Strategy -> (micro-batch, gradient accumulation) it is ranked at."""
     global_batch: int | None = None
     no_fit: dict[str, Any] | None = None
-    """Where nothing fits: the smallest peak and what would hold it (:func:`~shardscope.costmodel.answer.smallest_holding`)."""
+    """Where nothing fits: the smallest peak and what would hold it
+    (:func:`~shardscope.costmodel.answer.smallest_holding`)."""
     transport: str = "default"
 
     def entry(self, p: StepPrediction) -> dict[str, Any]:
@@ -388,7 +394,8 @@ def _holding_clause(no_fit: Mapping[str, Any] | None) -> str:
     """What would hold a model nothing fits: the smallest peak, the GPUs it needs, offload or checkpointing."""
     if not no_fit:
         return "use more GPUs, activation checkpointing, a smaller micro-batch or offload"
-    ways = [f"{no_fit['gpus_needed']} GPUs" if no_fit["gpus_needed"] else f"no GPU count up to 4096 ({no_fit['strategy']})"]
+    ways = [f"{no_fit['gpus_needed']} GPUs" if no_fit["gpus_needed"]
+            else f"no GPU count up to 4096 ({no_fit['strategy']})"]
     if no_fit["fits_with_offload"]:
         ways.append(f"{no_fit['fits_with_offload']} with the optimizer offloaded to the CPU")
     if no_fit["fits_with_checkpointing"]:
@@ -424,7 +431,7 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
            strategies: Sequence[str] | None = None, assumptions: StepAssumptions | None = None,
            calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
            nics: int | None = None, shard_sizes: Mapping[str, int] | None = None, global_batch: int | None = None,
-           transport: str = "default") -> Advice:
+           transport: str = "default", assume_unknown: bool = True) -> Advice:
     """Rank ``strategies`` for ``model`` on ``gpus`` GPUs of the machine in ``doc`` (a topology.json).
 
     ``strategies`` None: :data:`DEFAULT_STRATEGIES`, plus ``zero3_hpz`` and ``hsdp`` where islands split the
@@ -436,7 +443,8 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
     """
     assumptions = assumptions or StepAssumptions()
     where = setup(doc, gpus, gpu_name=gpu_name, memory_bytes=memory_bytes, peak_tflops=peak_tflops, nic_gbps=nic_gbps,
-                  calibrations=calibrations, source=source, nics=nics, transport=transport)
+                  calibrations=calibrations, source=source, nics=nics, transport=transport,
+                  assume_unknown=assume_unknown)
     notes = where.machine.notes
     if strategies is None:
         strategies = DEFAULT_STRATEGIES

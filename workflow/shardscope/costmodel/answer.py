@@ -79,7 +79,8 @@ def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, sha
 
 def largest_fitting(fits: Callable[[int], bool], candidates: list[int] | None = None, limit: int = 65536) -> int:
     """The largest micro-batch ``fits`` accepts, 0 if none: the largest of ``candidates`` (checked largest first
-    down to the first that fits), else up to ``limit`` by doubling then bisection (the peak grows with the micro-batch)."""
+    down to the first that fits), else up to ``limit`` by doubling then bisection (the peak grows with the
+    micro-batch)."""
     if candidates is not None:
         return next((mb for mb in sorted(candidates, reverse=True) if fits(mb)), 0)
     if not fits(1):
@@ -101,7 +102,8 @@ def divisors(n: int) -> list[int]:
 
 
 def per_rank_batch(global_batch: int, data_parallel: int) -> int:
-    """Sequences each data-parallel rank takes per optimizer step; ValueError unless the ranks divide ``global_batch``."""
+    """Sequences each data-parallel rank takes per optimizer step; ValueError unless the ranks divide
+    ``global_batch``."""
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise ValueError(f"--global-batch must be a positive integer, got {global_batch!r}")
     if global_batch % data_parallel:

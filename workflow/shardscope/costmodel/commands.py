@@ -96,6 +96,12 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     from shardscope.costmodel.step import StepAssumptions
     from shardscope.costmodel.sweep import DEFAULT_SIZES, predict_sweep
 
+    from shardscope.contracts.models import parse_model_spec
+
+    try:
+        model = parse_model_spec(args.model)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     doc, source = load_topology(args.topology)
     (mfu, overlap), labels = _step_constants(args)
     try:
@@ -103,7 +109,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       usable_fraction=args.usable_memory, dtype=args.dtype,
                                       comm_bytes=4 if args.dtype == "float32" else 2,
                                       checkpointing=args.activation_checkpointing,
-                                      trainable_fraction=args.trainable_fraction, offload_optimizer=args.offload_optimizer)
+                                      trainable_fraction=args.trainable_fraction,
+                                      offload_optimizer=args.offload_optimizer)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
@@ -112,7 +119,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source,
                             nics=args.nics)
     calibrations = _calibrations(args.calibrate, machine)
-    result = advise(doc, args.model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
+    result = advise(doc, model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
                     nic_gbps=args.nic_gbps, strategies=strategies, assumptions=assumptions, calibrations=calibrations,
                     source=source, nics=args.nics, shard_sizes=shard_sizes, global_batch=args.global_batch,
                     transport=args.transport)
@@ -126,7 +133,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         print(dump_json(result.to_dict()), end="")
         return 0
     print(f"{result.model} on {result.gpus} x {result.machine.spec.family} ({result.machine.fabric}); modeled, not measured")
-    print(_assumptions_line(args.model, result.assumptions, result.ranking[0].memory_available_bytes, labels))
+    print(_assumptions_line(model, result.assumptions, result.ranking[0].memory_available_bytes, labels))
     if result.global_batch:
         print(f"global batch {result.global_batch} sequences per optimizer step: each strategy at its own largest "
               "micro-batch that fits (micro-batch x accumulation x ranks)")
@@ -175,7 +182,7 @@ def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tupl
     return (mfu[0], overlap[0]), (mfu[1], overlap[1])
 
 
-def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None,
+def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_bytes: int | None,
                       labels: tuple[str, str] | None = None) -> str:
     """What the ranking assumes, in one line: micro-batch, sequence length, MFU and overlap (with where each came
     from), usable memory."""
@@ -367,8 +374,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"share of GPU memory the whole modeled peak may use (default {DEFAULT_USABLE_FRACTION})")
     run_shape_args(p)
     p.add_argument("--global-batch", type=_positive(int, "--global-batch"), metavar="G",
-                   help="sequences per optimizer step over all ranks: each strategy ranked at its own largest micro-batch "
-                        "that fits and divides G / ranks, accumulating to G (default: --micro-batch, no accumulation)")
+                   help="sequences per optimizer step over all ranks: each strategy ranked at its own largest "
+                        "micro-batch that fits and divides G / ranks, accumulating to G "
+                        "(default: --micro-batch, no accumulation)")
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
     _topology_args(p)

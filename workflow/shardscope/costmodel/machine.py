@@ -303,7 +303,8 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
         raise UserError(f"--nic-gbps must be a positive line rate in Gb/s, got {nic_gbps!r}")
     notes: list[str] = []
     spec = spec_for_name(gpu_name) if gpu_name else None
-    if gpu_name and spec is None:  # not in the table: a PCIe GPU of unknown memory and peak, said so (advise defaults them)
+    if gpu_name and spec is None:  # not in the table: a PCIe GPU of unknown memory and peak, said so (advise
+        # defaults them)
         spec = GpuSpec(family=gpu_name, arch="unknown", pcie_generation=4, memory_bytes=None, reference_name=None,
                        nic_gbps=100.0, note=unknown_gpu_message(gpu_name))
     gpu_docs = [g for g in doc.get("gpus", []) if isinstance(g, Mapping)]

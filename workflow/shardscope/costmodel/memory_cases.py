@@ -40,8 +40,8 @@ def case_row(case: str, strategy: str, model: str | dict[str, Any], model_name: 
              device: str = "gpu", shard_group: int | None = None) -> dict[str, Any]:
     """One case's modeled terms, whole peak and whether it fits ``capacity_bytes`` (None: unknown memory);
     ``shard_group``: an hsdp job's shard group or a zero3_hpz job's partition."""
-    terms = job_peak(strategy, _config(model), gpus, StepAssumptions(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype,
-                                                          checkpointing=checkpointing), shard_group, device=device)
+    question = StepAssumptions(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, checkpointing=checkpointing)
+    terms = job_peak(strategy, _config(model), gpus, question, shard_group, device=device)
     return {"memory_case": case, "strategy": strategy, "model": model_name, "gpus": gpus, "dtype": dtype, "micro_batch": micro_batch,
             "seq_len": seq_len, "checkpointing": checkpointing, "device": device, **{c: int(getattr(terms, c)) for c in TERM_COLUMNS},
             "peak_phase": terms.peak_phase, "capacity_bytes": capacity_bytes,

@@ -172,8 +172,8 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
             # the implementation's states come from model_states (the run's optimizer variant, HSDP's shard group)
             states = predict_memory(cfg.param_count(), strategy, gpus, dtype,
                                     hpz_partition=shard_group if strategy == "zero3_hpz" else None) if name == "ZeRO paper" else None
-            terms = job_peak(strategy, cfg, gpus, question_of(shape), shard_group, held=states, optimizer=optimizer.name,
-                             device=device, fair=fair, overlap_comm=overlap_comm)
+            terms = job_peak(strategy, cfg, gpus, question_of(shape), shard_group, held=states,
+                             optimizer=optimizer.name, device=device, fair=fair, overlap_comm=overlap_comm)
         except ValueError:
             continue
         rows.append({"run_id": run_id, "memory_model": name, "strategy": strategy, "model": job.get("model"),

@@ -305,8 +305,8 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
 
 
 def work_factor(a: StepAssumptions) -> float:
-    """The step's FLOPs relative to ``6·N`` per token: forward 2, input gradients 2, weight gradients 2 × the trainable
-    fraction (frozen weights need none), and one more forward (2) under full activation checkpointing."""
+    """The step's FLOPs relative to ``6·N`` per token: forward 2, input gradients 2, weight gradients 2 × the
+    trainable fraction (frozen weights need none), and one more forward (2) under full activation checkpointing."""
     return (2 + (2 if a.checkpointing == "full" else 0) + 2 + 2 * a.trainable_fraction) / 6
 
 
@@ -315,7 +315,8 @@ def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumpti
 
     Its default model states are the implementation's (what this code's strategies hold), with
     activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``, ``a.checkpointing``,
-    ``a.trainable_fraction`` and ``a.offload_optimizer`` (``shard_group``: an hsdp shard group or a zero3_hpz partition).
+    ``a.trainable_fraction`` and ``a.offload_optimizer`` (``shard_group``: an hsdp shard group or a zero3_hpz
+    partition).
     """
     from shardscope.costmodel.answer import job_peak
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-#: Share of one GPU's memory the whole modeled peak may fill: advise's (the rest is the allocator's and NCCL's headroom).
+#: Share of one GPU's memory the whole modeled peak may fill: advise's (the rest is the allocator's and NCCL's
+#: headroom).
 USABLE_FRACTION = 0.9
 #: Presets to scale down to, largest first (gpt2-small is the communication-bound scale already).
 SMALLER = ("mistral-7b", "llama-1b")

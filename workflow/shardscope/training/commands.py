@@ -79,7 +79,8 @@ def _optimizer_bytes(args: argparse.Namespace) -> float | None:
 
 
 def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
-    """Each row gains ``peak`` (every modeled term), whether it fits the usable memory and ``largest_micro_batch`` that does.
+    """Each row gains ``peak`` (every modeled term), whether it fits the usable memory and the
+    ``largest_micro_batch`` that does.
 
     The peak is :func:`shardscope.costmodel.answer.job_peak`'s, advise's and the report's: the implementation's model
     states unless bytes per parameter are given (``--param-bytes``, ``--grad-bytes``, ``--optimizer-bytes``,
@@ -105,9 +106,11 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
     if not 0 < args.trainable_fraction <= 1:
         raise UserError(f"--trainable-fraction must be above 0 and at most 1, got {args.trainable_fraction:g}")
     step = StepAssumptions(micro_batch=micro, seq_len=seq, dtype=args.dtype, trainable_fraction=args.trainable_fraction,
-                           checkpointing=_choice("--activation-checkpointing", args.activation_checkpointing, CHECKPOINTING),
+                           checkpointing=_choice("--activation-checkpointing", args.activation_checkpointing,
+                                                 CHECKPOINTING),
                            offload_optimizer=args.offload_optimizer, usable_fraction=args.usable_memory)
-    given = any(v is not None for v in (args.param_bytes, args.grad_bytes, args.optimizer_bytes)) or args.no_master_weights
+    overrides = (args.param_bytes, args.grad_bytes, args.optimizer_bytes)
+    given = any(v is not None for v in overrides) or args.no_master_weights
     knobs = {"attention": _choice("--attention", args.attention, ATTENTION_KERNELS), "optimizer": args.optimizer,
              "overhead_fraction": args.overhead_fraction}
     for row in rows:
@@ -182,7 +185,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="share of the parameters that train (LoRA-style frozen weights): gradients and optimizer state "
                         "for that share only (default 1)")
     p.add_argument("--usable-memory", type=float, default=DEFAULT_USABLE_FRACTION,
-                   help=f"share of the GPU's memory the whole peak may use, as advise's (default {DEFAULT_USABLE_FRACTION})")
+                   help="share of the GPU's memory the whole peak may use, as advise's "
+                        f"(default {DEFAULT_USABLE_FRACTION})")
     p.add_argument("--overhead-fraction", type=float, default=0.0,
                    help="allocator/NCCL overhead as a share of the peak, calibrated from a measured run (default 0)")
     p.add_argument("--json", action="store_true", help="rows as JSON (bytes, assumptions, fits, DeepSpeed's estimate, whole peak)")

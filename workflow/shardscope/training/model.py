@@ -1,8 +1,9 @@
 """A GPT-style decoder you can read in one sitting (nanoGPT shape, Llama/Mistral details).
 
 Pre-norm blocks of grouped-query attention and a SwiGLU MLP with RMSNorm, untied embeddings,
-as in Llama and Mistral (a GELU MLP and tied embeddings where the shape asks, as in GPT-2). Its shape and the published presets live in
-:mod:`shardscope.contracts.models` (torch-free); the weights are random, and nothing is downloaded.
+as in Llama and Mistral (a GELU MLP and tied embeddings where the shape asks, as in GPT-2). Its
+shape and the published presets live in :mod:`shardscope.contracts.models` (torch-free); the
+weights are random, and nothing is downloaded.
 """
 
 from __future__ import annotations
