@@ -27,9 +27,9 @@ from shardscope.costmodel.step import StepAssumptions
 #: activations; the same fp32 master and moments; the same tensor-core peak), so the memory model sizes it as bf16.
 DTYPES = ("bfloat16", "float16", "float32")
 #: What ``peak_bytes`` is, as the ``--json`` documents say it (``peak_basis``).
-PEAK_BASIS = ("reserved: the whole modeled peak per GPU as the allocator reaches it (model states, activations, "
-              "buffers and the memory model's allocator and communicator terms), checked against the usable share "
-              "of the GPU's memory")
+PEAK_BASIS = ("reserved: the whole modeled peak per GPU as the caching allocator reaches it: model states, "
+              "activations, buffers and whatever allocator, CUDA-context and communicator terms the memory model "
+              "(costmodel/memory_peak.py) adds; checked against the usable share of the GPU's memory")
 
 
 def memory_dtype(dtype: str) -> str:
