@@ -152,10 +152,12 @@ def device_profile(topology: dict[str, Any], config: dict[str, Any]) -> dict[str
     from shardscope.contracts.hf_config import spec_of
 
     name = "gpu" if _gpu_count(topology) > 0 else "cpu"
+    section = config[name]
     try:
-        return {**config[name], "model": spec_of(config[name]["model"], f"{name}.model")}
+        model = spec_of(section["model"], f"{name}.model")
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    return section if model is section["model"] else {**section, "model": model}  # the section itself where unchanged
 
 
 def _job_env(topology: dict[str, Any], transport: str) -> dict[str, str]:
