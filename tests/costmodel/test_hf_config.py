@@ -31,6 +31,13 @@ def test_gpt2_config_reads_gpt2_keys() -> None:
     assert 123e6 < cfg.param_count() < 124.5e6  # published 124.4 M with biases, LayerNorms and the position table
 
 
+def test_qwen2_config_counts_all_but_its_qkv_biases() -> None:
+    name, cfg = resolve_model(str(HF / "qwen2-0.5b" / "config.json"))
+    assert name == "qwen2-0.5b"  # its _name_or_path is a local cache path: the folder names it
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.tie_embeddings, cfg.mlp) == (14, 2, 64, True, "swiglu")
+    assert cfg.param_count() == 494_032_768 - 24 * (896 + 2 * 128)  # published count less the q, k, v biases
+
+
 def _write(tmp_path: Path, doc: dict) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(doc))

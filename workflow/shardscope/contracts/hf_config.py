@@ -50,9 +50,10 @@ def read_hf_config(path: str) -> tuple[str, ModelConfig]:
 
 
 def model_name(file: Path, doc: dict[str, Any]) -> str:
-    """The model's name: the config's ``_name_or_path`` (its last part), else the file's folder, else its stem."""
+    """The model's name: the config's ``_name_or_path`` (its last part) where it is a Hub id, else the file's folder,
+    else its stem (a local cache path, as a saved config may carry, names no model)."""
     named = doc.get("_name_or_path")
-    if isinstance(named, str) and named.strip():
+    if isinstance(named, str) and named.strip() and not named.startswith(("/", ".", "~")):
         return named.rstrip("/").rsplit("/", 1)[-1]
     return file.parent.name if file.stem == "config" and file.parent.name else file.stem
 
