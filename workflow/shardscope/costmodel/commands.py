@@ -96,11 +96,21 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     from shardscope.costmodel.step import StepAssumptions
     from shardscope.costmodel.sweep import DEFAULT_SIZES, predict_sweep
 
+    from shardscope.contracts.models import parse_model_spec
+
+    try:
+        model = parse_model_spec(args.model)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     doc, source = load_topology(args.topology)
     (mfu, overlap), labels = _step_constants(args)
     try:
         assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=mfu, overlap=overlap,
-                                      usable_fraction=args.usable_memory)
+                                      usable_fraction=args.usable_memory, dtype=args.dtype,
+                                      comm_bytes=4 if args.dtype == "float32" else 2,
+                                      checkpointing=args.activation_checkpointing,
+                                      trainable_fraction=args.trainable_fraction,
+                                      offload_optimizer=args.offload_optimizer)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
@@ -109,9 +119,10 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source,
                             nics=args.nics)
     calibrations = _calibrations(args.calibrate, machine)
-    result = advise(doc, args.model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
+    result = advise(doc, model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
                     nic_gbps=args.nic_gbps, strategies=strategies, assumptions=assumptions, calibrations=calibrations,
-                    source=source, nics=args.nics, shard_sizes=shard_sizes)
+                    source=source, nics=args.nics, shard_sizes=shard_sizes, global_batch=args.global_batch,
+                    transport=args.transport)
     if args.out:
         topo_hash = topology_hash(doc)
         sweep = predict_sweep(result.machine, ("all_reduce", "all_gather", "reduce_scatter"), [args.gpus], DEFAULT_SIZES,
@@ -122,11 +133,17 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         print(dump_json(result.to_dict()), end="")
         return 0
     print(f"{result.model} on {result.gpus} x {result.machine.spec.family} ({result.machine.fabric}); modeled, not measured")
-    print(_assumptions_line(args.model, result.assumptions, result.ranking[0].memory_available_bytes, labels))
+    print(_assumptions_line(model, result.assumptions, result.ranking[0].memory_available_bytes, labels))
+    if result.global_batch:
+        print(f"global batch {result.global_batch} sequences per optimizer step: each strategy at its own largest "
+              "micro-batch that fits (micro-batch x accumulation x ranks)")
     for p in result.ranking:
         fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[p.fits]
-        print(f"  {p.strategy:>12}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  comm {p.comm_time_s:7.3f} s"
-              f" (exposed {p.exposed_comm_time_s:6.3f} s)  memory {p.memory_total_bytes / 1e9:7.1f} GB  {fits}")
+        mb, accum = result.batches.get(p.strategy, (result.assumptions.micro_batch, 1))
+        batch = f"  batch {mb:>4} x {accum:<4}" if result.global_batch else ""
+        print(f"  {p.strategy:>12}{batch}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  "
+              f"comm {p.comm_time_s:7.3f} s (exposed {p.exposed_comm_time_s:6.3f} s)  "
+              f"memory {p.memory_total_bytes / 1e9:7.1f} GB  {fits}")
     print(f"recommended: {result.decision.label()} ({result.decision.source}; rule: {RULE_CITATION})")
     tie = result.decision.tie_sentence()
     if tie:
@@ -165,7 +182,7 @@ def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tupl
     return (mfu[0], overlap[0]), (mfu[1], overlap[1])
 
 
-def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None,
+def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_bytes: int | None,
                       labels: tuple[str, str] | None = None) -> str:
     """What the ranking assumes, in one line: micro-batch, sequence length, MFU and overlap (with where each came
     from), usable memory."""
@@ -174,7 +191,11 @@ def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None,
     seq_len = assumptions.seq_len_for(resolve_model(model)[1])
     usable = f"{usable_bytes / 1e9:.0f} GB" if usable_bytes else "unknown"
     mfu_from, overlap_from = labels or ("given", "given")
-    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, MFU {assumptions.mfu:g} ({mfu_from}), "
+    frozen = (f", trainable {assumptions.trainable_fraction:g} of the parameters"
+              if assumptions.trainable_fraction < 1 else "")
+    offload = ", optimizer offloaded to the CPU" if assumptions.offload_optimizer == "cpu" else ""
+    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, {assumptions.dtype}, activation "
+            f"checkpointing {assumptions.checkpointing}{frozen}{offload}, MFU {assumptions.mfu:g} ({mfu_from}), "
             f"overlap {assumptions.overlap:g} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
             f"of the GPU's ({usable})")
 
@@ -275,6 +296,30 @@ def _cmd_predict_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+MODEL_HELP = ("preset (tiny, gpt2-small, llama-1b, mistral-7b), a JSON object of dimensions, or the path of a "
+              "Hugging Face config.json")
+
+
+def _trainable(text: str) -> float:
+    value = _fraction(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1, got {text!r}")
+    return value
+
+
+def run_shape_args(p: argparse.ArgumentParser) -> None:
+    """The flags that describe the run itself, shared by ``advise`` and ``memory``."""
+    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
+                   help="training dtype (default bfloat16; float16 is sized as bfloat16: the same bytes)")
+    p.add_argument("--activation-checkpointing", choices=("none", "full"), default="none",
+                   help="full: every block recomputed in backward (its input kept; one more forward of compute)")
+    p.add_argument("--trainable-fraction", type=_trainable, default=1.0, metavar="F",
+                   help="share of the parameters that train (LoRA-style frozen weights): only they have gradients and "
+                        "optimizer state (default 1)")
+    p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
+                   help="cpu: optimizer state and step on the host (ZeRO-Offload); the GPU keeps none of it")
+
+
 def _topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", required=True, metavar="FILE|auto|preset:NAME",
                    help="saved nvidia-smi topo -m / rocm-smi output or topology.json, 'auto' to probe, or preset:NAME")
@@ -310,7 +355,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
 
     p = sub.add_parser("advise", help="rank strategies by modeled step time among those that fit, and say why")
-    p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b)")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs in the job (whole nodes when more than one node)")
     p.add_argument("--memory-gib", type=_positive(float, "--memory-gib"), help="GPU memory in GiB (overrides the topology and GPU table)")
     p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="dense bf16 peak TFLOP/s when the GPU is not in the table")
@@ -327,6 +372,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="results database whose newest step calibration (`shardscope calibrate-step --store`) sets MFU and overlap")
     p.add_argument("--usable-memory", type=_fraction, default=DEFAULT_USABLE_FRACTION,
                    help=f"share of GPU memory the whole modeled peak may use (default {DEFAULT_USABLE_FRACTION})")
+    run_shape_args(p)
+    p.add_argument("--global-batch", type=_positive(int, "--global-batch"), metavar="G",
+                   help="sequences per optimizer step over all ranks: each strategy ranked at its own largest "
+                        "micro-batch that fits and divides G / ranks, accumulating to G "
+                        "(default: --micro-batch, no accumulation)")
+    p.add_argument("--transport", choices=("default", "pcie"), default="default",
+                   help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
     _topology_args(p)
     p.set_defaults(func=_cmd_advise)
 

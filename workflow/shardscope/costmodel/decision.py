@@ -5,7 +5,7 @@
 rule", :data:`RULE_CITATION`):
 
 1. *Fits*: the whole modeled peak per GPU (:func:`shardscope.costmodel.step.whole_peak_bytes`,
-   which is :func:`shardscope.costmodel.memory_peak.whole_peak`: model states, activations and
+   which is :func:`shardscope.costmodel.answer.job_peak`, the one whole-peak function: model states, activations and
    buffers) is at most ``usable_fraction`` of the GPU's memory.
 2. *Fastest*: among the strategies that fit, the measured speed where the database has runs on
    that fabric (:class:`Evidence`), else the cost model's step time.

@@ -303,8 +303,10 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
         raise UserError(f"--nic-gbps must be a positive line rate in Gb/s, got {nic_gbps!r}")
     notes: list[str] = []
     spec = spec_for_name(gpu_name) if gpu_name else None
-    if gpu_name and spec is None:
-        raise UserError(unknown_gpu_message(gpu_name))
+    if gpu_name and spec is None:  # not in the table: a PCIe GPU of unknown memory and peak, said so (advise
+        # defaults them)
+        spec = GpuSpec(family=gpu_name, arch="unknown", pcie_generation=4, memory_bytes=None, reference_name=None,
+                       nic_gbps=100.0, note=unknown_gpu_message(gpu_name))
     gpu_docs = [g for g in doc.get("gpus", []) if isinstance(g, Mapping)]
     if spec is None and not gpu_docs:
         spec = GpuSpec(family="CPU processes (gloo)", arch="unknown", pcie_generation=4, memory_bytes=None,
@@ -379,5 +381,5 @@ def unknown_gpu_message(name: str) -> str:
 
     close = difflib.get_close_matches(name, known_gpu_names(), n=3, cutoff=0.4)
     hint = f" (close matches: {', '.join(close)})" if close else ""
-    return (f"--gpu {name!r} is not a GPU model the cost model knows{hint}; pass a known --gpu name, or "
-            "--peak-tflops (dense bf16) and --memory-gib for another GPU")
+    return (f"--gpu {name!r} is not a GPU model the cost model knows{hint}: its links are modeled as a PCIe Gen4 "
+            "GPU's; --peak-tflops (dense bf16) and --memory-gib give its own peak and memory")

@@ -124,8 +124,7 @@ def compute_policy(strategy: str, dtype: str) -> str:
 
 def block_weights(cfg: ModelConfig) -> int:
     """Matmul weights of one block (the RMSNorm gains excluded)."""
-    kv = cfg.n_kv_heads * cfg.head_dim
-    return 2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff
+    return cfg.block_matmul_params()
 
 
 def block_params(cfg: ModelConfig) -> int:
@@ -695,7 +694,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                checkpointing: str = "none", *, dtype: str = "bfloat16", attention: str = "sdpa",
                states: str = "implementation", optimizer: OptimizerAssumption | None = None,
                overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
-               shard_group: int | None = None) -> PeakTerms:
+               shard_group: int | None = None, held: dict[str, int] | None = None,
+               overlap_comm: bool | None = None) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -704,7 +704,9 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     every term (:class:`PeakTerms`); ``.peak_bytes`` is the peak, and
     ``terms.fits(capacity_bytes)`` the verdict. Model states are ``implementation`` (what this
     code's strategies hold) or ``paper`` (the ZeRO paper's bytes per parameter); the overhead
-    is 0 unless a calibrated fraction is given. Raises ValueError naming the argument on bad input.
+    is 0 unless a calibrated fraction is given. ``held`` replaces the model states (as :func:`predict_peak`'s:
+    frozen weights, a user's bytes per parameter), ``overlap_comm`` a run's recorded DeepSpeed setting. Raises
+    ValueError naming the argument on bad input.
     """
     from shardscope.contracts.models import resolve_model
 
@@ -716,7 +718,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention, checkpointing=checkpointing)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
-                        device=device, fair=fair, shard_group=shard_group)
+                        device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
@@ -738,19 +740,12 @@ def largest_micro_batch(strategy: str, cfg: ModelConfig, gpus: int, capacity_byt
     ``shape`` gives everything but the micro-batch; ``peak_kwargs`` go to :func:`predict_peak`.
     The peak grows with the micro-batch, so a doubling search then bisection finds it.
     """
+    from shardscope.costmodel.answer import largest_fitting
+
     def fits(mb: int) -> bool:
         return predict_peak(strategy, cfg, gpus, replace(shape, micro_batch=mb), **peak_kwargs).peak_bytes <= capacity_bytes
 
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while high <= limit and fits(high):
-        low, high = high, high * 2
-    high = min(high, limit + 1)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low
+    return largest_fitting(fits, limit=limit)
 
 
 def megatron_layer_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, recompute: str = "none") -> int:

@@ -99,6 +99,13 @@ class StepAssumptions:
     apply to the host thread's work (an assumption: a faster host CPU makes it smaller)."""
     ddp_bucket_bytes: int = DDP_BUCKET_BYTES
     deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
+    checkpointing: str = "none"
+    """Activation checkpointing, ``none`` or ``full`` (every block recomputed in backward: one more forward)."""
+    trainable_fraction: float = 1.0
+    """Share of the parameters that train (LoRA-style frozen weights): only they have gradients, optimizer state and
+    weight-gradient FLOPs, and only their gradients are reduced."""
+    offload_optimizer: str = "none"
+    """``cpu``: the optimizer state lives in host memory (ZeRO-Offload); the GPU keeps none of it."""
 
     def __post_init__(self) -> None:
         if self.reduce_bytes is not None and (isinstance(self.reduce_bytes, bool) or self.reduce_bytes not in (2, 4)):
@@ -119,8 +126,14 @@ class StepAssumptions:
             raise ValueError(f"host_call_s must be in [0, 1e-3) seconds per call, got {self.host_call_s!r}")
         if not 0 < self.usable_fraction <= 1:
             raise ValueError(f"usable memory fraction must be in (0, 1], got {self.usable_fraction!r}")
-        if self.dtype not in ("bfloat16", "float32"):
-            raise ValueError(f"dtype must be bfloat16 or float32, got {self.dtype!r}")
+        if self.dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
+        if self.checkpointing not in ("none", "full"):
+            raise ValueError(f"activation checkpointing must be none or full, got {self.checkpointing!r}")
+        if not 0 < self.trainable_fraction <= 1:
+            raise ValueError(f"trainable fraction must be in (0, 1], got {self.trainable_fraction!r}")
+        if self.offload_optimizer not in ("none", "cpu"):
+            raise ValueError(f"optimizer offload must be none or cpu, got {self.offload_optimizer!r}")
 
     @property
     def gradient_bytes(self) -> int:
@@ -235,7 +248,7 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     e, g = a.comm_bytes, a.gradient_bytes
-    grads, params = cfg.param_count() * g, cfg.param_count() * e
+    grads, params = int(cfg.param_count() * a.trainable_fraction) * g, cfg.param_count() * e
     if strategy == "ddp":
         return _buckets("all_reduce", grads, a.ddp_bucket_bytes, "backward")
     if strategy == "zero0":
@@ -291,16 +304,23 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
     return out
 
 
+def work_factor(a: StepAssumptions) -> float:
+    """The step's FLOPs relative to ``6·N`` per token: forward 2, input gradients 2, weight gradients 2 × the
+    trainable fraction (frozen weights need none), and one more forward (2) under full activation checkpointing."""
+    return (2 + (2 if a.checkpointing == "full" else 0) + 2 + 2 * a.trainable_fraction) / 6
+
+
 def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None) -> int:
-    """The memory criterion of "fits": :func:`shardscope.costmodel.memory_peak.whole_peak`, the one whole-peak function.
+    """The memory criterion of "fits": :func:`shardscope.costmodel.answer.job_peak`, the one whole-peak function.
 
     Its default model states are the implementation's (what this code's strategies hold), with
-    activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``
-    (``shard_group``: an hsdp shard group or a zero3_hpz partition).
+    activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``, ``a.checkpointing``,
+    ``a.trainable_fraction`` and ``a.offload_optimizer`` (``shard_group``: an hsdp shard group or a zero3_hpz
+    partition).
     """
-    from shardscope.costmodel.memory_peak import whole_peak
+    from shardscope.costmodel.answer import job_peak
 
-    return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype, shard_group=shard_group).peak_bytes
+    return job_peak(strategy, cfg, gpus, a, shard_group).peak_bytes
 
 
 def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float],
@@ -342,7 +362,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     a = a or StepAssumptions()
     seq = a.seq_len_for(cfg)
     tokens = a.micro_batch * seq
-    compute = cfg.flops_per_token(seq) * tokens / (peak_flops * a.mfu)
+    compute = cfg.flops_per_token(seq) * tokens / (peak_flops * a.mfu) * work_factor(a)
     if gpus < 2:
         messages: list[Message] = []
     else:
