@@ -60,7 +60,9 @@ def test_sharded_strategies_markedly_slower_on_pcie(machine: str) -> None:
     steps = _steps(advice)
     assert all(p.fits for p in advice.ranking)
     assert steps["fsdp"] / steps["ddp"] >= 1.2 and steps["zero3"] / steps["ddp"] >= 1.2
-    assert abs(steps["zero1"] / steps["ddp"] - 1) <= 0.10
+    # ZeRO-1 reduces after backward (DeepSpeed's allreduce_gradients at the accumulation boundary), which DDP
+    # overlaps with backward: slower than DDP, still well ahead of the sharded strategies
+    assert steps["zero1"] < min(steps["fsdp"], steps["zero3"]) and steps["ddp"] <= steps["zero1"]
     assert advice.ranking[0].strategy in ("ddp", "zero1", "zero2")
 
 

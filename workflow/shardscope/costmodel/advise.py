@@ -194,7 +194,8 @@ def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strat
     if bad or not strategies:
         raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
     return name, cfg, [predict_step(s, name, cfg, gpus, where.peak_flops, where.timer, where.machine.memory_bytes,
-                                    assumptions, **_grouped(where, s, where.placement.members, gpus, shard_sizes))
+                                    assumptions, gpu=where.machine.spec,
+                                    **_grouped(where, s, where.placement.members, gpus, shard_sizes))
                        for s in strategies]
 
 
@@ -385,4 +386,4 @@ def _step_on(where: Setup, placement: Placement, strategy: str, name: str, cfg: 
     machine = where.machine
     timer = CollectiveTimer(Job(machine, placement.members), where.timer.calibrations)
     return predict_step(strategy, name, cfg, gpus, where.peak_flops, timer, machine.memory_bytes, assumptions,
-                        **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s
+                        gpu=machine.spec, **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s

@@ -75,6 +75,25 @@ NET_EFFICIENCY = 12.0 / 12.5
 NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY, "efa": 7.0 / 12.5}
 
 
+#: Device-memory bandwidth per GPU family, GB/s (1e9 B/s): the datasheet figure of each (NVIDIA's product pages
+#: and data sheets for A100 80GB SXM 2039 / 40GB 1555, H100 SXM 3350, H100 PCIe 2000, H100 NVL 3900, H200 4800,
+#: H800 3350, H20 4000, GH200 4000 (96 GB HBM3), B200/GB200 8000, B300/GB300 8000, V100 900, P100 732, T4 320,
+#: L40S/L40/L20 864, L4 300, A10/A10G 600, A40 696, RTX A6000/A5000 768, RTX 6000 Ada 960, RTX PRO 6000 1792;
+#: GeForce spec pages: RTX 2080 Ti 616, RTX 3090 936, RTX 4090 1008, RTX 5090 1792, GTX 1080 320; AMD Instinct data
+#: sheets: MI300X/MI300A 5300, MI325X 6000, MI250X/MI250 3277, MI210 1638). The step model's roofline
+#: (:func:`shardscope.costmodel.step.achieved_mfu`) reads it; a family not listed gets None (the curve's own ratio).
+MEMORY_BANDWIDTH_GBPS: dict[str, float] = {
+    "A100": 2039.0, "A800": 2039.0, "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "H100 NVL": 3900.0, "H200": 4800.0,
+    "H800": 3350.0, "H20": 4000.0, "GH200": 4000.0, "B200": 8000.0, "GB200": 8000.0, "B300": 8000.0, "GB300": 8000.0,
+    "V100": 900.0, "P100": 732.0, "T4": 320.0, "L40S": 864.0, "L40": 864.0, "L20": 864.0, "L4": 300.0, "A10": 600.0,
+    "A10G": 600.0, "A40": 696.0, "RTX A6000": 768.0, "RTX A5000": 768.0, "RTX 6000 Ada": 960.0,
+    "RTX PRO 6000 Blackwell": 1792.0, "RTX 2080 Ti": 616.0, "RTX 3090": 936.0, "RTX 4090": 1008.0, "RTX 5090": 1792.0,
+    "GeForce 10 series": 320.0, "MI300X": 5300.0, "MI300A": 5300.0, "MI325X": 6000.0, "MI250X": 3277.0,
+    "MI250": 3277.0, "MI210": 1638.0, "Hopper HGX (H100/H200 class)": 3350.0, "A100 HGX": 2039.0,
+    "V100 (DGX-1 class)": 900.0, "P100 (DGX-1 class)": 732.0,
+}
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """What the cost model needs to know about one GPU model."""
@@ -122,6 +141,12 @@ class GpuSpec:
     def nvls_efficiency(self) -> float:
         """NVLink SHARP efficiency on an NVSwitch, 0 where the GPU has no NVLS."""
         return NVLS_EFFICIENCY.get(self.arch, 0.0)
+
+    @property
+    def memory_bandwidth_gbps(self) -> float | None:
+        """Device-memory bandwidth (datasheet, GB/s) of this family, None where the table has none."""
+        a100_40 = self.family == "A100" and self.memory_bytes is not None and self.memory_bytes <= 40 * _GB
+        return 1555.0 if a100_40 else MEMORY_BANDWIDTH_GBPS.get(self.family)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary for JSON output."""
