@@ -67,7 +67,11 @@ def test_hpz_gathers_inside_the_island_in_backward_and_holds_its_secondary_parti
     plain = predict_step("zero3", "llama-1b", CFG, 8, 1e15, lambda op, size: 0.01, 80 * 10**9, a)
     assert world.comm_time_s == pytest.approx(plain.comm_time_s)  # without an island timer: ZeRO-3's, an upper bound
     secondary = 2 * PSI // 2  # bf16 parameters over the 2 GPUs of an island
-    assert world.memory_total_bytes - plain.memory_total_bytes == pytest.approx(secondary, rel=1e-6)
+    # on the reserved basis the allocator's reserve grows with the secondary partition too
+    from shardscope.costmodel.memory_peak import ALLOCATOR_RESERVE_FRACTION
+
+    assert world.memory_total_bytes - plain.memory_total_bytes == pytest.approx(secondary * (1 + ALLOCATOR_RESERVE_FRACTION),
+                                                                                rel=1e-6)
 
 
 def test_hsdp_gathers_again_in_backward_inside_its_shard_group_and_all_reduces_across_groups() -> None:
@@ -196,7 +200,8 @@ def test_memory_fit() -> None:
     # the whole peak (issue 18): the ZeRO paper's 16 bytes per parameter plus activations and buffers
     assert ddp.fits is False and ddp.memory_total_bytes > 16 * mistral.param_count()
     assert ddp.memory_total_bytes == whole_peak_bytes("ddp", mistral, 8, StepAssumptions())
-    assert ddp.memory_available_bytes == int(80e9 * 0.9)
+    # all of the GPU's memory: the peak counts the allocator's reserve, CUDA context and NCCL buffers itself
+    assert ddp.memory_available_bytes == int(80e9)
     zero3 = predict_step("zero3", "mistral-7b", mistral, 8, 1e15, lambda op, size: 0.0, 80 * 10**9)
     assert zero3.fits is True
     assert predict_step("ddp", "x", CFG, 8, 1e15, lambda op, size: 0.0, None).fits is None

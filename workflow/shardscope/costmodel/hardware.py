@@ -220,13 +220,21 @@ def spec_for_name(name: str | None) -> GpuSpec | None:
             size = _SIZE_IN_NAME.search(name)
             if size and 8 <= int(size.group(1)) <= 512:
                 memory = int(size.group(1)) * _GB
+            memory = datasheet_capacity_bytes(memory)
             # No NVLink on GeForce 10 boards joined by PCIe: the arch still sets the link rate if bridged.
             return GpuSpec(family=family, arch=arch, pcie_generation=gen, memory_bytes=memory,
                            reference_name=ref, nic_gbps=nic)
     return None
 
 
+def datasheet_capacity_bytes(memory: int | None) -> int | None:
+    """A datasheet's "80 GB" as the bytes the device has: binary gigabytes (an 80 GB A100 reports 81920 MiB total,
+    a 24 GB RTX 4090 24564 MiB, a 141 GB H200 143771 MiB in nvidia-smi), so ``n x 10^9`` becomes ``n x 2^30``."""
+    return None if memory is None else memory // _GB * _GIB
+
+
 def _signature_spec(family: str, arch: str, gen: int, memory: int | None, ref: str | None, nic: float, why: str) -> GpuSpec:
+    memory = datasheet_capacity_bytes(memory)
     return GpuSpec(family=family, arch=arch, pcie_generation=gen, memory_bytes=memory, reference_name=ref,
                    nic_gbps=nic, note=f"GPU model not named in the topology; {why}")
 

@@ -31,7 +31,7 @@ def modeled_for_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> Peak
     fair, overlap_comm = settings_of_run(doc.get("settings"))
     return predict_peak(job["strategy"], cfg, int(job["world_size"]), shape, states="implementation",
                         optimizer=job_optimizer(job), overhead_fraction=overhead_fraction, device=device, fair=fair,
-                        overlap_comm=overlap_comm, shard_group=job_shard_group(job))
+                        overlap_comm=overlap_comm, shard_group=job_shard_group(job), basis="allocated")  # as tracked
 
 
 def job_shape(job: dict[str, Any]) -> StepShape:
@@ -165,7 +165,7 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
             states = predict_memory(cfg.param_count(), strategy, gpus, dtype,
                                     hpz_partition=shard_group if strategy == "zero3_hpz" else None) if name == "ZeRO paper" else None
             terms = predict_peak(strategy, cfg, gpus, shape, held=states, optimizer=optimizer, device=device, fair=fair,
-                                 overlap_comm=overlap_comm, shard_group=shard_group)
+                                 overlap_comm=overlap_comm, shard_group=shard_group, basis="allocated")
         except ValueError:
             continue
         rows.append({"run_id": run_id, "memory_model": name, "strategy": strategy, "model": job.get("model"),

@@ -60,10 +60,13 @@ ZeRO-3 with hpZ (``zero3_hpz``, a secondary partition over ``p`` GPUs)
     ZeRO-3's states and buffers, plus the secondary parameter partition, alive through the
     whole step: the parameters in the training dtype over ``p`` GPUs
     (:func:`shardscope.costmodel.memory_model.hpz_secondary_bytes`).
-overhead
-    what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
-    fraction of the modeled peak, *calibrated* from a measured run
-    (:func:`calibrate_overhead`), 0 until calibrated — never guessed.
+overhead and basis
+    ``allocated`` (the CPU tracker, ``torch.cuda.max_memory_allocated``): the terms above, plus a fraction
+    *calibrated* from a measured run where one is given (:func:`calibrate_overhead`). ``reserved`` (the default on a
+    GPU: the peak as the caching allocator reaches it): the allocator's reserve over that
+    (:data:`ALLOCATOR_RESERVE_FRACTION`, from published traces; a calibrated fraction replaces it), and beside the peak,
+    outside the allocator, the CUDA context and NCCL's buffers (:func:`gpu_runtime_bytes`): ``device_bytes``, what
+    nvidia-smi shows, is what must fit the GPU (:meth:`PeakTerms.fits`).
 """
 
 from __future__ import annotations
@@ -82,6 +85,26 @@ ATTENTION_KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_bf16_states", "adamw_8bit")
 OFFLOAD = ("none", "cpu")
+#: Bases a modeled peak can be stated on: ``allocated`` (tensors alive: ``torch.cuda.max_memory_allocated``, the CPU
+#: tracker), ``reserved`` (what the caching allocator holds: ``torch.cuda.max_memory_reserved``), and the device's
+#: whole use (``nvidia-smi``: reserved plus the CUDA context and NCCL's buffers, :attr:`PeakTerms.device_bytes`).
+BASES = ("allocated", "reserved")
+#: The CUDA context of a PyTorch process with lazy module loading (CUDA >= 11.7, PyTorch's default since 1.13):
+#: "around 400MB" (ptrblck, pytorch/pytorch#109888); 287 MB for a one-kernel script, 667 MB with every kernel loaded
+#: (pytorch/pytorch#86509, measured with cudaMemGetInfo). Outside the caching allocator: nvidia-smi sees it, reserved does not.
+CUDA_CONTEXT_BYTES = 400 * 10**6
+#: NCCL's buffers per connection at its defaults (src/init.cc): LL ``8 lines x 512 threads x 8 steps x 16 B`` =
+#: 524,288, LL128 ``120 x 640 x 8 x 8 B`` = 4,915,200, Simple ``NCCL_BUFFSIZE`` = 4 MiB; one connection to each ring
+#: neighbour per channel, allocated with cudaMalloc outside PyTorch's allocator.
+NCCL_CONNECTION_BYTES = 524_288 + 4_915_200 + 4 * 2**20
+#: Channels NCCL opens per communicator: ``MAXCHANNELS`` = 32 (src/include/device.h), what it builds on NVLink
+#: nodes; PCIe nodes build fewer (``nccl_channels`` of :func:`predict_peak`), so this is an upper bound there.
+NCCL_DEFAULT_CHANNELS = 32
+#: The caching allocator's reserve over its allocated peak (rounding to 2 MiB blocks and 20 MiB segments,
+#: fragmentation): the larger of two published training traces that log both, max cached / max allocated
+#: = 9382 / 9039 MiB (microsoft/onnxruntime#19620) and 26406 / 26215 MiB (microsoft/onnxruntime#16213).
+ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
+
 #: DeepSpeed's default ``stage3_max_reuse_distance``: a gathered parameter reused within this many
 #: elements is not released, so a model smaller than it stays gathered from forward to backward.
 DEEPSPEED_REUSE_DISTANCE = 1_000_000_000
@@ -484,15 +507,26 @@ class PeakTerms:
     buffer_bytes: int
     """Buffers alive in the peak phase."""
     overhead_bytes: int
+    """Calibrated overhead, else on the ``reserved`` basis the caching allocator's reserve (:data:`ALLOCATOR_RESERVE_FRACTION`)."""
     peak_bytes: int
+    """The peak on :attr:`basis`: allocated, or reserved (as the GPU's allocator reaches it)."""
     peak_phase: str
     phases: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per phase, each buffer term and the activations then (the whole breakdown)."""
     assumptions: dict[str, Any] = field(default_factory=dict)
+    runtime_bytes: int = 0
+    """Held outside the allocator (CUDA context, NCCL buffers: :func:`gpu_runtime_bytes`); 0 on the allocated basis."""
+    basis: str = "allocated"
 
     def fits(self, capacity_bytes: float) -> bool:
-        """Whether the whole peak fits a GPU of ``capacity_bytes`` ("fits" means the whole peak, nothing less)."""
-        return self.peak_bytes <= capacity_bytes
+        """Whether the whole peak fits a GPU of ``capacity_bytes`` ("fits" means the whole peak, nothing less): the
+        reserved peak within what the CUDA context and NCCL leave (:attr:`device_bytes`)."""
+        return self.device_bytes <= capacity_bytes
+
+    @property
+    def device_bytes(self) -> int:
+        """The device's whole use at the peak, as nvidia-smi reports it: the peak plus the runtime outside the allocator."""
+        return self.peak_bytes + self.runtime_bytes
 
     @property
     def state_bytes(self) -> int:
@@ -501,7 +535,7 @@ class PeakTerms:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary (``shardscope memory --json``)."""
-        return dict(asdict(self), state_bytes=self.state_bytes, method="modeled")
+        return dict(asdict(self), state_bytes=self.state_bytes, device_bytes=self.device_bytes, method="modeled")
 
 
 def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states: str,
@@ -546,7 +580,8 @@ def _keeps_master(strategy: str, dtype: str, states: str) -> bool:
 def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, states: str = "implementation",
                  optimizer: OptimizerAssumption | None = None, overhead_fraction: float = 0.0,
                  device: str = "gpu", held: dict[str, int] | None = None, fair: FairSettings | None = None,
-                 overlap_comm: bool | None = None, shard_group: int | None = None) -> PeakTerms:
+                 overlap_comm: bool | None = None, shard_group: int | None = None, basis: str | None = None,
+                 nccl_channels: int | None = None) -> PeakTerms:
     """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
 
     ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
@@ -555,7 +590,15 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     (:func:`settings_of_run`); by default the worker's defaults (DeepSpeed's own buckets, its per-stage
     ``overlap_comm``). ``shard_group`` is HSDP's shard-group size (see :func:`hsdp_shard_group`), or
     hpZ's partition size of ``zero3_hpz`` (all ``gpus`` when None). ``held``, when given, includes hpZ's secondary partition.
+    ``basis``: ``allocated`` (tensors alive: the CPU tracker, ``max_memory_allocated``) or ``reserved`` (the caching
+    allocator's reserve added, and the CUDA context and NCCL buffers in ``runtime_bytes``); default reserved on a GPU,
+    allocated on CPU. A calibrated ``overhead_fraction`` replaces the reserve. ``nccl_channels``: NCCL's channels
+    (:data:`NCCL_DEFAULT_CHANNELS`).
     """
+    basis = basis or ("reserved" if device == "gpu" else "allocated")
+    if basis not in BASES:
+        raise ValueError(f"memory basis must be one of {', '.join(BASES)}, got {basis!r}")
+    extra = {"basis": basis, "nccl_channels": nccl_channels}
     fair = fair or FairSettings()
     if strategy not in MODELED_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(MODELED_STRATEGIES)}")
@@ -563,15 +606,21 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         raise ValueError(f"number of GPUs must be at least 1, got {gpus!r}")
     if strategy == "hsdp":
         group = hsdp_shard_group(gpus, shard_group)
-        terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm)
-        return replace(terms, strategy="hsdp", assumptions={**terms.assumptions, "gpus": gpus, "shard_group": group,
-                                                            "replicas": gpus // group})
+        terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm,
+                             **extra)
+        runtime = gpu_runtime_bytes("hsdp", gpus, nccl_channels) if basis == "reserved" else {}
+        return replace(terms, strategy="hsdp", runtime_bytes=sum(runtime.values()),
+                       assumptions={**terms.assumptions, "gpus": gpus, "shard_group": group, "replicas": gpus // group,
+                                    "runtime": runtime})
     if strategy == "zero3_hpz":
         group = hsdp_shard_group(gpus, shard_group, "hpZ's partition size")
         if held is None:
             held = model_states(strategy, cfg, gpus, shape.dtype, states, optimizer or OptimizerAssumption(), hpz_partition=group)
-        terms = predict_peak("zero3", cfg, gpus, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm)
-        return replace(terms, strategy="zero3_hpz", assumptions={**terms.assumptions, "hpz_partition": group})
+        terms = predict_peak("zero3", cfg, gpus, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm,
+                             **extra)
+        runtime = gpu_runtime_bytes("zero3_hpz", gpus, nccl_channels) if basis == "reserved" else {}
+        return replace(terms, strategy="zero3_hpz", runtime_bytes=sum(runtime.values()),
+                       assumptions={**terms.assumptions, "hpz_partition": group, "runtime": runtime})
     if shard_group is not None:
         raise ValueError(f"a shard-group size is HSDP's or zero3_hpz's alone, not {strategy!r}'s")
     if not 0 <= overhead_fraction < 1:
@@ -621,10 +670,16 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     phase = max(totals, key=lambda name: totals[name])
     transient = totals[phase]
     modeled = sum(held.values()) + transient
-    overhead = int(modeled * overhead_fraction / (1 - overhead_fraction))
+    if overhead_fraction or basis == "allocated":
+        overhead = int(modeled * overhead_fraction / (1 - overhead_fraction))
+    else:
+        overhead = int(modeled * ALLOCATOR_RESERVE_FRACTION)
+    runtime = gpu_runtime_bytes(strategy, gpus, nccl_channels) if basis == "reserved" else {}
     return PeakTerms(strategy=strategy, activation_bytes=phases[phase]["activations"], buffer_bytes=transient - phases[phase]["activations"],
                      overhead_bytes=overhead, peak_bytes=modeled + overhead, peak_phase=phase, phases=phases,
+                     runtime_bytes=sum(runtime.values()), basis=basis,
                      assumptions={"policy": policy, "states": states, "device": device, **asdict(shape), "gpus": gpus,
+                                  "runtime": runtime, "allocated_bytes": modeled,
                                   "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
                                   "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
                                   "activations_at_forward_end": acts["total"], "activation_peak": acts["peak"]}, **held)
@@ -654,6 +709,17 @@ def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, a
     both_grads_made = {**buffers, "head_weight_grad": weight_grad, "head_input_grad": input_grad,
                        "activations": acts["head_backward"] - log_softmax - head_input}
     return max((first_grad_made, both_grads_made), key=lambda parts: sum(parts.values()))
+
+
+def gpu_runtime_bytes(strategy: str, gpus: int, nccl_channels: int | None = None) -> dict[str, int]:
+    """Device memory a GPU training process holds outside PyTorch's caching allocator: the CUDA context
+    (:data:`CUDA_CONTEXT_BYTES`) and, on more than one GPU, NCCL's buffers: two ring connections per channel
+    (:data:`NCCL_CONNECTION_BYTES`) for each communicator (HSDP and hpZ use two: their group and the world or replicas)."""
+    if gpus < 2:
+        return {"cuda_context": CUDA_CONTEXT_BYTES}
+    communicators = 2 if strategy in ("hsdp", "zero3_hpz") else 1
+    nccl = 2 * (nccl_channels or NCCL_DEFAULT_CHANNELS) * NCCL_CONNECTION_BYTES * communicators
+    return {"cuda_context": CUDA_CONTEXT_BYTES, "nccl_buffers": nccl}
 
 
 def _nonzero(**terms: int) -> dict[str, int]:
@@ -695,7 +761,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                checkpointing: str = "none", *, dtype: str = "bfloat16", attention: str = "sdpa",
                states: str = "implementation", optimizer: OptimizerAssumption | None = None,
                overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
-               shard_group: int | None = None) -> PeakTerms:
+               shard_group: int | None = None, basis: str | None = None, nccl_channels: int | None = None) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -703,8 +769,10 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     sequences per GPU, activation checkpointing ``none`` or ``full``, in ``dtype``. Returns
     every term (:class:`PeakTerms`); ``.peak_bytes`` is the peak, and
     ``terms.fits(capacity_bytes)`` the verdict. Model states are ``implementation`` (what this
-    code's strategies hold) or ``paper`` (the ZeRO paper's bytes per parameter); the overhead
-    is 0 unless a calibrated fraction is given. Raises ValueError naming the argument on bad input.
+    code's strategies hold) or ``paper`` (the ZeRO paper's bytes per parameter). On a GPU the peak is
+    on the ``reserved`` basis (the allocator's reserve as overhead, unless a calibrated fraction is given; the CUDA
+    context and NCCL buffers in ``runtime_bytes``), on CPU ``allocated`` (see :func:`predict_peak`).
+    Raises ValueError naming the argument on bad input.
     """
     from shardscope.contracts.models import resolve_model
 
@@ -716,7 +784,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention, checkpointing=checkpointing)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
-                        device=device, fair=fair, shard_group=shard_group)
+                        device=device, fair=fair, shard_group=shard_group, basis=basis, nccl_channels=nccl_channels)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
@@ -739,7 +807,7 @@ def largest_micro_batch(strategy: str, cfg: ModelConfig, gpus: int, capacity_byt
     The peak grows with the micro-batch, so a doubling search then bisection finds it.
     """
     def fits(mb: int) -> bool:
-        return predict_peak(strategy, cfg, gpus, replace(shape, micro_batch=mb), **peak_kwargs).peak_bytes <= capacity_bytes
+        return predict_peak(strategy, cfg, gpus, replace(shape, micro_batch=mb), **peak_kwargs).fits(capacity_bytes)
 
     if not fits(1):
         return 0

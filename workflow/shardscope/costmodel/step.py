@@ -44,8 +44,9 @@ hooks, FSDP2's per-unit hooks and DTensor dispatch, per-parameter gradient hooks
 behind nothing. Both host terms are part of ``exposed_comm_time_s`` (and ``comm_time_s``) in the
 predictions document, whose rows keep ``step = compute + exposed``; ``host_time_s`` holds them alone.
 
-Memory is the whole modeled peak (:func:`whole_peak_bytes`: the implementation's model states plus
-activations and buffers) against ``usable_fraction`` of the GPU memory.
+Memory is the whole modeled peak (:func:`whole_peak_terms`: the implementation's model states plus
+activations and buffers, on the reserved basis, with the CUDA context and NCCL's buffers beside it) against
+``usable_fraction`` of the GPU memory.
 """
 
 from __future__ import annotations
@@ -97,9 +98,9 @@ PUBLISHED_EFFICIENCY: dict[str, EfficiencyPoint] = {
 #: Hopper's for the generations whose peak outgrew memory bandwidth as Hopper's did (Blackwell, CDNA 3), Ampere's
 #: for the rest; the roofline term then uses the GPU's own peak and bandwidth.
 EFFICIENCY_CLASS = {"hopper": "hopper", "blackwell": "hopper", "cdna": "hopper"}
-#: Share of GPU memory the whole modeled peak may use; the rest is headroom for the allocator's
-#: cache and NCCL, until an overhead fraction calibrated from measured runs replaces it.
-DEFAULT_USABLE_FRACTION = 0.9
+#: Share of GPU memory the whole modeled peak may use: all of it, since the peak now counts the allocator's
+#: reserve, the CUDA context and NCCL's buffers itself (:func:`shardscope.costmodel.memory_peak.gpu_runtime_bytes`).
+DEFAULT_USABLE_FRACTION = 1.0
 DDP_BUCKET_BYTES = 25 * 2**20
 PHASES = ("forward", "backward", "after_backward", "after_step")
 #: Phases whose collectives hide behind no compute: issued after backward (or on the compute stream) and after the step.
@@ -391,16 +392,22 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
     return out
 
 
-def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None) -> int:
+def whole_peak_terms(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions,
+                     shard_group: int | None = None) -> Any:
     """The memory criterion of "fits": :func:`shardscope.costmodel.memory_peak.whole_peak`, the one whole-peak function.
 
     Its default model states are the implementation's (what this code's strategies hold), with
     activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``
-    (``shard_group``: an hsdp shard group or a zero3_hpz partition).
+    (``shard_group``: an hsdp shard group or a zero3_hpz partition), on the GPU's reserved basis.
     """
     from shardscope.costmodel.memory_peak import whole_peak
 
-    return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype, shard_group=shard_group).peak_bytes
+    return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype, shard_group=shard_group)
+
+
+def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None) -> int:
+    """:func:`whole_peak_terms`' peak, as the GPU's allocator reaches it (reserved basis)."""
+    return int(whole_peak_terms(strategy, cfg, gpus, a, shard_group).peak_bytes)
 
 
 def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float],
@@ -563,9 +570,10 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
     comm = sum(per_phase.values()) + host
     exposed = min(exposed_comm, sum(per_phase.values())) + host
-    memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a, shard_group)}
+    terms = whole_peak_terms(strategy, cfg, gpus, a, shard_group)
+    memory = {"total_bytes": terms.peak_bytes}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
-    fits = None if available is None else memory["total_bytes"] <= available
+    fits = None if available is None else terms.fits(available)
     return StepPrediction(strategy=strategy, model=model, param_count=cfg.param_count(), gpus=gpus,
                           step_time_s=compute + exposed, compute_time_s=compute, comm_time_s=comm,
                           exposed_comm_time_s=exposed, memory_total_bytes=int(memory["total_bytes"]),

@@ -104,7 +104,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
             kwargs["shard_group"] = row["shard_group"]
         peak = predict_peak(row["strategy"], cfg, args.gpus, shape, **kwargs)
         row["peak"] = peak.to_dict()
-        row["peak_fits"] = peak.peak_bytes <= row["gpu_memory_bytes"]
+        row["peak_fits"] = peak.fits(row["gpu_memory_bytes"])
         row["largest_micro_batch"] = largest_micro_batch(row["strategy"], cfg, args.gpus, row["gpu_memory_bytes"], shape, **kwargs)
 
 
