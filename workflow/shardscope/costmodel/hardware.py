@@ -72,7 +72,10 @@ NET_EFFICIENCY = 12.0 / 12.5
 #: measurement that is NOT in the validation set: one 100 Gb/s EFA per p3dn.24xlarge "gets
 #: 80Gb/s (10GB/s) on 2 nodes, but performance drops to 50-60Gb/s (6-8 GB/s) when using 8 to 32
 #: nodes" (sjeaugey, NVIDIA/nccl#235); the midpoint 7 GB/s of the 12.5 GB/s line rate is 0.56.
-NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY, "efa": 7.0 / 12.5}
+#: TCP Ethernet (NCCL's socket transport, no GPUDirect RDMA): 0.42, the best all-reduce bus bandwidth on 2 nodes of a
+#: 100 Gb/s TCP network, 5.21 GB/s of the 12.5 GB/s line rate with NCCL_MIN_NCHANNELS=4 NCCL_SOCKET_NTHREADS=2
+#: (NVIDIA/nccl#450); a TCP network rarely does better (NVIDIA/nccl#209: 2-4 GB/s on cloud TCP before tuning).
+NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY, "efa": 7.0 / 12.5, "tcp": 5.21 / 12.5}
 
 
 #: Device-memory bandwidth per GPU family, GB/s (1e9 B/s): the datasheet figure of each (NVIDIA's product pages

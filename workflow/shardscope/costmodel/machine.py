@@ -80,7 +80,8 @@ class Machine:
     """Per GPU, its NUMA node when known: the PCIe path of NVLinked pairs, which the matrix hides."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     nic_kind: str = "ib"
-    """``ib``, ``roce`` or ``efa``: sets the share of the line rate reached (``NIC_EFFICIENCY``)."""
+    """``ib``, ``roce``, ``efa`` or ``tcp`` (Ethernet through NCCL's sockets): the share of the line rate reached
+    (``NIC_EFFICIENCY``)."""
 
     def __post_init__(self) -> None:
         if self.fabric != "cpu" and not self.gpus:
