@@ -280,3 +280,23 @@ def test_plan_predictions_reduce_in_the_plans_reduce_dtype() -> None:
     assert _plan_assumptions(profile, [{"reduce_dtype": "float32"}]).reduce_bytes == 4
     assert _plan_assumptions(profile, [{"reduce_dtype": "auto"}]).reduce_bytes == 2
     assert _plan_assumptions({**profile, "dtype": "float32"}, []).gradient_bytes == 4
+
+
+def test_framework_host_work_by_default_on_a_gpu_costs_what_the_gpu_does_not_hide() -> None:
+    """Issue 31: without a calibration, each strategy's counted Python calls at 1 us each run beside the GPU's work;
+    ZeRO-3's per-submodule hooks make it host-bound on a small model, DDP's few calls hide."""
+    from shardscope.costmodel.hardware import spec_for_name
+    from shardscope.costmodel.step import DEFAULT_HOST_CALL_S, modeled_host_calls
+
+    h100, small = spec_for_name("NVIDIA H100 80GB HBM3"), PRESETS["gpt2-small"]
+    a = StepAssumptions(seq_len=1024)
+    step = {s: predict_step(s, "gpt2-small", small, 8, 989.4e12, lambda op, size: 1e-5, None, a, gpu=h100)
+            for s in ("ddp", "fsdp", "zero3")}
+    assert step["ddp"].host_time_s == 0.0  # hidden behind the GPU's work
+    assert step["zero3"].step_time_s == pytest.approx(modeled_host_calls("zero3", small) * DEFAULT_HOST_CALL_S)
+    assert step["zero3"].step_time_s > step["fsdp"].step_time_s > step["ddp"].step_time_s
+    assert all(p.step_time_s == pytest.approx(p.compute_time_s + p.exposed_comm_time_s) for p in step.values())
+    # a calibrated seconds-per-call replaces the default and adds to the step, as it was fitted
+    calibrated = predict_step("ddp", "gpt2-small", small, 8, 989.4e12, lambda op, size: 1e-5, None,
+                              StepAssumptions(seq_len=1024, host_call_s=5e-6), gpu=h100)
+    assert calibrated.host_time_s == pytest.approx(modeled_host_calls("ddp", small) * 5e-6)

@@ -1,7 +1,11 @@
 """Modeled time and memory of one training step per data-parallel strategy.
 
 Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × mfu)``, split 1/3 forward and
-2/3 backward (2N and 4N of the 6N FLOPs per token).
+2/3 backward (2N and 4N of the 6N FLOPs per token), times ``grad_accum`` micro-batches. The MFU is a given
+or calibrated constant, else :func:`achieved_mfu`: a roofline of the model's matmuls at the tokens per
+micro-batch and the width (the GPU's datasheet bandwidth, :data:`~shardscope.costmodel.hardware.MEMORY_BANDWIDTH_GBPS`)
+times a published efficiency ceiling per GPU class (:data:`PUBLISHED_EFFICIENCY`), so a larger micro-batch runs
+closer to the peak.
 
 Communication per step, Ψ parameters on the wire (the ZeRO paper's volumes, in nccl-tests sizes),
 gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`` setting, whose
@@ -9,9 +13,12 @@ gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`
 each collective timed by :mod:`shardscope.costmodel.collectives`:
 
 - ``ddp`` / ``zero0``: all-reduce of the gradients (2Ψ moved) in buckets — torch DDP's
-  25 MiB (``bucket_cap_mb``), DeepSpeed's ``reduce_bucket_size`` of 5e8 elements — during backward;
-- ``zero1`` / ``zero2``: reduce-scatter of the gradients during backward, then all-gather of
-  the updated parameters after the optimizer step (Ψ + Ψ), DeepSpeed's 5e8-element buckets;
+  25 MiB (``bucket_cap_mb``) during backward of the last micro-batch, DeepSpeed's ``reduce_bucket_size``
+  of 5e8 elements after backward at the accumulation boundary (:func:`zero_gradient_phase`);
+- ``zero1`` / ``zero2``: reduce-scatter of the gradients, then all-gather of the updated parameters
+  after the optimizer step (Ψ + Ψ), DeepSpeed's 5e8-element buckets: ZeRO-1 reduces once, after
+  backward at the boundary; ZeRO-2 in every micro-batch from its hooks, overlapped with backward only
+  under ``overlap_comm`` (off by default for stages 1-2);
 - ``zero3`` / ``fsdp``: per unit (each transformer block; embeddings, norm and head as one
   more) an all-gather of its parameters in forward and again in backward and a
   reduce-scatter of its gradients in backward (3Ψ);
@@ -33,9 +40,12 @@ the ``training_comm`` table: calls and summed size per op), :func:`recorded_mess
 these volumes by the recorded ones, issued in the phases the strategy issues that op in (so
 DeepSpeed ZeRO-1/2's gradient all-reduce, 2Ψ where the paper counts Ψ, is timed as it ran).
 
-Overlap is explicit: a collective issued in forward (backward) can hide behind forward
-(backward) compute, at most ``overlap`` of its time and at most the length of that compute;
-the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``,
+Overlap follows each strategy's schedule (:func:`scheduled_exposed_s`: a bucket's or unit's collective hides
+behind the neighbouring compute, the last reduction and the first gather behind nothing; collectives after
+backward or after the step hide behind nothing), or, where ``overlap`` is given or calibrated, a collective
+issued in forward (backward) hides at most ``overlap`` of its time and at most the length of that compute.
+On a GPU without a calibration the frameworks' host work (:func:`modeled_host_calls` × :data:`DEFAULT_HOST_CALL_S`)
+runs beside the GPU's and adds only what exceeds compute plus exposed communication. ``step = compute + exposed comm``,
 plus ``call_overhead_s`` per collective call where a calibration measured one (host work that hides
 behind nothing), plus ``host_call_s`` per Python function call of the step where a run recorded how
 many it makes (``host_calls``: ``summary.host_calls_per_step``, :mod:`shardscope.training.host_calls`)
@@ -101,6 +111,20 @@ EFFICIENCY_CLASS = {"hopper": "hopper", "blackwell": "hopper", "cdna": "hopper"}
 #: Share of GPU memory the whole modeled peak may use: all of it, since the peak now counts the allocator's
 #: reserve, the CUDA context and NCCL's buffers itself (:func:`shardscope.costmodel.memory_peak.gpu_runtime_bytes`).
 DEFAULT_USABLE_FRACTION = 1.0
+#: Python function calls of one step, counted by :class:`shardscope.training.host_calls.PythonCallCounter` in this
+#: project's worker (``shardscope train --cpu --nproc 2 --steps 1``, fp32, micro-batch 2 x 64 tokens, width 128,
+#: vocabulary 1000) at 2 and 4 blocks: (calls outside the blocks, calls per block), solved exactly from the two
+#: counts (ddp 592/860, fsdp 8532/15263, zero1 2076/3104, zero2 2011/3015, zero3 23720/42680). The hooks are per
+#: module and per parameter, so the count follows the depth, not the width. ZeRO-3's per-submodule fetch/release
+#: hooks make 70x DDP's calls per block, FSDP2's per-unit hooks and DTensor dispatch 25x.
+HOST_CALLS: dict[str, tuple[int, int]] = {"ddp": (324, 134), "fsdp": (1801, 3366), "zero1": (1048, 514),
+                                          "zero2": (1007, 502), "zero3": (4760, 9480)}
+#: Strategies not counted take the count of the framework path they share.
+HOST_CALLS_LIKE = {"zero0": "zero1", "fsdp_grad_op": "fsdp", "hsdp": "fsdp", "zero3_hpz": "zero3"}
+#: Host seconds per counted Python call on a GPU node before a calibration replaces it: 1 microsecond, an assumption
+#: of the order PyTorch's operator micro-benchmarks give, 2.3-3.4 us of host time per eager op on CUDA including its
+#: Python wrapper calls (pytorch/pytorch#32194, ``split``), several counted calls each.
+DEFAULT_HOST_CALL_S = 1e-6
 DDP_BUCKET_BYTES = 25 * 2**20
 PHASES = ("forward", "backward", "after_backward", "after_step")
 #: Phases whose collectives hide behind no compute: issued after backward (or on the compute stream) and after the step.
@@ -508,6 +532,12 @@ def compute_mfu(cfg: ModelConfig, a: StepAssumptions, peak_flops: float, gpu: Gp
     return achieved_mfu(tokens, cfg.d_model, peak_flops, gpu.memory_bandwidth_gbps if gpu else None, arch, element)
 
 
+def modeled_host_calls(strategy: str, cfg: ModelConfig) -> int:
+    """Python function calls one micro-batch of ``strategy`` makes on ``cfg`` (:data:`HOST_CALLS`: fixed + per block)."""
+    fixed, per_block = HOST_CALLS[HOST_CALLS_LIKE.get(strategy, strategy)]
+    return fixed + per_block * cfg.n_layers
+
+
 def _comm_exposure(messages: list[Message], compute_s: float, a: StepAssumptions,
                    time_of: Callable[[Message], float]) -> float:
     """Exposed communication of a whole step: ``grad_accum - 1`` micro-batches with their per-micro-batch collectives,
@@ -567,9 +597,18 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     calls = sum(m.count for m in step_messages)
     if host_calls is not None and host_calls < 0:
         raise ValueError(f"host_calls must be non-negative, got {host_calls}")
+    if host_calls is None and a.host_call_s > 0 and gpu is not None:  # advise with a calibration: the modeled count
+        host_calls = modeled_host_calls(strategy, cfg) * a.grad_accum
     host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
     comm = sum(per_phase.values()) + host
     exposed = min(exposed_comm, sum(per_phase.values())) + host
+    if host == 0 and gpu is not None and not gpu.family.startswith("CPU"):
+        # no calibration, on a GPU: the frameworks' host work runs while the GPU works through what it has been
+        # given, so it costs the step only where it takes longer than the GPU's compute and exposed communication
+        host_s = modeled_host_calls(strategy, cfg) * a.grad_accum * DEFAULT_HOST_CALL_S
+        host = max(0.0, host_s - (compute + exposed))
+        comm += host
+        exposed += host
     terms = whole_peak_terms(strategy, cfg, gpus, a, shard_group)
     memory = {"total_bytes": terms.peak_bytes}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
