@@ -89,10 +89,13 @@ OFFLOAD = ("none", "cpu")
 #: tracker), ``reserved`` (what the caching allocator holds: ``torch.cuda.max_memory_reserved``), and the device's
 #: whole use (``nvidia-smi``: reserved plus the CUDA context and NCCL's buffers, :attr:`PeakTerms.device_bytes`).
 BASES = ("allocated", "reserved")
-#: The CUDA context of a PyTorch process with lazy module loading (CUDA >= 11.7, PyTorch's default since 1.13):
-#: "around 400MB" (ptrblck, pytorch/pytorch#109888); 287 MB for a one-kernel script, 667 MB with every kernel loaded
-#: (pytorch/pytorch#86509, measured with cudaMemGetInfo). Outside the caching allocator: nvidia-smi sees it, reserved does not.
-CUDA_CONTEXT_BYTES = 400 * 10**6
+#: A training process's device memory outside the caching allocator besides NCCL: the CUDA context with the kernels
+#: of the libraries a step loads (cuBLAS, cuDNN, attention) and their own workspaces. PyTorch's OOM message states it
+#: ("Including non-PyTorch memory, this process has X in use" less reserved): 78.09 - 75.31 - 1.83 = 0.95 GiB
+#: (vllm-project/compressed-tensors#587, one GPU) and 22.27 - 14.73 - 6.39 = 1.15 GiB (kohya-ss/sd-scripts#2029,
+#: training on one GPU); the smaller is taken. A one-kernel script's context alone is 287 MB with lazy loading,
+#: 667 MB without (pytorch/pytorch#86509), "around 400MB" (pytorch/pytorch#109888). nvidia-smi sees it, reserved does not.
+CUDA_CONTEXT_BYTES = int(0.95 * 2**30)
 #: NCCL's buffers per connection at its defaults (src/init.cc): LL ``8 lines x 512 threads x 8 steps x 16 B`` =
 #: 524,288, LL128 ``120 x 640 x 8 x 8 B`` = 4,915,200, Simple ``NCCL_BUFFSIZE`` = 4 MiB; one connection to each ring
 #: neighbour per channel, allocated with cudaMalloc outside PyTorch's allocator.
@@ -101,8 +104,11 @@ NCCL_CONNECTION_BYTES = 524_288 + 4_915_200 + 4 * 2**20
 #: nodes; PCIe nodes build fewer (``nccl_channels`` of :func:`predict_peak`), so this is an upper bound there.
 NCCL_DEFAULT_CHANNELS = 32
 #: The caching allocator's reserve over its allocated peak (rounding to 2 MiB blocks and 20 MiB segments,
-#: fragmentation): the larger of two published training traces that log both, max cached / max allocated
-#: = 9382 / 9039 MiB (microsoft/onnxruntime#19620) and 26406 / 26215 MiB (microsoft/onnxruntime#16213).
+#: fragmentation): the largest of three published LLM traces that log both, max cached / max allocated
+#: = 9382 / 9039 MiB (microsoft/onnxruntime#19620), 26406 / 26215 MiB (microsoft/onnxruntime#16213), and reserved
+#: but unallocated 1.83 of 75.31 GiB allocated at an OOM (vllm-project/compressed-tensors#587). Workloads whose
+#: shapes vary step to step fragment far more (6.39 of 14.73 GiB, kohya-ss/sd-scripts#2029); a fixed-shape training
+#: step is what is modeled.
 ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
 
 #: DeepSpeed's default ``stage3_max_reuse_distance``: a gathered parameter reused within this many
