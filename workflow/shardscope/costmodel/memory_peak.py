@@ -114,6 +114,10 @@ ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
 #: DeepSpeed's default ``stage3_max_reuse_distance``: a gathered parameter reused within this many
 #: elements is not released, so a model smaller than it stays gathered from forward to backward.
 DEEPSPEED_REUSE_DISTANCE = 1_000_000_000
+#: DeepSpeed's ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9): the fetch coordinator keeps at
+#: most this many gathered elements alive, its ``stage3_prefetch_bucket_size`` (5e7) of look-ahead included; so a
+#: model above it holds this many gathered, one below it (reused within the reuse distance) holds all of itself.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -391,7 +395,7 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         forward["block_gather"] = block
         blocks["block_grads"] = block
     elif strategy == "zero3":
-        gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE) * e_param
+        gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE, DEEPSPEED_MAX_LIVE_PARAMETERS) * e_param
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
         forward["gathered_params"] = head["gathered_params"] = gathered
         blocks["gathered_params"] = max(gathered - zero3_released_before_blocks(cfg) * e_param, 0)
