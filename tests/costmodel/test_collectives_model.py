@@ -139,7 +139,8 @@ def test_tcp_ethernet_reaches_less_of_its_line_rate_than_infiniband() -> None:
     from shardscope.costmodel.presets import synthetic_topology
 
     def two_nodes(kind: str) -> Job:
-        doc = synthetic_topology("NVIDIA A100-SXM4-80GB", gpus=8, nvlinks=12, rail_nics=1, nic_gbps=100.0, nic_kind=kind)
+        doc = synthetic_topology("NVIDIA A100-SXM4-80GB", gpus=8, nvlinks=12, rail_nics=1, nic_gbps=100.0,
+                                 nic_kind=kind)
         return Job(build_machine(doc), tuple(range(8)), nodes=2)
 
     ib, tcp = (peak_busbw_gbps("all_reduce", two_nodes(k), ["ring"]) for k in ("ib", "tcp"))

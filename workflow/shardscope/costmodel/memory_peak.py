@@ -94,7 +94,8 @@ BASES = ("allocated", "reserved")
 #: ("Including non-PyTorch memory, this process has X in use" less reserved): 78.09 - 75.31 - 1.83 = 0.95 GiB
 #: (vllm-project/compressed-tensors#587, one GPU) and 22.27 - 14.73 - 6.39 = 1.15 GiB (kohya-ss/sd-scripts#2029,
 #: training on one GPU); the smaller is taken. A one-kernel script's context alone is 287 MB with lazy loading,
-#: 667 MB without (pytorch/pytorch#86509), "around 400MB" (pytorch/pytorch#109888). nvidia-smi sees it, reserved does not.
+#: 667 MB without (pytorch/pytorch#86509), "around 400MB" (pytorch/pytorch#109888). nvidia-smi sees it, reserved
+#: does not.
 CUDA_CONTEXT_BYTES = int(0.95 * 2**30)
 #: NCCL's buffers per connection at its defaults (src/init.cc): LL ``8 lines x 512 threads x 8 steps x 16 B`` =
 #: 524,288, LL128 ``120 x 640 x 8 x 8 B`` = 4,915,200, Simple ``NCCL_BUFFSIZE`` = 4 MiB; one connection to each ring
@@ -517,7 +518,8 @@ class PeakTerms:
     buffer_bytes: int
     """Buffers alive in the peak phase."""
     overhead_bytes: int
-    """Calibrated overhead, else on the ``reserved`` basis the caching allocator's reserve (:data:`ALLOCATOR_RESERVE_FRACTION`)."""
+    """Calibrated overhead, else on the ``reserved`` basis the caching allocator's reserve
+    (:data:`ALLOCATOR_RESERVE_FRACTION`)."""
     peak_bytes: int
     """The peak on :attr:`basis`: allocated, or reserved (as the GPU's allocator reaches it)."""
     peak_phase: str
@@ -535,7 +537,7 @@ class PeakTerms:
 
     @property
     def device_bytes(self) -> int:
-        """The device's whole use at the peak, as nvidia-smi reports it: the peak plus the runtime outside the allocator."""
+        """The device's whole use at the peak, as nvidia-smi shows it: the peak and what is outside the allocator."""
         return self.peak_bytes + self.runtime_bytes
 
     @property
@@ -616,8 +618,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         raise ValueError(f"number of GPUs must be at least 1, got {gpus!r}")
     if strategy == "hsdp":
         group = hsdp_shard_group(gpus, shard_group)
-        terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm,
-                             **extra)
+        terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair,
+                             overlap_comm, **extra)
         runtime = gpu_runtime_bytes("hsdp", gpus, nccl_channels) if basis == "reserved" else {}
         return replace(terms, strategy="hsdp", runtime_bytes=sum(runtime.values()),
                        assumptions={**terms.assumptions, "gpus": gpus, "shard_group": group, "replicas": gpus // group,
@@ -626,8 +628,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         group = hsdp_shard_group(gpus, shard_group, "hpZ's partition size")
         if held is None:
             held = model_states(strategy, cfg, gpus, shape.dtype, states, optimizer or OptimizerAssumption(), hpz_partition=group)
-        terms = predict_peak("zero3", cfg, gpus, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm,
-                             **extra)
+        terms = predict_peak("zero3", cfg, gpus, shape, states, optimizer, overhead_fraction, device, held, fair,
+                             overlap_comm, **extra)
         runtime = gpu_runtime_bytes("zero3_hpz", gpus, nccl_channels) if basis == "reserved" else {}
         return replace(terms, strategy="zero3_hpz", runtime_bytes=sum(runtime.values()),
                        assumptions={**terms.assumptions, "hpz_partition": group, "runtime": runtime})
@@ -724,7 +726,8 @@ def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, a
 def gpu_runtime_bytes(strategy: str, gpus: int, nccl_channels: int | None = None) -> dict[str, int]:
     """Device memory a GPU training process holds outside PyTorch's caching allocator: the CUDA context
     (:data:`CUDA_CONTEXT_BYTES`) and, on more than one GPU, NCCL's buffers: two ring connections per channel
-    (:data:`NCCL_CONNECTION_BYTES`) for each communicator (HSDP and hpZ use two: their group and the world or replicas)."""
+    (:data:`NCCL_CONNECTION_BYTES`) for each communicator (HSDP and hpZ use two: their group and the world or
+    replicas)."""
     if gpus < 2:
         return {"cuda_context": CUDA_CONTEXT_BYTES}
     communicators = 2 if strategy in ("hsdp", "zero3_hpz") else 1

@@ -100,9 +100,9 @@ class EfficiencyPoint:
 #: micro-batch 6, 8 GPUs, FSDP FULL_SHARD, bf16, no activation checkpointing (so model FLOPs = hardware FLOPs).
 PUBLISHED_EFFICIENCY: dict[str, EfficiencyPoint] = {
     "ampere": EfficiencyPoint(0.6423, 6 * 2048, 4096, 312e12, 2039.0,
-                              "llm-foundry benchmarking README, 'A100 80GB' table, 7b / 2048 / micro-batch 6: MFU 64.23%"),
+                              "llm-foundry benchmarking README, 'A100 80GB' table, 7b / 2048 / mb 6: MFU 64.23%"),
     "hopper": EfficiencyPoint(0.4644, 6 * 2048, 4096, 989.4e12, 3350.0,
-                              "llm-foundry benchmarking README, 'H100 80GB BF16' table, 7b / 2048 / micro-batch 6: MFU 46.44%"),
+                              "llm-foundry benchmarking README, 'H100 80GB BF16' table, 7b / 2048 / mb 6: MFU 46.44%"),
 }
 #: GPU classes without a published point of their own borrow the nearest one's ceiling (an assumption, stated):
 #: Hopper's for the generations whose peak outgrew memory bandwidth as Hopper's did (Blackwell, CDNA 3), Ampere's
@@ -218,7 +218,8 @@ class Message:
     """Issued across the groups, one rank of each: HSDP's all-reduce of the gradient shards."""
     per_micro_step: bool = True
     """Issued in every micro-batch (ZeRO-2/3's and FSDP's reductions and gathers), not once per optimizer step
-    (DDP's all-reduce under ``no_sync``, ZeRO-0/1's reduction at the accumulation boundary, the all-gather after the step)."""
+    (DDP's all-reduce under ``no_sync``, ZeRO-0/1's reduction at the accumulation boundary, the all-gather after the
+    step)."""
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -429,7 +430,8 @@ def whole_peak_terms(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumpti
     return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype, shard_group=shard_group)
 
 
-def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None) -> int:
+def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions,
+                     shard_group: int | None = None) -> int:
     """:func:`whole_peak_terms`' peak, as the GPU's allocator reaches it (reserved basis)."""
     return int(whole_peak_terms(strategy, cfg, gpus, a, shard_group).peak_bytes)
 
@@ -533,7 +535,8 @@ def compute_mfu(cfg: ModelConfig, a: StepAssumptions, peak_flops: float, gpu: Gp
 
 
 def modeled_host_calls(strategy: str, cfg: ModelConfig) -> int:
-    """Python function calls one micro-batch of ``strategy`` makes on ``cfg`` (:data:`HOST_CALLS`: fixed + per block)."""
+    """Python function calls one micro-batch of ``strategy`` makes on ``cfg`` (:data:`HOST_CALLS`: fixed + per
+    block)."""
     fixed, per_block = HOST_CALLS[HOST_CALLS_LIKE.get(strategy, strategy)]
     return fixed + per_block * cfg.n_layers
 
@@ -541,7 +544,8 @@ def modeled_host_calls(strategy: str, cfg: ModelConfig) -> int:
 def _comm_exposure(messages: list[Message], compute_s: float, a: StepAssumptions,
                    time_of: Callable[[Message], float]) -> float:
     """Exposed communication of a whole step: ``grad_accum - 1`` micro-batches with their per-micro-batch collectives,
-    and the last one with those and the once-per-step ones (DDP's all-reduce, ZeRO-1's reduction, the after-step gather)."""
+    and the last one with those and the once-per-step ones (DDP's all-reduce, ZeRO-1's reduction, the after-step
+    gather)."""
     def exposed(ms: list[Message]) -> float:
         if a.overlap is None:
             return scheduled_exposed_s(compute_s, ms, time_of)
