@@ -336,3 +336,16 @@ def test_gpu_peak_is_reserved_with_context_and_nccl_beside_it_and_cpu_stays_allo
     assert cpu.basis == "allocated" and cpu.runtime_bytes == 0 and cpu.overhead_bytes == 0
     with pytest.raises(ValueError, match="memory basis"):
         predict_peak("fsdp", cfg, 8, shape, basis="nvidia-smi")
+
+
+def test_fsdp_forward_end_holds_the_root_and_the_last_blocks_gather_buffer() -> None:
+    """Traced on a shape no other test uses (3 blocks, width 160, FFN 448, vocabulary 1500, 3 x 96 tokens, fp32,
+    2 ranks): at forward's end the tracker saw the logits, the root's unsharded embedding and head, and one
+    block-sized all-gather buffer, 4,919,680 bytes of buffers; the root's own gather buffer was already freed."""
+    from shardscope.contracts.models import ModelConfig
+
+    cfg = ModelConfig(n_layers=3, d_model=160, n_heads=5, n_kv_heads=5, d_ff=448, vocab_size=1500, max_seq_len=128)
+    terms = predict_peak("fsdp", cfg, 2, StepShape(3, 96), device="cpu")
+    forward = {k: v for k, v in terms.phases["forward"].items() if k != "activations"}
+    assert sum(forward.values()) == 4_919_680 and terms.peak_phase == "forward"
+    assert terms.peak_bytes == 31_600_644 - 108  # the tracked peak, less the optimizer's 108 B of step counters
