@@ -66,17 +66,18 @@ def test_config_json_without_a_needed_key_names_file_and_key(capsys: pytest.Capt
 
 
 def test_global_batch_ranks_each_strategy_at_its_own_largest_fitting_micro_batch(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = _advise(capsys, "--model", "llama-1b", "--gpus", "8", *H100, "--seq-len", "2048", "--global-batch", "256")
+    # 60 sequences per rank: divisors fine enough (6, 10, 12) that freed memory shows as a larger micro-batch
+    doc = _advise(capsys, "--model", "llama-1b", "--gpus", "8", *H100, "--seq-len", "2048", "--global-batch", "480")
     cfg = PRESETS["llama-1b"]
     usable = doc["decision"]["usable_bytes"]
     for entry in doc["ranking"]:
         mb, accum = entry["micro_batch"], entry["grad_accum"]
-        assert mb * accum * 8 == 256
+        assert mb * accum * 8 == 480
         assert entry["peak_bytes"] == job_peak(entry["strategy"], cfg, 8, StepAssumptions(micro_batch=mb, seq_len=2048)).peak_bytes
-        if entry["fits"] and mb < 32:  # the next divisor of the per-rank 32 sequences does not fit
-            bigger = next(d for d in (2, 4, 8, 16, 32) if d > mb)
-            assert job_peak(entry["strategy"], cfg, 8, StepAssumptions(micro_batch=bigger, seq_len=2048)).peak_bytes > usable
-        assert entry["tokens_per_s"] == pytest.approx(256 * 2048 / entry["step_time_s"])
+        if entry["fits"] and mb < 60:  # the next divisor of the per-rank 60 sequences does not fit
+            bigger = next(d for d in (2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60) if d > mb)
+            assert not job_peak(entry["strategy"], cfg, 8, StepAssumptions(micro_batch=bigger, seq_len=2048)).fits(usable)
+        assert entry["tokens_per_s"] == pytest.approx(480 * 2048 / entry["step_time_s"])
     mbs = {e["strategy"]: e["micro_batch"] for e in doc["ranking"]}
     assert mbs["zero3"] > mbs["ddp"]  # sharding frees memory for a larger micro-batch
     code, _, err = _run(capsys, "advise", "--model", "llama-1b", "--gpus", "8", *H100, "--global-batch", "12")
@@ -99,7 +100,10 @@ def test_pcie_transport_slows_communication(capsys: pytest.CaptureFixture[str]) 
     nvlink = _advise(capsys, "--model", "llama-1b", "--gpus", "8", *H100)
     pcie = _advise(capsys, "--model", "llama-1b", "--gpus", "8", *H100, "--transport", "pcie")
     comm = {d["transport"]: {r["strategy"]: r["comm_time_s"] for r in d["ranking"]} for d in (nvlink, pcie)}
-    assert all(comm["pcie"][s] > 3 * comm["default"][s] for s in comm["default"])
+    # comm_time_s includes the framework host work that exceeds the GPU's (ZeRO-3's hooks on a 1 B model over
+    # NVLink), which PCIe does not slow: every strategy's grows, DDP's (whose host calls hide) more than 3x
+    assert all(comm["pcie"][s] > comm["default"][s] for s in comm["default"])
+    assert comm["pcie"]["ddp"] > 3 * comm["default"]["ddp"]
 
 
 def test_a_model_nothing_holds_is_an_answer(capsys: pytest.CaptureFixture[str]) -> None:

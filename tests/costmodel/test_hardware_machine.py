@@ -25,7 +25,7 @@ from shardscope.errors import UserError
     ("AMD Instinct MI300X", "cdna", 192)])
 def test_spec_for_name(name: str, arch: str, memory_gb: int) -> None:
     spec = spec_for_name(name)
-    assert spec is not None and spec.arch == arch and spec.memory_bytes == memory_gb * 10**9
+    assert spec is not None and spec.arch == arch and spec.memory_bytes == memory_gb * 2**30  # datasheet GB are binary
 
 
 def test_unknown_name_has_no_spec() -> None:

@@ -221,32 +221,9 @@ def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strat
     if bad or not strategies:
         raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
     return name, cfg, [predict_step(s, name, cfg, gpus, where.peak_flops, where.timer, where.machine.memory_bytes,
-                                    assumptions, **_grouped(where, s, where.placement.members, gpus, shard_sizes))
+                                    assumptions, gpu=where.machine.spec,
+                                    **_grouped(where, s, where.placement.members, gpus, shard_sizes))
                        for s in strategies]
-
-
-#: Strategies whose gradients are reduced once per optimizer step under gradient accumulation (torch DDP's
-#: ``no_sync``, DeepSpeed stage 0 at the accumulation boundary); the others reduce (and ZeRO-3/FSDP gather) per
-#: micro-batch.
-REDUCE_ONCE = ("ddp", "zero0")
-
-
-def accumulated(p: StepPrediction, accum: int, collective_time: Callable[[str, int], float]) -> StepPrediction:
-    """The optimizer step of ``accum`` micro-batches of ``p`` (one micro-batch's modeled step): every micro-batch's
-    compute; DDP's and ZeRO-0's gradient reduction once (the last micro-batch's); the other strategies' communication
-    per micro-batch, except ZeRO-1/2's parameter all-gather after the optimizer step, once."""
-    if accum == 1:
-        return p
-    if p.strategy in REDUCE_ONCE:
-        once, per = p.comm_time_s, 0.0
-        exposed = p.exposed_comm_time_s
-    else:
-        once = sum(m.count * collective_time(m.op, m.size_bytes) for m in p.messages if m.phase == "after_step")
-        per = p.comm_time_s - once
-        exposed = accum * (p.exposed_comm_time_s - once) + once
-    compute = accum * p.compute_time_s
-    return replace(p, step_time_s=compute + exposed, compute_time_s=compute, comm_time_s=accum * per + once,
-                   exposed_comm_time_s=exposed, tokens_per_step=p.tokens_per_step * accum)
 
 
 @dataclass(frozen=True)
@@ -284,9 +261,10 @@ def rank_strategies(where: Setup, model: str | dict[str, Any], gpus: int,
                                                 _shard_of(where, p.strategy, gpus, shard_sizes))
             except ValueError as exc:
                 raise UserError(str(exc)) from None
-            one = p if mb == a.micro_batch else step_predictions(where, model, gpus, (p.strategy,),
-                                                                 replace(a, micro_batch=mb), shard_sizes)[2][0]
-            resized.append(accumulated(one, accum, where.timer))
+            # one optimizer step of accum micro-batches: the step model issues each strategy's collectives once per
+            # step or per micro-batch as its framework does (DDP's no_sync, DeepSpeed's reduction points)
+            resized.append(p if (mb, accum) == (a.micro_batch, 1) else step_predictions(
+                where, model, gpus, (p.strategy,), replace(a, micro_batch=mb, grad_accum=accum), shard_sizes)[2][0])
             batches[p.strategy] = (mb, accum)
         predictions = resized
     decision = decide(predictions, where.machine.memory_bytes, a.usable_fraction)
@@ -525,4 +503,4 @@ def _step_on(where: Setup, placement: Placement, strategy: str, name: str, cfg: 
     machine = where.machine
     timer = CollectiveTimer(Job(machine, placement.members), where.timer.calibrations)
     return predict_step(strategy, name, cfg, gpus, where.peak_flops, timer, machine.memory_bytes, assumptions,
-                        **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s
+                        gpu=machine.spec, **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s

@@ -121,8 +121,8 @@ def best_micro_batch(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumpti
     share = per_rank_batch(global_batch, gpus)
     if usable_bytes is None:
         return share, 1, None
-    best = largest_fitting(lambda mb: job_peak(strategy, cfg, gpus, replace(a, micro_batch=mb), shard_group).peak_bytes
-                           <= usable_bytes, divisors(share))
+    best = largest_fitting(lambda mb: job_peak(strategy, cfg, gpus, replace(a, micro_batch=mb), shard_group)
+                           .fits(usable_bytes), divisors(share))
     return (best, share // best, True) if best else (1, share, False)
 
 
@@ -131,21 +131,21 @@ def smallest_holding(strategies: list[str], cfg: ModelConfig, gpus: int, a: Step
     """What a model that no strategy holds would need: the smallest peak (which strategy, at which micro-batch), the
     GPU count (doubling ``gpus``, at most ``most_gpus``) at which that strategy fits, and which strategy fits here with
     the optimizer offloaded to the CPU or with full activation checkpointing instead (None: none does)."""
-    def peak(s: str, n: int, step: StepAssumptions) -> int:
+    def peak(s: str, n: int, step: StepAssumptions) -> PeakTerms:
         group = (shard_sizes or {}).get(s)
-        return job_peak(s, cfg, n, step, group if group and n % group == 0 else None).peak_bytes
+        return job_peak(s, cfg, n, step, group if group and n % group == 0 else None)
 
     peaks = {s: peak(s, gpus, a) for s in strategies}
-    best = min(peaks, key=peaks.__getitem__)
+    best = min(peaks, key=lambda s: peaks[s].device_bytes)
     needed, n = None, gpus
     while needed is None and n < most_gpus:
         n *= 2
-        if peak(best, n, a) <= usable_bytes:
+        if peak(best, n, a).fits(usable_bytes):
             needed = n
-    offloaded = {s: peak(s, gpus, replace(a, offload_optimizer="cpu")) for s in strategies}
-    recomputed = {s: peak(s, gpus, replace(a, checkpointing="full")) for s in strategies}
-    return {"smallest_peak_bytes": peaks[best], "strategy": best, "micro_batch": a.micro_batch, "gpus": gpus,
-            "usable_bytes": usable_bytes, "gpus_needed": needed,
+    offloaded = {s: peak(s, gpus, replace(a, offload_optimizer="cpu")).device_bytes for s in strategies}
+    recomputed = {s: peak(s, gpus, replace(a, checkpointing="full")).device_bytes for s in strategies}
+    return {"smallest_peak_bytes": peaks[best].peak_bytes, "strategy": best, "micro_batch": a.micro_batch,
+            "gpus": gpus, "usable_bytes": usable_bytes, "gpus_needed": needed,
             "fits_with_offload": min(offloaded, key=offloaded.__getitem__)
             if min(offloaded.values()) <= usable_bytes and a.offload_optimizer == "none" else None,
             "fits_with_checkpointing": min(recomputed, key=recomputed.__getitem__)

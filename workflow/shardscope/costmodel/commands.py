@@ -155,22 +155,22 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     return 0
 
 
-def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tuple[str, str]]:
+def _step_constants(args: argparse.Namespace) -> tuple[tuple[float | None, float | None], tuple[str, str]]:
     """(MFU, overlap) for ``advise`` and where each comes from: ``--mfu``/``--overlap``, else the newest calibration
     stored in ``--calibration-db`` (``shardscope calibrate-step --store``), else the step model's constants, labelled so."""
-    from shardscope.costmodel.step import DEFAULT_MFU, DEFAULT_OVERLAP
+    from shardscope.costmodel.step import STEP_DEFAULTS_LABEL
 
-    constant = "constant: no calibration"
-    mfu = (args.mfu, "given") if args.mfu is not None else (DEFAULT_MFU, constant)
-    overlap = (args.overlap, "given") if args.overlap is not None else (DEFAULT_OVERLAP, constant)
+    constant = STEP_DEFAULTS_LABEL
+    mfu: tuple[float | None, str] = (args.mfu, "given") if args.mfu is not None else (None, constant[0])
+    overlap: tuple[float | None, str] = (args.overlap, "given") if args.overlap is not None else (None, constant[1])
     if getattr(args, "calibration_db", None) and (args.mfu is None or args.overlap is None):
         from shardscope.costmodel.step_calibration import latest_calibration
 
         found = latest_calibration(args.calibration_db, args.model, args.gpus)
         if found is None:
-            constant = f"constant: {args.calibration_db} holds no step calibration"
-            mfu = mfu if args.mfu is not None else (DEFAULT_MFU, constant)
-            overlap = overlap if args.overlap is not None else (DEFAULT_OVERLAP, constant)
+            held = f"; {args.calibration_db} holds no step calibration"
+            mfu = mfu if args.mfu is not None else (None, constant[0] + held)
+            overlap = overlap if args.overlap is not None else (None, constant[1] + held)
         else:
             where = (f"calibrated from {len(found['run_ids'])} measured runs of {found['model']} on {found['world_size']} ranks "
                      f"({found['calibration_id']})")
@@ -178,7 +178,7 @@ def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tupl
                 overlap = (float(found["overlap"]), where)
             if args.mfu is None:
                 mfu = ((float(found["mfu"]), where) if found["mfu"] is not None else
-                       (DEFAULT_MFU, "constant: the calibration's runs had no known peak FLOP/s (CPU processes)"))
+                       (None, constant[0] + "; the calibration's runs had no known peak FLOP/s (CPU processes)"))
     return (mfu[0], overlap[0]), (mfu[1], overlap[1])
 
 
@@ -194,9 +194,11 @@ def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_byte
     frozen = (f", trainable {assumptions.trainable_fraction:g} of the parameters"
               if assumptions.trainable_fraction < 1 else "")
     offload = ", optimizer offloaded to the CPU" if assumptions.offload_optimizer == "cpu" else ""
+    mfu = "from the compute curve" if assumptions.mfu is None else f"{assumptions.mfu:g}"
+    overlap = "from each strategy's schedule" if assumptions.overlap is None else f"{assumptions.overlap:g}"
     return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, {assumptions.dtype}, activation "
-            f"checkpointing {assumptions.checkpointing}{frozen}{offload}, MFU {assumptions.mfu:g} ({mfu_from}), "
-            f"overlap {assumptions.overlap:g} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
+            f"checkpointing {assumptions.checkpointing}{frozen}{offload}, MFU {mfu} ({mfu_from}), "
+            f"overlap {overlap} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
             f"of the GPU's ({usable})")
 
 
@@ -289,7 +291,9 @@ def _cmd_predict_plan(args: argparse.Namespace) -> int:
         print(f"note: {plan_info['strategies_note']}")
     elif document["strategies"]:
         step = document["assumptions"]["step"]
-        print(f"note: step times assume MFU {step['mfu']:g} and overlap {step['overlap']:g}, the step model's constants "
+        mfu = "from the compute curve" if step["mfu"] is None else f"{step['mfu']:g}"
+        overlap = "from each strategy's schedule" if step["overlap"] is None else f"{step['overlap']:g}"
+        print(f"note: step times assume MFU {mfu} and overlap {overlap}, the step model's defaults "
               "(no calibration: `shardscope calibrate-step --store` fits them to measured runs; `advise --calibration-db` uses them)")
     for note in document["topology"]["notes"]:
         print(f"note: {note}")
@@ -365,9 +369,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ranks of one HSDP shard group and one hpZ partition (default: one island's)")
     p.add_argument("--micro-batch", type=_positive(int, "--micro-batch"), default=1, help="sequences per GPU per step")
     p.add_argument("--seq-len", type=_positive(int, "--seq-len"), help="tokens per sequence (default: the model's, at most 4096)")
-    p.add_argument("--mfu", type=_fraction, help=f"model FLOPs utilisation of compute (default: calibrated, else {DEFAULT_MFU})")
+    p.add_argument("--mfu", type=_fraction, help="a constant model FLOPs utilisation of compute, e.g. "
+                   f"{DEFAULT_MFU} (default: calibrated, else a roofline curve through published runs)")
     p.add_argument("--overlap", type=_fraction,
-                   help=f"share of communication that may hide behind compute (default: calibrated, else {DEFAULT_OVERLAP})")
+                   help=f"a constant share of communication that may hide behind compute, e.g. {DEFAULT_OVERLAP} "
+                        "(default: calibrated, else each strategy's schedule)")
     p.add_argument("--calibration-db", metavar="DB",
                    help="results database whose newest step calibration (`shardscope calibrate-step --store`) sets MFU and overlap")
     p.add_argument("--usable-memory", type=_fraction, default=DEFAULT_USABLE_FRACTION,

@@ -116,7 +116,8 @@ def _panel_rows(fabric: str, gpus: int, memories_gb: tuple[float, ...], presets_
     rows = []
     for model, name, cfg in (c for c in columns() if c[1] is not None or not presets_only):
         preds = list(rank_strategies(where, cfg.to_dict(), gpus, DEFAULT_STRATEGIES, ASSUMPTIONS).predictions)
-        peaks = {p.strategy: p.memory_total_bytes for p in preds}
+        # the device's whole use (reserved peak, CUDA context, NCCL buffers): what "fits" compares with the memory
+        peaks = {p.strategy: p.memory_total_bytes + p.memory_runtime_bytes for p in preds}
         for memory_gb in memories_gb:
             d = cell_decision(where, cfg, memory_gb, gpus, preds)
             shown = d.recommended or min(peaks, key=peaks.__getitem__)

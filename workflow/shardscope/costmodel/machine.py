@@ -80,7 +80,8 @@ class Machine:
     """Per GPU, its NUMA node when known: the PCIe path of NVLinked pairs, which the matrix hides."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     nic_kind: str = "ib"
-    """``ib``, ``roce`` or ``efa``: sets the share of the line rate reached (``NIC_EFFICIENCY``)."""
+    """``ib``, ``roce``, ``efa`` or ``tcp`` (Ethernet through NCCL's sockets): the share of the line rate reached
+    (``NIC_EFFICIENCY``)."""
 
     def __post_init__(self) -> None:
         if self.fabric != "cpu" and not self.gpus:
@@ -366,7 +367,7 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
         sizes = [int(g["memory_bytes"]) for g in gpu_docs if isinstance(g.get("memory_bytes"), int) and g["memory_bytes"] > 0]
         memory = min(sizes) if sizes else spec.memory_bytes
         if not sizes and spec.memory_bytes is not None and gpus:
-            notes.append(f"GPU memory not in the topology: {spec.memory_bytes / 1e9:g} GB assumed for {spec.family}")
+            notes.append(f"GPU memory not in the topology: {spec.memory_bytes / 2**30:g} GiB assumed for {spec.family}")
     return Machine(gpus=gpus, spec=spec, fabric=fabric, switch_gbps=switch, nvlink_gbps=nvlink, path_code=codes,
                    pcie_gbps=pcie, inter_socket_gbps=socket_bw, intel_cpu=intel, rail_nics=rails,
                    nic_gbps=line_rate, memory_bytes=memory, numa=numa, notes=tuple(notes),

@@ -33,7 +33,7 @@ def modeled_for_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> Peak
     fair, overlap_comm = settings_of_run(doc.get("settings"))
     return job_peak(job["strategy"], cfg, int(job["world_size"]), question_of(shape), job_shard_group(job),
                     optimizer=job_optimizer(job).name, overhead_fraction=overhead_fraction, device=device, fair=fair,
-                    overlap_comm=overlap_comm)
+                    overlap_comm=overlap_comm, basis="allocated")  # as tracked
 
 
 def question_of(shape: StepShape) -> StepAssumptions:
@@ -173,7 +173,8 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
             states = predict_memory(cfg.param_count(), strategy, gpus, dtype,
                                     hpz_partition=shard_group if strategy == "zero3_hpz" else None) if name == "ZeRO paper" else None
             terms = job_peak(strategy, cfg, gpus, question_of(shape), shard_group, held=states,
-                             optimizer=optimizer.name, device=device, fair=fair, overlap_comm=overlap_comm)
+                             optimizer=optimizer.name, device=device, fair=fair, overlap_comm=overlap_comm,
+                             basis="allocated")
         except ValueError:
             continue
         rows.append({"run_id": run_id, "memory_model": name, "strategy": strategy, "model": job.get("model"),

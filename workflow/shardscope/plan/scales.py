@@ -21,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-#: Share of one GPU's memory the whole modeled peak may fill: advise's (the rest is the allocator's and NCCL's
-#: headroom).
-USABLE_FRACTION = 0.9
+from shardscope.costmodel.step import DEFAULT_USABLE_FRACTION
+
+#: Share of one GPU's memory the whole modeled peak may fill: advise's (all of it: the peak counts the allocator's
+#: reserve, the CUDA context and NCCL's buffers itself).
+USABLE_FRACTION = DEFAULT_USABLE_FRACTION
 #: Presets to scale down to, largest first (gpt2-small is the communication-bound scale already).
 SMALLER = ("mistral-7b", "llama-1b")
 
@@ -72,10 +74,10 @@ def memory_scale(topology: dict[str, Any], section: dict[str, Any], world_size: 
     for candidate in ladder:
         cname, ccfg = resolve_model(candidate)
         step = StepAssumptions(micro_batch=micro_batch, seq_len=min(seq_len, ccfg.max_seq_len), dtype="bfloat16")
-        sharded = job_peak("zero3", ccfg, world_size, step).peak_bytes
-        full = job_peak("ddp", ccfg, world_size, step).peak_bytes
-        if sharded <= usable:
-            fit = "fits" if full <= usable else "does not fit (expect an oom row)"
+        sharded_terms, full_terms = job_peak("zero3", ccfg, world_size, step), job_peak("ddp", ccfg, world_size, step)
+        sharded, full = sharded_terms.peak_bytes, full_terms.peak_bytes
+        if sharded_terms.fits(usable):
+            fit = "fits" if full_terms.fits(usable) else "does not fit (expect an oom row)"
             why = (f"{cname} ({ccfg.param_count() / 1e9:.2f} B parameters): sharded over {world_size} GPU(s) (ZeRO-3) "
                    f"its whole modeled peak is {_gib(sharded)} per GPU of the {_gib(usable)} usable; unsharded (DDP) "
                    f"{_gib(full)}, which {fit}")

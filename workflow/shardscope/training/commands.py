@@ -120,10 +120,10 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
         peak = job_peak(row["strategy"], cfg, args.gpus, step, group, held=held, **knobs)
         row["peak"] = peak.to_dict()
         row["usable_bytes"] = usable
-        row["peak_fits"] = peak.peak_bytes <= usable
+        row["peak_fits"] = peak.fits(usable)
         row["largest_micro_batch"] = largest_fitting(
             lambda mb, r=row, g=group, h=held: job_peak(r["strategy"], cfg, args.gpus, replace(step, micro_batch=mb), g,
-                                                         held=h, **knobs).peak_bytes <= usable)
+                                                         held=h, **knobs).fits(usable))
 
 
 def _train_job(args: argparse.Namespace) -> TrainJob:
