@@ -42,7 +42,9 @@ def memory_dtype(dtype: str) -> str:
 def trainable_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, fraction: float,
                      optimizer: OptimizerAssumption, shard_group: int | None = None) -> dict[str, int]:
     """Model-state bytes when only ``fraction`` of the parameters train (LoRA-style): every parameter held,
-    gradients and optimizer state (master copy included) for the trainable share only.
+    gradients and optimizer state (master copy included) for the trainable share only. A frozen parameter is
+    never updated, so it needs no fp32 copy: it is held in the training dtype (PEFT and LitGPT LoRA load the base
+    weights so), the trainable share as the strategy holds its parameters.
 
     HSDP holds FSDP's states over its shard group; ZeRO-3 with hpZ its states plus the secondary partition.
     """
@@ -52,7 +54,13 @@ def trainable_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, fra
     else:
         held = model_states(strategy, cfg, gpus, dtype, "implementation", optimizer,
                             hpz_partition=group if strategy == "zero3_hpz" else None)
-    return {"param_bytes": held["param_bytes"], "grad_bytes": int(held["grad_bytes"] * fraction),
+    from shardscope.costmodel.modeled import implementation_memory
+
+    per_param = implementation_memory(1, "fsdp" if strategy == "hsdp" else strategy, 1, dtype)["bytes_per_param"]
+    element = 4 if dtype == "float32" else 2
+    kept = fraction + (1 - fraction) * min(1.0, element / per_param["param_bytes"])  # sharded alike
+    params = int(held["param_bytes"] * kept)
+    return {"param_bytes": params, "grad_bytes": int(held["grad_bytes"] * fraction),
             "optim_bytes": int(held["optim_bytes"] * fraction)}
 
 
@@ -74,7 +82,7 @@ def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, sha
         held = trainable_states(strategy, cfg, gpus, dtype, a.trainable_fraction, choice, shard_group)
     return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, a.checkpointing, dtype=dtype,
                       attention=attention, optimizer=choice, overhead_fraction=overhead_fraction,
-                      shard_group=shard_group, held=held, **run)
+                      shard_group=shard_group, held=held, trainable_fraction=a.trainable_fraction, **run)
 
 
 def largest_fitting(fits: Callable[[int], bool], candidates: list[int] | None = None, limit: int = 65536) -> int:

@@ -596,7 +596,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                  optimizer: OptimizerAssumption | None = None, overhead_fraction: float = 0.0,
                  device: str = "gpu", held: dict[str, int] | None = None, fair: FairSettings | None = None,
                  overlap_comm: bool | None = None, shard_group: int | None = None, basis: str | None = None,
-                 nccl_channels: int | None = None) -> PeakTerms:
+                 nccl_channels: int | None = None, trainable_fraction: float = 1.0) -> PeakTerms:
     """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
 
     ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
@@ -608,12 +608,13 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     ``basis``: ``allocated`` (tensors alive: the CPU tracker, ``max_memory_allocated``) or ``reserved`` (the caching
     allocator's reserve added, and the CUDA context and NCCL buffers in ``runtime_bytes``); default reserved on a GPU,
     allocated on CPU. A calibrated ``overhead_fraction`` replaces the reserve. ``nccl_channels``: NCCL's channels
-    (:data:`NCCL_DEFAULT_CHANNELS`).
+    (:data:`NCCL_DEFAULT_CHANNELS`). ``trainable_fraction``: the share of the parameters the optimizer steps
+    (LoRA-style frozen weights); its step temporaries are per stepped parameter.
     """
     basis = basis or ("reserved" if device == "gpu" else "allocated")
     if basis not in BASES:
         raise ValueError(f"memory basis must be one of {', '.join(BASES)}, got {basis!r}")
-    extra = {"basis": basis, "nccl_channels": nccl_channels}
+    extra = {"basis": basis, "nccl_channels": nccl_channels, "trainable_fraction": trainable_fraction}
     fair = fair or FairSettings()
     if strategy not in MODELED_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(MODELED_STRATEGIES)}")
@@ -650,7 +651,10 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     if strategy == "zero3" and shape.checkpointing == "full":
         acts = zero3_recompute_activations(acts, cfg, shape, policy)
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
-    step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
+    # the optimizer steps only the parameters given to it (the trainable ones): foreach AdamW's temporaries and
+    # DeepSpeed's partition copy are per stepped parameter
+    step_temp = (0 if optimizer.offload == "cpu"
+                 else int(step_temporaries(strategy, cfg, gpus, policy, device) * trainable_fraction))
     log_softmax = shape.tokens * cfg.vocab_size * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
@@ -779,7 +783,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
                shard_group: int | None = None, held: dict[str, int] | None = None,
                overlap_comm: bool | None = None, basis: str | None = None,
-               nccl_channels: int | None = None) -> PeakTerms:
+               nccl_channels: int | None = None, trainable_fraction: float = 1.0) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -804,7 +808,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention, checkpointing=checkpointing)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
                         device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
-                        basis=basis, nccl_channels=nccl_channels)
+                        basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
