@@ -131,3 +131,17 @@ def test_nccl_runs_the_tree_on_two_nodes_only_where_its_tuning_rates_it_higher()
     tree = predict_collective("all_reduce", 1 << 34, slow)
     ring = predict_collective("all_reduce", 1 << 34, slow, ["ring"])
     assert tree.busbw_gbps == pytest.approx(ring.busbw_gbps * 30 / 16, rel=0.02)
+
+
+def test_tcp_ethernet_reaches_less_of_its_line_rate_than_infiniband() -> None:
+    """Issue 31: a NIC class for TCP Ethernet (NCCL's sockets), sourced from a published 2-node all-reduce."""
+    from shardscope.costmodel.hardware import NIC_EFFICIENCY
+    from shardscope.costmodel.presets import synthetic_topology
+
+    def two_nodes(kind: str) -> Job:
+        doc = synthetic_topology("NVIDIA A100-SXM4-80GB", gpus=8, nvlinks=12, rail_nics=1, nic_gbps=100.0,
+                                 nic_kind=kind)
+        return Job(build_machine(doc), tuple(range(8)), nodes=2)
+
+    ib, tcp = (peak_busbw_gbps("all_reduce", two_nodes(k), ["ring"]) for k in ("ib", "tcp"))
+    assert tcp / ib == pytest.approx(NIC_EFFICIENCY["tcp"] / NIC_EFFICIENCY["ib"], rel=0.01) and tcp < 0.5 * ib

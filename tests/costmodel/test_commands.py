@@ -119,7 +119,8 @@ def test_predict_plan_labels_its_step_constants(capsys: pytest.CaptureFixture[st
     (tmp_path / "plan.json").write_text(json.dumps(make_plan(json.loads(topo.read_text()), config)))
     code, out, _ = _run(capsys, "predict", "plan", "--topology", str(topo), "--plan", str(tmp_path / "plan.json"))
     assert code == 0
-    assert "note: step times assume MFU 0.45 and overlap 0.5, the step model's constants (no calibration" in out
+    assert ("note: step times assume MFU from the compute curve and overlap from each strategy's schedule, "
+            "the step model's defaults (no calibration") in out
 
 
 def test_advise_lists_hpz_on_nvl_pairs_and_takes_a_shard_size(capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,7 +60,10 @@ def test_sharded_strategies_markedly_slower_on_pcie(machine: str) -> None:
     steps = _steps(advice)
     assert all(p.fits for p in advice.ranking)
     assert steps["fsdp"] / steps["ddp"] >= 1.2 and steps["zero3"] / steps["ddp"] >= 1.2
-    assert abs(steps["zero1"] / steps["ddp"] - 1) <= 0.10
+    # ZeRO-1 reduces after backward (DeepSpeed's allreduce_gradients at the accumulation boundary), which DDP
+    # overlaps with backward: slower than DDP. (With the attention and head FLOPs counted, issue 31, the sharded
+    # strategies' gathers hide behind more compute, so ZeRO-1 is no longer modeled ahead of them here.)
+    assert steps["ddp"] <= steps["zero1"]
     assert advice.ranking[0].strategy in ("ddp", "zero1", "zero2")
 
 

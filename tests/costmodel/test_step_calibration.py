@@ -145,11 +145,14 @@ def test_stored_calibrations_keep_their_runs_and_label_advise(module_db, tmp_pat
         return argparse.Namespace(**{"mfu": None, "overlap": None, "calibration_db": None, "model": found[0].model,
                                      "gpus": found[0].world_size, **kw})
 
+    from shardscope.costmodel.step import STEP_DEFAULTS_LABEL
+
     (mfu, overlap), labels = _step_constants(args())
-    assert (mfu, overlap) == (0.45, 0.5) and labels == ("constant: no calibration",) * 2
+    # no calibration: None, the step model's own defaults (the compute curve, each strategy's schedule)
+    assert (mfu, overlap) == (None, None) and labels == STEP_DEFAULTS_LABEL
     (mfu, overlap), labels = _step_constants(args(calibration_db=str(db)))
     assert overlap == pytest.approx(found[0].overlap) and labels[1].startswith(f"calibrated from {len(stored['run_ids'])} measured runs")
-    assert mfu == 0.45 and "no known peak" in labels[0]  # CPU runs: the rate does not transfer to a GPU's MFU
+    assert mfu is None and "no known peak" in labels[0]  # CPU runs: the rate does not transfer to a GPU's MFU
     (mfu, overlap), labels = _step_constants(args(calibration_db=str(db), overlap=0.2))
     assert overlap == 0.2 and labels[1] == "given"
 

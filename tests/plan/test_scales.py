@@ -12,7 +12,10 @@ import yaml
 
 from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan
-from shardscope.plan.scales import STATE_SHARE, memory_scale
+from shardscope.costmodel.answer import job_peak
+from shardscope.costmodel.step import StepAssumptions
+from shardscope.contracts.models import PRESETS
+from shardscope.plan.scales import USABLE_FRACTION, memory_scale
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
 from factories import default_config
@@ -64,15 +67,16 @@ def test_small_gpus_scale_down_and_too_small_ones_plan_no_memory_scale(config: d
     assert next(s for s in dgx1["scales"] if s["scale"] == "memory")["model"] == "llama-1b"
     tiny = make_plan(topology("18-single-gpu-h100-k8s-pod.txt", 8 * GB), config, NO_PEER)
     scale = next(s for s in tiny["scales"] if s["scale"] == "memory")
-    assert not scale["planned"] and "llama-1b would take" in scale["reason"]
+    assert not scale["planned"] and "llama-1b would peak at" in scale["reason"]
     assert {j["model"] for j in tiny["training"]} == {"gpt2-small"}
 
 
-def test_the_sharded_state_decides_where_the_7b_fits() -> None:
+def test_the_whole_zero3_peak_decides_where_the_7b_fits() -> None:
+    """The plan sizes with the one whole-peak function (advise's and memory's bytes), not model states alone."""
     section = {"model": "mistral-7b"}
-    sharded_per_gpu = 7_241_732_096 * 16 / 8
-    fits = memory_scale({"gpus": [{"memory_bytes": int(sharded_per_gpu / STATE_SHARE) + 1}] * 8}, section, 8)
-    below = memory_scale({"gpus": [{"memory_bytes": int(sharded_per_gpu / STATE_SHARE) - 2**20}] * 8}, section, 8)
+    peak = job_peak("zero3", PRESETS["mistral-7b"], 8, StepAssumptions(seq_len=4096)).peak_bytes
+    fits = memory_scale({"gpus": [{"memory_bytes": int(peak / USABLE_FRACTION) + 2}] * 8}, section, 8)
+    below = memory_scale({"gpus": [{"memory_bytes": int(peak / USABLE_FRACTION) - 2**20}] * 8}, section, 8)
     assert fits.model_name == "mistral-7b" and below.model_name == "llama-1b"
 
 

@@ -11,7 +11,10 @@ import json
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = ["PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
+__all__ = ["MLP_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
+
+#: The feed-forward kinds the decoder builds: SwiGLU (gate, up, down) and GELU (up, down).
+MLP_KINDS = ("swiglu", "gelu")
 
 
 @dataclass(frozen=True)
@@ -27,13 +30,15 @@ class ModelConfig:
     n_kv_heads: int
     """Key/value heads (grouped-query attention); divides ``n_heads``."""
     d_ff: int
-    """Inner size of the SwiGLU MLP."""
+    """Inner size of the MLP (each of SwiGLU's gate and up projections; GELU's one up projection)."""
     vocab_size: int
     """Vocabulary size of the (synthetic) tokens."""
     max_seq_len: int = 2048
     """Longest sequence the model is sized for (no learned positions; recorded for FLOPs)."""
     tie_embeddings: bool = False
     """Share the input embedding with the output head (GPT-2, Llama 3.2 1B) or not (Mistral)."""
+    mlp: str = "swiglu"
+    """``swiglu`` (Llama, Mistral, Qwen: gate, up and down projections) or ``gelu`` (GPT-2, GPT-NeoX: up and down)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -41,6 +46,10 @@ class ModelConfig:
             if f.name == "tie_embeddings":
                 if not isinstance(value, bool):
                     raise ValueError(f"model.tie_embeddings must be true or false, got {value!r}")
+                continue
+            if f.name == "mlp":
+                if value not in MLP_KINDS:
+                    raise ValueError(f"model.mlp must be one of {', '.join(MLP_KINDS)}, got {value!r}")
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"model.{f.name} must be a positive integer, got {value!r}")
@@ -54,19 +63,37 @@ class ModelConfig:
         """Size of one attention head."""
         return self.d_model // self.n_heads
 
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one MLP, each ``d_model x d_ff``: 3 for SwiGLU, 2 for GELU."""
+        return 3 if self.mlp == "swiglu" else 2
+
+    def block_matmul_params(self) -> int:
+        """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP."""
+        kv = self.n_kv_heads * self.head_dim
+        attention = self.d_model * (self.d_model + 2 * kv) + self.d_model * self.d_model
+        return attention + self.mlp_matrices * self.d_model * self.d_ff
+
     def param_count(self) -> int:
         """Exact number of parameters of :class:`GPT` with this shape, computed without building it."""
-        kv = self.n_kv_heads * self.head_dim
-        attn = self.d_model * (self.d_model + 2 * kv) + self.d_model * self.d_model
-        mlp = 3 * self.d_model * self.d_ff
-        block = attn + mlp + 2 * self.d_model
+        block = self.block_matmul_params() + 2 * self.d_model
         embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
         return embeddings + self.n_layers * block + self.d_model
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token: 6·N for the matmuls plus attention scores (PaLM appendix B)."""
-        non_embedding = self.param_count() - self.vocab_size * self.d_model
-        return 6.0 * non_embedding + 12.0 * self.n_layers * self.d_model * seq_len
+        """Training FLOPs per token (forward and backward): the matmuls' ``6·N_matmul`` plus attention's scores.
+
+        ``N_matmul`` is every weight a token is multiplied by: each block's matmuls
+        (:meth:`block_matmul_params`, GQA's narrower k/v and the MLP's 2 or 3 matrices included) and the
+        LM head's ``V·d`` whether or not it is tied to the embedding (a tied head is still a matmul;
+        the embedding's lookup is not one). The attention term is PaLM's (Chowdhery et al. 2022,
+        appendix B): ``12·L·d·seq_len`` for ``QKᵀ`` and ``PV`` forward (4·d·s) and backward (8·d·s),
+        counted over the full square as ``FlopCounterMode`` counts the math kernel; a causal flash
+        kernel skips about half of it. Not counted (neither here nor by the counter): norms,
+        softmax, activations, rotary and the loss, each O(d) or O(V) per token, not O(d²).
+        """
+        matmul = self.n_layers * self.block_matmul_params() + self.vocab_size * self.d_model
+        return 6.0 * matmul + 12.0 * self.n_layers * self.d_model * seq_len
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary of the shape, as stored with results."""
@@ -87,17 +114,28 @@ PRESETS: dict[str, ModelConfig] = {
 
 def _preset(name: Any) -> ModelConfig:
     if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)} or explicit dimensions")
+        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(PRESETS)}, a JSON object of "
+                         "dimensions or the path of a Hugging Face config.json")
     return PRESETS[name]
 
 
-def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
-    """A model from a preset name or explicit dimensions (a dict, optionally with ``preset`` to override).
+def looks_like_path(spec: str) -> bool:
+    """Whether a ``--model`` string names a file (a ``.json`` name or a path with a folder) rather than a preset."""
+    return spec.endswith(".json") or "/" in spec or "\\" in spec
 
-    Every problem is a ``ValueError`` of one sentence naming the preset or field, so the command
+
+def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
+    """A model from a preset name, a Hugging Face ``config.json`` path or explicit dimensions (a dict,
+    optionally with ``preset`` to override).
+
+    Every problem is a ``ValueError`` of one sentence naming the preset, file or field, so the command
     line can report it as a user error before any process starts.
     """
     if isinstance(spec, str):
+        if spec not in PRESETS and looks_like_path(spec):
+            from shardscope.contracts.hf_config import read_hf_config
+
+            return read_hf_config(spec)
         return spec, _preset(spec)
     if not isinstance(spec, dict):
         raise ValueError(f"model must be a preset name or an object of dimensions, got {type(spec).__name__}")
@@ -119,7 +157,8 @@ def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
 
 
 def parse_model_spec(text: str) -> str | dict[str, Any]:
-    """A ``--model`` value: a preset name, or a JSON object of dimensions (as the pipeline passes it)."""
+    """A ``--model`` value: a preset name or a ``config.json`` path (both kept as text for :func:`resolve_model`),
+    or a JSON object of dimensions (as the pipeline passes it)."""
     if not text.lstrip().startswith("{"):
         return text
     try:

@@ -10,8 +10,10 @@ Sources: NVIDIA datasheets (A100, H100, H200, H800, H20, L40S, L40, L20, L4, A10
 RTX A6000/A5000, T4, V100, B200, B300 and GB200 NVL72: per-GPU value = the board's dense
 figure, half the "with sparsity" one), the Ada and Blackwell GeForce/RTX PRO architecture
 white papers (RTX 4090 165.2, RTX 5090 209.5, RTX 6000 Ada 364.2, RTX PRO 6000 503.8 TFLOP/s),
-the Ampere GA102 and Turing white papers (RTX 3090 71, RTX 2080 Ti 56.9), AMD Instinct
-datasheets (MI300X/MI325X 1307.4, MI300A 980.6, MI250X 383, MI250 362.1, MI210 181 TFLOP/s).
+the Ampere GA102 and Turing white papers (RTX 3090 71, RTX 3080 59.5, RTX 2080 Ti 56.9; TITAN RTX and
+Quadro RTX 6000/8000 130.5, full-rate fp32 accumulate), the Ada white paper (RTX 4080 97.5), the A30
+datasheet (165 bf16 dense), AMD Instinct datasheets (MI300X/MI325X 1307.4, MI300A 980.6, MI250X 383,
+MI250 362.1, MI210 181, MI100 92.3 bf16 TFLOP/s).
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ _PEAKS: tuple[tuple[str, float], ...] = (
     ("RTX 3090", 71e12),
     ("3090", 71e12),
     ("RTX 2080 Ti", 56.9e12),
+    ("TITAN RTX", 130.5e12),
+    ("Quadro RTX 8000", 130.5e12),
+    ("Quadro RTX 6000", 130.5e12),
+    ("A30", 165e12),
+    ("RTX 4080", 97.5e12),
+    ("RTX 3080", 59.5e12),
+    ("MI100", 92.3e12),
     ("A6000", 154.8e12),
     ("A5000", 111.1e12),
     ("A40", 149.7e12),

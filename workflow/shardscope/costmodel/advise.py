@@ -16,9 +16,10 @@ the groups on one GPU of each (:func:`group_timers`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from shardscope.costmodel.answer import PEAK_BASIS, best_micro_batch, job_peak, smallest_holding
 from shardscope.costmodel.calibrate import Calibration
 from shardscope.contracts.groups import gpu_islands, hsdp_shard_size
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
@@ -39,6 +40,12 @@ from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
 
 #: The strategies the question is about; ``--strategies`` adds ``fsdp_grad_op`` or ``zero0``.
 DEFAULT_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+#: GPU memory assumed when neither the topology, the GPU table nor ``--memory-gib`` gives it: 24 GB, the smallest
+#: of the common training GPUs (RTX 3090/4090, A10, L4), so that "fits" errs towards not fitting.
+DEFAULT_MEMORY_BYTES = 24 * 10**9
+#: Dense 16-bit peak assumed when the GPU is not in the table and ``--peak-tflops`` is not given: the A10's 125
+#: TFLOP/s (NVIDIA A10 datasheet), a mid-range data-centre GPU; step times scale with it, the ranking barely.
+DEFAULT_PEAK_FLOPS = 125e12
 
 
 class CollectiveTimer:
@@ -76,21 +83,22 @@ def _timer(job: Job, calibrations: Mapping[str, Calibration] | None) -> Callable
 
 
 def group_timers(machine: Machine, members: Sequence[int], nodes: int, shard: int,
-                 calibrations: Mapping[str, Calibration] | None = None
+                 calibrations: Mapping[str, Calibration] | None = None, nvlink: bool = True
                  ) -> tuple[Callable[[str, int], float], Callable[[str, int], float]]:
     """(inside one island, across the replica groups) timers of a job on ``members`` of each of ``nodes`` nodes,
     cut into groups of ``shard`` consecutive ranks (node-major, ``members`` order in a node).
 
     The island timer times a job of one group's GPUs (the first ``shard`` members, or whole nodes where a
     group spans several), the replica timer one of a GPU of each group; a group of one rank communicates in no time.
+    ``nvlink`` False: the PCIe-forced transport.
     """
     per_node = len(members)
     if shard <= per_node:
-        island = Job(machine, tuple(members[:shard]))
-        replicas = Job(machine, tuple(members[::shard]), nodes=nodes)
+        island = Job(machine, tuple(members[:shard]), nvlink=nvlink)
+        replicas = Job(machine, tuple(members[::shard]), nodes=nodes, nvlink=nvlink)
     else:
-        island = Job(machine, tuple(members), nodes=shard // per_node)
-        replicas = Job(machine, tuple(members[:1]), nodes=per_node * nodes // shard)
+        island = Job(machine, tuple(members), nodes=shard // per_node, nvlink=nvlink)
+        replicas = Job(machine, tuple(members[:1]), nodes=per_node * nodes // shard, nvlink=nvlink)
     return _timer(island, calibrations), _timer(replicas, calibrations)
 
 
@@ -132,27 +140,46 @@ class Setup:
     source: str
     shard_size: int | None = None
     """Ranks of one island of the placed job (:func:`island_shard_size`); None where islands do not split it."""
+    nvlink: bool = True
+    """False for the PCIe-forced transport (``--transport pcie``: NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)."""
 
 
 def setup(doc: Mapping[str, Any], gpus: int, *, gpu_name: str | None = None, memory_bytes: int | None = None,
           peak_tflops: float | None = None, nic_gbps: float | None = None,
           calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
-          nics: int | None = None) -> Setup:
-    """The machine of ``doc`` (a topology.json) with a ``gpus``-GPU job placed on its best GPUs; UserError on bad input."""
+          nics: int | None = None, transport: str = "default", assume_unknown: bool = True) -> Setup:
+    """The machine of ``doc`` (a topology.json) with a ``gpus``-GPU job placed on its best GPUs; UserError on bad input.
+
+    A GPU whose memory or peak FLOP/s nothing gives (not in the table, unnamed on PCIe) gets
+    :data:`DEFAULT_MEMORY_BYTES` and :data:`DEFAULT_PEAK_FLOPS`, each with a note saying so; with ``assume_unknown``
+    False an unknown peak is a UserError instead (the pipeline's predictions of this machine price nothing on a guess).
+    """
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise UserError(f"--gpus must be a positive integer, got {gpus!r}")
+    if transport not in ("default", "pcie"):
+        raise UserError(f"--transport must be default or pcie, got {transport!r}")
     machine = build_machine(doc, gpu_name=gpu_name, memory_bytes=memory_bytes, nic_gbps=nic_gbps, source=source, nics=nics)
     if machine.fabric == "cpu":
         raise UserError(f"{source}: the topology has no GPUs (fabric cpu); advise predicts GPU jobs — give a GPU topology")
     peak = peak_tflops * 1e12 if peak_tflops else peak_flops(machine.spec.reference_name)
-    if not peak:
+    if not peak and not assume_unknown:
         raise UserError(f"peak FLOP/s of {machine.spec.family} is not known; name the GPU with --gpu NAME "
                         "or give its dense bf16 peak with --peak-tflops")
+    if not peak:
+        peak = DEFAULT_PEAK_FLOPS
+        machine = replace(machine, notes=(*machine.notes, f"peak FLOP/s of {machine.spec.family} is not known: "
+                                          f"{DEFAULT_PEAK_FLOPS / 1e12:g} TFLOP/s dense 16-bit assumed (an A10's); "
+                                          "give --peak-tflops for its own"))
+    if machine.memory_bytes is None:
+        machine = replace(machine, memory_bytes=DEFAULT_MEMORY_BYTES,
+                          notes=(*machine.notes, f"memory of {machine.spec.family} is not known: "
+                                 f"{DEFAULT_MEMORY_BYTES / 1e9:g} GB assumed; give --memory-gib for its own"))
     nodes, per_node = _split(gpus, machine, source)
-    placement = best_placement(machine, per_node)
-    job = Job(machine, placement.members, nodes=nodes)
+    nvlink = transport == "default"
+    placement = best_placement(machine, per_node, nvlink)
+    job = Job(machine, placement.members, nodes=nodes, nvlink=nvlink)
     return Setup(machine, peak, nodes, per_node, placement, job, CollectiveTimer(job, calibrations), source,
-                 island_shard_size(doc, machine, placement.members, nodes))
+                 island_shard_size(doc, machine, placement.members, nodes), nvlink)
 
 
 def _shard_of(where: Setup, strategy: str, gpus: int, shard_sizes: Mapping[str, int] | None) -> int | None:
@@ -173,7 +200,7 @@ def _grouped(where: Setup, strategy: str, members: Sequence[int], gpus: int,
     shard = _shard_of(where, strategy, gpus, shard_sizes)
     if shard is None:
         return {}
-    island, replicas = group_timers(where.machine, members, where.nodes, shard, where.timer.calibrations)
+    island, replicas = group_timers(where.machine, members, where.nodes, shard, where.timer.calibrations, where.nvlink)
     return {"shard_group": shard, "island_time": island, "replica_time": replicas}
 
 
@@ -194,8 +221,55 @@ def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strat
     if bad or not strategies:
         raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
     return name, cfg, [predict_step(s, name, cfg, gpus, where.peak_flops, where.timer, where.machine.memory_bytes,
-                                    assumptions, **_grouped(where, s, where.placement.members, gpus, shard_sizes))
+                                    assumptions, gpu=where.machine.spec,
+                                    **_grouped(where, s, where.placement.members, gpus, shard_sizes))
                        for s in strategies]
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The strategies ranked for one question: each one's step at its own micro-batch, and the decision."""
+
+    model: str
+    cfg: ModelConfig
+    predictions: tuple[StepPrediction, ...]
+    """One optimizer step of each strategy (``grad_accum`` micro-batches), in the decision's order."""
+    batches: dict[str, tuple[int, int]]
+    """Strategy -> (micro-batch, gradient accumulation)."""
+    decision: Decision
+
+
+def rank_strategies(where: Setup, model: str | dict[str, Any], gpus: int,
+                    strategies: Sequence[str] = DEFAULT_STRATEGIES, assumptions: StepAssumptions | None = None,
+                    shard_sizes: Mapping[str, int] | None = None, global_batch: int | None = None) -> Ranking:
+    """The one ranking (advise's, the decision map's): each strategy's modeled step, ordered by
+    :func:`~shardscope.costmodel.decision.decide` (fits, then fastest, ties to the least memory).
+
+    Without ``global_batch`` every strategy runs ``assumptions.micro_batch`` without accumulation. With it, each
+    strategy runs at its own best micro-batch (:func:`~shardscope.costmodel.answer.best_micro_batch`: the largest
+    that fits and divides each rank's share), accumulating to ``global_batch`` sequences per optimizer step.
+    """
+    a = assumptions or StepAssumptions()
+    name, cfg, predictions = step_predictions(where, model, gpus, strategies, a, shard_sizes)
+    batches = {p.strategy: (a.micro_batch, 1) for p in predictions}
+    if global_batch is not None:
+        usable = int(where.machine.memory_bytes * a.usable_fraction) if where.machine.memory_bytes else None
+        resized = []
+        for p in predictions:
+            try:
+                mb, accum, _ = best_micro_batch(p.strategy, cfg, gpus, a, usable, global_batch,
+                                                _shard_of(where, p.strategy, gpus, shard_sizes))
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
+            # one optimizer step of accum micro-batches: the step model issues each strategy's collectives once per
+            # step or per micro-batch as its framework does (DDP's no_sync, DeepSpeed's reduction points)
+            resized.append(p if (mb, accum) == (a.micro_batch, 1) else step_predictions(
+                where, model, gpus, (p.strategy,), replace(a, micro_batch=mb, grad_accum=accum), shard_sizes)[2][0])
+            batches[p.strategy] = (mb, accum)
+        predictions = resized
+    decision = decide(predictions, where.machine.memory_bytes, a.usable_fraction)
+    by_name = {p.strategy: p for p in predictions}
+    return Ranking(name, cfg, tuple(by_name[r.strategy] for r in decision.ranking), batches, decision)
 
 
 @dataclass(frozen=True)
@@ -218,6 +292,22 @@ class Advice:
     notes: tuple[str, ...] = field(default_factory=tuple)
     shard_size: int | None = None
     """hpZ's partition and HSDP's shard group where either was ranked with one (the placement's island, or given)."""
+    batches: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Strategy -> (micro-batch, gradient accumulation) it is ranked at."""
+    global_batch: int | None = None
+    no_fit: dict[str, Any] | None = None
+    """Where nothing fits: the smallest peak and what would hold it
+    (:func:`~shardscope.costmodel.answer.smallest_holding`)."""
+    transport: str = "default"
+
+    def entry(self, p: StepPrediction) -> dict[str, Any]:
+        """One ``--json`` ranking entry: the documented keys first, then the step model's row."""
+        ranked = next(r for r in self.decision.ranking if r.strategy == p.strategy)
+        mb, accum = self.batches.get(p.strategy, (self.assumptions.micro_batch, 1))
+        return {"strategy": p.strategy, "fits": p.fits, "peak_bytes": p.memory_total_bytes, "micro_batch": mb,
+                "grad_accum": accum, "step_time_s": p.step_time_s,
+                "tokens_per_s": p.tokens_per_step / p.step_time_s
+                if p.step_time_s > 0 else None, "tied": ranked.tied, **p.to_row()}
 
     def __post_init__(self) -> None:
         if not self.ranking:
@@ -239,7 +329,11 @@ class Advice:
             "placement": list(self.placement.members),
             "allreduce_busbw_gbps": self.allreduce_busbw_gbps,
             "bottleneck": self.placement.link,
-            "ranking": [p.to_row() for p in self.ranking],
+            "peak_basis": PEAK_BASIS,
+            "global_batch": self.global_batch,
+            "transport": self.transport,
+            "ranking": [self.entry(p) for p in self.ranking],
+            "no_fit": self.no_fit,
             "recommended": self.decision.recommended,
             "decision": self.decision.to_dict(),
             "nvl_groups": None if comp is None else {
@@ -259,7 +353,7 @@ def _gb(value: float) -> str:
     return f"{value / 1e9:.0f} GB"
 
 
-def _fit_sentence(ranking: Sequence[StepPrediction], machine: Machine) -> str:
+def _fit_sentence(ranking: Sequence[StepPrediction], machine: Machine, no_fit: Mapping[str, Any] | None = None) -> str:
     if machine.memory_bytes is None:
         return "GPU memory is unknown (pass --memory-gib or --gpu), so whether each strategy fits was not checked."
     usable = ranking[0].memory_available_bytes or 0
@@ -270,9 +364,22 @@ def _fit_sentence(ranking: Sequence[StepPrediction], machine: Machine) -> str:
                 f"of the {_gb(usable)} usable ({_gb(machine.memory_bytes)} GPU).")
     names = ", ".join(f"{p.strategy} ({_gb(p.memory_total_bytes)})" for p in sorted(misfits, key=lambda p: -p.memory_total_bytes))
     if len(misfits) == len(ranking):
-        return (f"Nothing fits in the {_gb(usable)} usable per GPU (whole peak): {names}; use more GPUs, activation "
-                "checkpointing, a smaller micro-batch or offload.")
+        return f"Nothing fits in the {_gb(usable)} usable per GPU (whole peak): {names}; {_holding_clause(no_fit)}."
     return f"Do not fit in the {_gb(usable)} usable per GPU: {names} (whole peak: model states, activations and buffers)."
+
+
+def _holding_clause(no_fit: Mapping[str, Any] | None) -> str:
+    """What would hold a model nothing fits: the smallest peak, the GPUs it needs, offload or checkpointing."""
+    if not no_fit:
+        return "use more GPUs, activation checkpointing, a smaller micro-batch or offload"
+    ways = [f"{no_fit['gpus_needed']} GPUs" if no_fit["gpus_needed"]
+            else f"no GPU count up to 4096 ({no_fit['strategy']})"]
+    if no_fit["fits_with_offload"]:
+        ways.append(f"{no_fit['fits_with_offload']} with the optimizer offloaded to the CPU")
+    if no_fit["fits_with_checkpointing"]:
+        ways.append(f"{no_fit['fits_with_checkpointing']} with full activation checkpointing")
+    return (f"the smallest peak is {no_fit['strategy']}'s at micro-batch {no_fit['micro_batch']} "
+            f"({_gb(no_fit['smallest_peak_bytes'])}), which would need " + " or ".join(ways))
 
 
 def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machine, best: str,
@@ -301,42 +408,53 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
            memory_bytes: int | None = None, peak_tflops: float | None = None, nic_gbps: float | None = None,
            strategies: Sequence[str] | None = None, assumptions: StepAssumptions | None = None,
            calibrations: Mapping[str, Calibration] | None = None, source: str = "topology",
-           nics: int | None = None, shard_sizes: Mapping[str, int] | None = None) -> Advice:
+           nics: int | None = None, shard_sizes: Mapping[str, int] | None = None, global_batch: int | None = None,
+           transport: str = "default", assume_unknown: bool = True) -> Advice:
     """Rank ``strategies`` for ``model`` on ``gpus`` GPUs of the machine in ``doc`` (a topology.json).
 
     ``strategies`` None: :data:`DEFAULT_STRATEGIES`, plus ``zero3_hpz`` and ``hsdp`` where islands split the
     placed ranks (a note says so). ``shard_sizes``: hpZ's partition / HSDP's shard group per strategy (default:
-    the island's ranks). The recommendation is :func:`shardscope.costmodel.decision.decide`'s, the same as the
-    decision map's and the report's.
+    the island's ranks). The ranking is :func:`rank_strategies`'s and the recommendation
+    :func:`shardscope.costmodel.decision.decide`'s, the same as the decision map's and the report's. ``global_batch``:
+    each strategy at its own best micro-batch, accumulating to it. ``transport`` ``pcie``: NVLink unused.
+    A model that no strategy holds is still an answer: ``no_fit`` says the smallest peak and what would hold it.
     """
     assumptions = assumptions or StepAssumptions()
     where = setup(doc, gpus, gpu_name=gpu_name, memory_bytes=memory_bytes, peak_tflops=peak_tflops, nic_gbps=nic_gbps,
-                  calibrations=calibrations, source=source, nics=nics)
+                  calibrations=calibrations, source=source, nics=nics, transport=transport,
+                  assume_unknown=assume_unknown)
     notes = where.machine.notes
     if strategies is None:
         strategies = DEFAULT_STRATEGIES
         if where.shard_size or shard_sizes:
             strategies += GROUPED_STRATEGIES
             notes += (_grouped_note(where, gpus, shard_sizes),)
-    name, cfg, predictions = step_predictions(where, model, gpus, strategies, assumptions, shard_sizes)
+    ranked = rank_strategies(where, model, gpus, strategies, assumptions, shard_sizes, global_batch)
+    name, cfg, decision, ranking = ranked.model, ranked.cfg, ranked.decision, list(ranked.predictions)
     machine, nodes, per_node, placement, job = where.machine, where.nodes, where.per_node, where.placement, where.job
-    decision = decide(predictions, machine.memory_bytes, assumptions.usable_fraction)
-    by_name = {p.strategy: p for p in predictions}
-    ranking = [by_name[r.strategy] for r in decision.ranking]
-    comp = compare_groups(machine, per_node) if nodes == 1 else None
+    by_name = {p.strategy: p for p in ranking}
+    comp = compare_groups(machine, per_node) if nodes == 1 and where.nvlink else None
     best = by_name[decision.recommended] if decision.recommended else ranking[0]
     pinned = across = None
     if comp is not None and comp.inside and comp.across:
-        pinned = _step_on(where, comp.inside, best.strategy, name, cfg, gpus, assumptions, shard_sizes)
-        across = _step_on(where, comp.across, best.strategy, name, cfg, gpus, assumptions, shard_sizes)
+        mb, accum = ranked.batches[best.strategy]
+        at_best = replace(assumptions, micro_batch=mb)
+        pinned = accum * _step_on(where, comp.inside, best.strategy, name, cfg, gpus, at_best, shard_sizes)
+        across = accum * _step_on(where, comp.across, best.strategy, name, cfg, gpus, at_best, shard_sizes)
+    no_fit = None
+    if decision.recommended is None and decision.usable_bytes is not None:
+        no_fit = smallest_holding([p.strategy for p in ranking], cfg, gpus, replace(assumptions, micro_batch=1),
+                                  decision.usable_bytes, {p.strategy: g for p in ranking
+                                                          if (g := _shard_of(where, p.strategy, gpus, shard_sizes))})
     busbw = peak_busbw_gbps("all_reduce", job) if gpus > 1 else 0.0
     first = _first_sentence(decision, best, ranking, placement, nodes, busbw)
-    sentences = (first, _fit_sentence(ranking, machine),
+    sentences = (first, _fit_sentence(ranking, machine, no_fit),
                  _group_sentence(per_node, comp, machine, best.strategy, pinned, across, nodes, placement))
     return Advice(model=name, gpus=gpus, nodes=nodes, machine=machine, placement=placement, allreduce_busbw_gbps=busbw,
                   ranking=tuple(ranking), comparison=comp, pinned_step_s=pinned, across_step_s=across,
                   explanation=sentences, assumptions=assumptions, decision=decision, notes=notes,
-                  shard_size=next((g for s in strategies if (g := _shard_of(where, s, gpus, shard_sizes))), None))
+                  shard_size=next((g for s in strategies if (g := _shard_of(where, s, gpus, shard_sizes))), None),
+                  batches=ranked.batches, global_batch=global_batch, no_fit=no_fit, transport=transport)
 
 
 def _grouped_note(where: Setup, gpus: int, shard_sizes: Mapping[str, int] | None) -> str:
@@ -385,4 +503,4 @@ def _step_on(where: Setup, placement: Placement, strategy: str, name: str, cfg: 
     machine = where.machine
     timer = CollectiveTimer(Job(machine, placement.members), where.timer.calibrations)
     return predict_step(strategy, name, cfg, gpus, where.peak_flops, timer, machine.memory_bytes, assumptions,
-                        **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s
+                        gpu=machine.spec, **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s

@@ -97,11 +97,21 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     from shardscope.costmodel.step import StepAssumptions
     from shardscope.costmodel.sweep import DEFAULT_SIZES, predict_sweep
 
+    from shardscope.contracts.models import parse_model_spec
+
+    try:
+        model = parse_model_spec(args.model)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     doc, source = load_topology(args.topology)
     (mfu, overlap), labels = _step_constants(args)
     try:
         assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=mfu, overlap=overlap,
-                                      usable_fraction=args.usable_memory)
+                                      usable_fraction=args.usable_memory, dtype=args.dtype,
+                                      comm_bytes=4 if args.dtype == "float32" else 2,
+                                      checkpointing=args.activation_checkpointing,
+                                      trainable_fraction=args.trainable_fraction,
+                                      offload_optimizer=args.offload_optimizer)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
@@ -110,9 +120,10 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     machine = build_machine(doc, gpu_name=args.gpu, memory_bytes=memory, nic_gbps=args.nic_gbps, source=source,
                             nics=args.nics)
     calibrations = _calibrations(args.calibrate, machine)
-    result = advise(doc, args.model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
+    result = advise(doc, model, args.gpus, gpu_name=args.gpu, memory_bytes=memory, peak_tflops=args.peak_tflops,
                     nic_gbps=args.nic_gbps, strategies=strategies, assumptions=assumptions, calibrations=calibrations,
-                    source=source, nics=args.nics, shard_sizes=shard_sizes)
+                    source=source, nics=args.nics, shard_sizes=shard_sizes, global_batch=args.global_batch,
+                    transport=args.transport)
     if args.out:
         topo_hash = topology_hash(doc)
         sweep = predict_sweep(result.machine, ("all_reduce", "all_gather", "reduce_scatter"), [args.gpus], DEFAULT_SIZES,
@@ -123,11 +134,17 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         print(dump_json(result.to_dict()), end="")
         return 0
     print(f"{result.model} on {result.gpus} x {result.machine.spec.family} ({result.machine.fabric}); modeled, not measured")
-    print(_assumptions_line(args.model, result.assumptions, result.ranking[0].memory_available_bytes, labels))
+    print(_assumptions_line(model, result.assumptions, result.ranking[0].memory_available_bytes, labels))
+    if result.global_batch:
+        print(f"global batch {result.global_batch} sequences per optimizer step: each strategy at its own largest "
+              "micro-batch that fits (micro-batch x accumulation x ranks)")
     for p in result.ranking:
         fits = {True: "fits", False: "DOES NOT FIT", None: "fit unknown"}[p.fits]
-        print(f"  {p.strategy:>12}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  comm {p.comm_time_s:7.3f} s"
-              f" (exposed {p.exposed_comm_time_s:6.3f} s)  memory {p.memory_total_bytes / 1e9:7.1f} GB  {fits}")
+        mb, accum = result.batches.get(p.strategy, (result.assumptions.micro_batch, 1))
+        batch = f"  batch {mb:>4} x {accum:<4}" if result.global_batch else ""
+        print(f"  {p.strategy:>12}{batch}  step {p.step_time_s:8.3f} s  compute {p.compute_time_s:7.3f} s  "
+              f"comm {p.comm_time_s:7.3f} s (exposed {p.exposed_comm_time_s:6.3f} s)  "
+              f"memory {p.memory_total_bytes / 1e9:7.1f} GB  {fits}")
     print(f"recommended: {result.decision.label()} ({result.decision.source}; rule: {RULE_CITATION})")
     tie = result.decision.tie_sentence()
     if tie:
@@ -139,22 +156,22 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     return 0
 
 
-def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tuple[str, str]]:
+def _step_constants(args: argparse.Namespace) -> tuple[tuple[float | None, float | None], tuple[str, str]]:
     """(MFU, overlap) for ``advise`` and where each comes from: ``--mfu``/``--overlap``, else the newest calibration
     stored in ``--calibration-db`` (``shardscope calibrate-step --store``), else the step model's constants, labelled so."""
-    from shardscope.costmodel.step import DEFAULT_MFU, DEFAULT_OVERLAP
+    from shardscope.costmodel.step import STEP_DEFAULTS_LABEL
 
-    constant = "constant: no calibration"
-    mfu = (args.mfu, "given") if args.mfu is not None else (DEFAULT_MFU, constant)
-    overlap = (args.overlap, "given") if args.overlap is not None else (DEFAULT_OVERLAP, constant)
+    constant = STEP_DEFAULTS_LABEL
+    mfu: tuple[float | None, str] = (args.mfu, "given") if args.mfu is not None else (None, constant[0])
+    overlap: tuple[float | None, str] = (args.overlap, "given") if args.overlap is not None else (None, constant[1])
     if getattr(args, "calibration_db", None) and (args.mfu is None or args.overlap is None):
         from shardscope.costmodel.step_calibration import latest_calibration
 
         found = latest_calibration(args.calibration_db, args.model, args.gpus)
         if found is None:
-            constant = f"constant: {args.calibration_db} holds no step calibration"
-            mfu = mfu if args.mfu is not None else (DEFAULT_MFU, constant)
-            overlap = overlap if args.overlap is not None else (DEFAULT_OVERLAP, constant)
+            held = f"; {args.calibration_db} holds no step calibration"
+            mfu = mfu if args.mfu is not None else (None, constant[0] + held)
+            overlap = overlap if args.overlap is not None else (None, constant[1] + held)
         else:
             where = (f"calibrated from {len(found['run_ids'])} measured runs of {found['model']} on {found['world_size']} ranks "
                      f"({found['calibration_id']})")
@@ -162,11 +179,11 @@ def _step_constants(args: argparse.Namespace) -> tuple[tuple[float, float], tupl
                 overlap = (float(found["overlap"]), where)
             if args.mfu is None:
                 mfu = ((float(found["mfu"]), where) if found["mfu"] is not None else
-                       (DEFAULT_MFU, "constant: the calibration's runs had no known peak FLOP/s (CPU processes)"))
+                       (None, constant[0] + "; the calibration's runs had no known peak FLOP/s (CPU processes)"))
     return (mfu[0], overlap[0]), (mfu[1], overlap[1])
 
 
-def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None,
+def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_bytes: int | None,
                       labels: tuple[str, str] | None = None) -> str:
     """What the ranking assumes, in one line: micro-batch, sequence length, MFU and overlap (with where each came
     from), usable memory."""
@@ -175,8 +192,14 @@ def _assumptions_line(model: str, assumptions: Any, usable_bytes: int | None,
     seq_len = assumptions.seq_len_for(resolve_model(model)[1])
     usable = f"{usable_bytes / 1e9:.0f} GB" if usable_bytes else "unknown"
     mfu_from, overlap_from = labels or ("given", "given")
-    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, MFU {assumptions.mfu:g} ({mfu_from}), "
-            f"overlap {assumptions.overlap:g} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
+    frozen = (f", trainable {assumptions.trainable_fraction:g} of the parameters"
+              if assumptions.trainable_fraction < 1 else "")
+    offload = ", optimizer offloaded to the CPU" if assumptions.offload_optimizer == "cpu" else ""
+    mfu = "from the compute curve" if assumptions.mfu is None else f"{assumptions.mfu:g}"
+    overlap = "from each strategy's schedule" if assumptions.overlap is None else f"{assumptions.overlap:g}"
+    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, {assumptions.dtype}, activation "
+            f"checkpointing {assumptions.checkpointing}{frozen}{offload}, MFU {mfu} ({mfu_from}), "
+            f"overlap {overlap} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
             f"of the GPU's ({usable})")
 
 
@@ -269,7 +292,9 @@ def _cmd_predict_plan(args: argparse.Namespace) -> int:
         print(f"note: {plan_info['strategies_note']}")
     elif document["strategies"]:
         step = document["assumptions"]["step"]
-        print(f"note: step times assume MFU {step['mfu']:g} and overlap {step['overlap']:g}, the step model's constants "
+        mfu = "from the compute curve" if step["mfu"] is None else f"{step['mfu']:g}"
+        overlap = "from each strategy's schedule" if step["overlap"] is None else f"{step['overlap']:g}"
+        print(f"note: step times assume MFU {mfu} and overlap {overlap}, the step model's defaults "
               "(no calibration: `shardscope calibrate-step --store` fits them to measured runs; `advise --calibration-db` uses them)")
     for note in document["topology"]["notes"]:
         print(f"note: {note}")
@@ -285,6 +310,30 @@ def _cmd_predict_runs(args: argparse.Namespace) -> int:
     print(f"{len(document['memory'])} training runs modeled ({len(document['memory_terms'])} whole peaks) of "
           f"{len(args.results)} result files; modeled, not measured")
     return 0
+
+
+MODEL_HELP = ("preset (tiny, gpt2-small, llama-1b, mistral-7b), a JSON object of dimensions, or the path of a "
+              "Hugging Face config.json")
+
+
+def _trainable(text: str) -> float:
+    value = _fraction(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1, got {text!r}")
+    return value
+
+
+def run_shape_args(p: argparse.ArgumentParser) -> None:
+    """The flags that describe the run itself, shared by ``advise`` and ``memory``."""
+    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
+                   help="training dtype (default bfloat16; float16 is sized as bfloat16: the same bytes)")
+    p.add_argument("--activation-checkpointing", choices=("none", "full"), default="none",
+                   help="full: every block recomputed in backward (its input kept; one more forward of compute)")
+    p.add_argument("--trainable-fraction", type=_trainable, default=1.0, metavar="F",
+                   help="share of the parameters that train (LoRA-style frozen weights): only they have gradients and "
+                        "optimizer state (default 1)")
+    p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
+                   help="cpu: optimizer state and step on the host (ZeRO-Offload); the GPU keeps none of it")
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:
@@ -323,7 +372,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     register_memory(sub)
     p = sub.add_parser("advise", help="rank strategies by modeled step time among those that fit, and say why")
-    p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b)")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs in the job (whole nodes when more than one node)")
     p.add_argument("--memory-gib", type=_positive(float, "--memory-gib"), help="GPU memory in GiB (overrides the topology and GPU table)")
     p.add_argument("--peak-tflops", type=_positive(float, "--peak-tflops"), help="dense bf16 peak TFLOP/s when the GPU is not in the table")
@@ -333,13 +382,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ranks of one HSDP shard group and one hpZ partition (default: one island's)")
     p.add_argument("--micro-batch", type=_positive(int, "--micro-batch"), default=1, help="sequences per GPU per step")
     p.add_argument("--seq-len", type=_positive(int, "--seq-len"), help="tokens per sequence (default: the model's, at most 4096)")
-    p.add_argument("--mfu", type=_fraction, help=f"model FLOPs utilisation of compute (default: calibrated, else {DEFAULT_MFU})")
+    p.add_argument("--mfu", type=_fraction, help="a constant model FLOPs utilisation of compute, e.g. "
+                   f"{DEFAULT_MFU} (default: calibrated, else a roofline curve through published runs)")
     p.add_argument("--overlap", type=_fraction,
-                   help=f"share of communication that may hide behind compute (default: calibrated, else {DEFAULT_OVERLAP})")
+                   help=f"a constant share of communication that may hide behind compute, e.g. {DEFAULT_OVERLAP} "
+                        "(default: calibrated, else each strategy's schedule)")
     p.add_argument("--calibration-db", metavar="DB",
                    help="results database whose newest step calibration (`shardscope calibrate-step --store`) sets MFU and overlap")
     p.add_argument("--usable-memory", type=_fraction, default=DEFAULT_USABLE_FRACTION,
                    help=f"share of GPU memory the whole modeled peak may use (default {DEFAULT_USABLE_FRACTION})")
+    run_shape_args(p)
+    p.add_argument("--global-batch", type=_positive(int, "--global-batch"), metavar="G",
+                   help="sequences per optimizer step over all ranks: each strategy ranked at its own largest "
+                        "micro-batch that fits and divides G / ranks, accumulating to G "
+                        "(default: --micro-batch, no accumulation)")
+    p.add_argument("--transport", choices=("default", "pcie"), default="default",
+                   help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
     _topology_args(p)
     p.set_defaults(func=_cmd_advise)
 

@@ -5,7 +5,7 @@
 rule", :data:`RULE_CITATION`):
 
 1. *Fits*: the whole modeled peak per GPU (:func:`shardscope.costmodel.step.whole_peak_bytes`,
-   which is :func:`shardscope.costmodel.memory_peak.whole_peak`: model states, activations and
+   which is :func:`shardscope.costmodel.answer.job_peak`, the one whole-peak function: model states, activations and
    buffers) is at most ``usable_fraction`` of the GPU's memory.
 2. *Fastest*: among the strategies that fit, the measured speed where the database has runs on
    that fabric (:class:`Evidence`), else the cost model's step time.
@@ -131,6 +131,12 @@ def _fits(peak: int, usable: int | None) -> bool | None:
     return None if usable is None else peak <= usable
 
 
+def _device_bytes(p: StepPrediction) -> int:
+    """What "fits" compares with the usable memory: the reserved peak and what is held outside the allocator
+    (:meth:`shardscope.costmodel.memory_peak.PeakTerms.fits`)."""
+    return p.memory_total_bytes + getattr(p, "memory_runtime_bytes", 0)
+
+
 def _measured_ties(best: MeasuredSpeed, other: MeasuredSpeed) -> bool:
     if None not in (best.low, best.high, other.low, other.high):
         return other.high >= best.low  # type: ignore[operator]
@@ -157,11 +163,11 @@ def decide(predictions: Sequence[StepPrediction], memory_bytes: int | None,
 
     def key(p: StepPrediction) -> tuple[Any, ...]:
         m = measured.get(p.strategy)
-        return (_fits(p.memory_total_bytes, usable) is False, m is None, -m.speed_vs_ddp if m else p.step_time_s,
+        return (_fits(_device_bytes(p), usable) is False, m is None, -m.speed_vs_ddp if m else p.step_time_s,
                 p.memory_total_bytes)
 
     ordered = sorted(predictions, key=key)
-    fitting = [p for p in ordered if _fits(p.memory_total_bytes, usable) is not False]
+    fitting = [p for p in ordered if _fits(_device_bytes(p), usable) is not False]
     best = fitting[0] if fitting else None
     best_m = measured.get(best.strategy) if best else None
 
@@ -179,7 +185,7 @@ def decide(predictions: Sequence[StepPrediction], memory_bytes: int | None,
 
     ranking = []
     for p in ordered:
-        fits = _fits(p.memory_total_bytes, usable)
+        fits = _fits(_device_bytes(p), usable)
         gap, tied = margin_tied(p)
         ranking.append(Ranked(p.strategy, p.step_time_s, p.memory_total_bytes, fits, gap,
                               tied and fits is not False, "measured" if p.strategy in measured else "modeled"))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from shardscope.contracts.models import PRESETS, ModelConfig
-from shardscope.costmodel.advise import DEFAULT_STRATEGIES, Setup, setup, step_predictions
+from shardscope.costmodel.advise import DEFAULT_STRATEGIES, Setup, rank_strategies, setup
 from shardscope.costmodel.decision import MODEL_TIE_MARGIN, RULE_CITATION, Decision, decide
 from shardscope.costmodel.presets import preset
 from shardscope.costmodel.step import DEFAULT_USABLE_FRACTION, StepAssumptions
@@ -84,8 +84,8 @@ def panel_setup(fabric: str, gpus: int, memory_gb: float | None = None) -> Setup
 def cell_decision(where: Setup, cfg: ModelConfig, memory_gb: float, gpus: int = GPUS,
                   predictions: list | None = None) -> Decision:
     """The decision of one cell: :func:`decide` on the cost model's steps of ``cfg`` with the row's memory."""
-    preds = predictions if predictions is not None else step_predictions(where, cfg.to_dict(), gpus, DEFAULT_STRATEGIES,
-                                                                          ASSUMPTIONS)[2]
+    preds = predictions if predictions is not None else list(
+        rank_strategies(where, cfg.to_dict(), gpus, DEFAULT_STRATEGIES, ASSUMPTIONS).predictions)
     return decide(preds, int(memory_gb * 1e9), USABLE_FRACTION)
 
 
@@ -115,8 +115,9 @@ def _panel_rows(fabric: str, gpus: int, memories_gb: tuple[float, ...], presets_
     where = panel_setup(fabric, gpus)
     rows = []
     for model, name, cfg in (c for c in columns() if c[1] is not None or not presets_only):
-        preds = step_predictions(where, cfg.to_dict(), gpus, DEFAULT_STRATEGIES, ASSUMPTIONS)[2]
-        peaks = {p.strategy: p.memory_total_bytes for p in preds}
+        preds = list(rank_strategies(where, cfg.to_dict(), gpus, DEFAULT_STRATEGIES, ASSUMPTIONS).predictions)
+        # the device's whole use (reserved peak, CUDA context, NCCL buffers): what "fits" compares with the memory
+        peaks = {p.strategy: p.memory_total_bytes + p.memory_runtime_bytes for p in preds}
         for memory_gb in memories_gb:
             d = cell_decision(where, cfg, memory_gb, gpus, preds)
             shown = d.recommended or min(peaks, key=peaks.__getitem__)

@@ -190,7 +190,7 @@ def plan_predictions(topology: Mapping[str, Any], plan: Mapping[str, Any], sourc
                 shards = {s: int(j["shard_size"]) for j in reversed(group)
                           if (s := str(j["strategy"])) in GROUPED_STRATEGIES and j.get("shard_size")}
                 advice = advise(topology, model, n, strategies=names, assumptions=sized, source=source,
-                                shard_sizes=shards)
+                                shard_sizes=shards, assume_unknown=False)
                 # the plan's model name, so predictions join the training runs of the same jobs
                 strategies += [dict(row, model=str(group[0]["model"])) for row in strategy_rows(advice, topo_hash)]
         except UserError as exc:

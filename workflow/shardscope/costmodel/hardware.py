@@ -72,7 +72,29 @@ NET_EFFICIENCY = 12.0 / 12.5
 #: measurement that is NOT in the validation set: one 100 Gb/s EFA per p3dn.24xlarge "gets
 #: 80Gb/s (10GB/s) on 2 nodes, but performance drops to 50-60Gb/s (6-8 GB/s) when using 8 to 32
 #: nodes" (sjeaugey, NVIDIA/nccl#235); the midpoint 7 GB/s of the 12.5 GB/s line rate is 0.56.
-NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY, "efa": 7.0 / 12.5}
+#: TCP Ethernet (NCCL's socket transport, no GPUDirect RDMA): 0.42, the best all-reduce bus bandwidth on 2 nodes of a
+#: 100 Gb/s TCP network, 5.21 GB/s of the 12.5 GB/s line rate with NCCL_MIN_NCHANNELS=4 NCCL_SOCKET_NTHREADS=2
+#: (NVIDIA/nccl#450); a TCP network rarely does better (NVIDIA/nccl#209: 2-4 GB/s on cloud TCP before tuning).
+NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY, "efa": 7.0 / 12.5, "tcp": 5.21 / 12.5}
+
+
+#: Device-memory bandwidth per GPU family, GB/s (1e9 B/s): the datasheet figure of each (NVIDIA's product pages
+#: and data sheets for A100 80GB SXM 2039 / 40GB 1555, H100 SXM 3350, H100 PCIe 2000, H100 NVL 3900, H200 4800,
+#: H800 3350, H20 4000, GH200 4000 (96 GB HBM3), B200/GB200 8000, B300/GB300 8000, V100 900, P100 732, T4 320,
+#: L40S/L40/L20 864, L4 300, A10/A10G 600, A40 696, RTX A6000/A5000 768, RTX 6000 Ada 960, RTX PRO 6000 1792;
+#: GeForce spec pages: RTX 2080 Ti 616, RTX 3090 936, RTX 4090 1008, RTX 5090 1792, GTX 1080 320; AMD Instinct data
+#: sheets: MI300X/MI300A 5300, MI325X 6000, MI250X/MI250 3277, MI210 1638). The step model's roofline
+#: (:func:`shardscope.costmodel.step.achieved_mfu`) reads it; a family not listed gets None (the curve's own ratio).
+MEMORY_BANDWIDTH_GBPS: dict[str, float] = {
+    "A100": 2039.0, "A800": 2039.0, "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "H100 NVL": 3900.0, "H200": 4800.0,
+    "H800": 3350.0, "H20": 4000.0, "GH200": 4000.0, "B200": 8000.0, "GB200": 8000.0, "B300": 8000.0, "GB300": 8000.0,
+    "V100": 900.0, "P100": 732.0, "T4": 320.0, "L40S": 864.0, "L40": 864.0, "L20": 864.0, "L4": 300.0, "A10": 600.0,
+    "A10G": 600.0, "A40": 696.0, "RTX A6000": 768.0, "RTX A5000": 768.0, "RTX 6000 Ada": 960.0,
+    "RTX PRO 6000 Blackwell": 1792.0, "RTX 2080 Ti": 616.0, "RTX 3090": 936.0, "RTX 4090": 1008.0, "RTX 5090": 1792.0,
+    "GeForce 10 series": 320.0, "MI300X": 5300.0, "MI300A": 5300.0, "MI325X": 6000.0, "MI250X": 3277.0,
+    "MI250": 3277.0, "MI210": 1638.0, "Hopper HGX (H100/H200 class)": 3350.0, "A100 HGX": 2039.0,
+    "V100 (DGX-1 class)": 900.0, "P100 (DGX-1 class)": 732.0,
+}
 
 
 @dataclass(frozen=True)
@@ -123,6 +145,12 @@ class GpuSpec:
         """NVLink SHARP efficiency on an NVSwitch, 0 where the GPU has no NVLS."""
         return NVLS_EFFICIENCY.get(self.arch, 0.0)
 
+    @property
+    def memory_bandwidth_gbps(self) -> float | None:
+        """Device-memory bandwidth (datasheet, GB/s) of this family, None where the table has none."""
+        a100_40 = self.family == "A100" and self.memory_bytes is not None and self.memory_bytes <= 40 * _GB
+        return 1555.0 if a100_40 else MEMORY_BANDWIDTH_GBPS.get(self.family)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary for JSON output."""
         return {"family": self.family, "arch": self.arch, "pcie_generation": self.pcie_generation,
@@ -154,6 +182,13 @@ _TABLE: tuple[tuple[str, str, str, int, int | None, str | None, float], ...] = (
     (r"P100", "P100", "pascal", 3, 16 * _GB, "P100", 100.0),
     (r"\bT4\b", "T4", "turing", 3, 16 * _GB, "T4", 100.0),
     (r"RTX 2080 Ti", "RTX 2080 Ti", "turing", 3, 11 * _GB, "RTX 2080 Ti", 100.0),
+    (r"TITAN RTX", "TITAN RTX", "turing", 3, 24 * _GB, "TITAN RTX", 100.0),
+    (r"Quadro RTX 8000", "Quadro RTX 8000", "turing", 3, 48 * _GB, "Quadro RTX 8000", 100.0),
+    (r"Quadro RTX 6000", "Quadro RTX 6000", "turing", 3, 24 * _GB, "Quadro RTX 6000", 100.0),
+    (r"\bA30\b", "A30", "ampere", 4, 24 * _GB, "A30", 200.0),
+    (r"RTX 4080", "RTX 4080", "ada", 4, 16 * _GB, "RTX 4080", 100.0),
+    (r"RTX 3080", "RTX 3080", "ga10x", 4, 10 * _GB, "RTX 3080", 100.0),
+    (r"MI100", "MI100", "cdna", 4, 32 * _GB, "MI100", 200.0),
     (r"RTX PRO 6000", "RTX PRO 6000 Blackwell", "blackwell", 5, 96 * _GB, "RTX PRO 6000", 400.0),
     (r"RTX 6000 Ada", "RTX 6000 Ada", "ada", 4, 48 * _GB, "RTX 6000 Ada", 200.0),
     (r"L40S", "L40S", "ada", 4, 48 * _GB, "L40S", 200.0),
@@ -195,13 +230,21 @@ def spec_for_name(name: str | None) -> GpuSpec | None:
             size = _SIZE_IN_NAME.search(name)
             if size and 8 <= int(size.group(1)) <= 512:
                 memory = int(size.group(1)) * _GB
+            memory = datasheet_capacity_bytes(memory)
             # No NVLink on GeForce 10 boards joined by PCIe: the arch still sets the link rate if bridged.
             return GpuSpec(family=family, arch=arch, pcie_generation=gen, memory_bytes=memory,
                            reference_name=ref, nic_gbps=nic)
     return None
 
 
+def datasheet_capacity_bytes(memory: int | None) -> int | None:
+    """A datasheet's "80 GB" as the bytes the device has: binary gigabytes (an 80 GB A100 reports 81920 MiB total,
+    a 24 GB RTX 4090 24564 MiB, a 141 GB H200 143771 MiB in nvidia-smi), so ``n x 10^9`` becomes ``n x 2^30``."""
+    return None if memory is None else memory // _GB * _GIB
+
+
 def _signature_spec(family: str, arch: str, gen: int, memory: int | None, ref: str | None, nic: float, why: str) -> GpuSpec:
+    memory = datasheet_capacity_bytes(memory)
     return GpuSpec(family=family, arch=arch, pcie_generation=gen, memory_bytes=memory, reference_name=ref,
                    nic_gbps=nic, note=f"GPU model not named in the topology; {why}")
 

@@ -80,7 +80,8 @@ class Machine:
     """Per GPU, its NUMA node when known: the PCIe path of NVLinked pairs, which the matrix hides."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     nic_kind: str = "ib"
-    """``ib``, ``roce`` or ``efa``: sets the share of the line rate reached (``NIC_EFFICIENCY``)."""
+    """``ib``, ``roce``, ``efa`` or ``tcp`` (Ethernet through NCCL's sockets): the share of the line rate reached
+    (``NIC_EFFICIENCY``)."""
 
     def __post_init__(self) -> None:
         if self.fabric != "cpu" and not self.gpus:
@@ -394,8 +395,10 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
         raise UserError(f"--nic-gbps must be a positive line rate in Gb/s, got {nic_gbps!r}")
     notes: list[str] = []
     spec = spec_for_name(gpu_name) if gpu_name else None
-    if gpu_name and spec is None:
-        raise UserError(unknown_gpu_message(gpu_name))
+    if gpu_name and spec is None:  # not in the table: a PCIe GPU of unknown memory and peak, said so (advise
+        # defaults them)
+        spec = GpuSpec(family=gpu_name, arch="unknown", pcie_generation=4, memory_bytes=None, reference_name=None,
+                       nic_gbps=100.0, note=unknown_gpu_message(gpu_name))
     gpu_docs = [g for g in doc.get("gpus", []) if isinstance(g, Mapping)]
     if spec is None and not gpu_docs:
         spec = GpuSpec(family="CPU processes (gloo)", arch="unknown", pcie_generation=4, memory_bytes=None,
@@ -455,7 +458,7 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
         sizes = [int(g["memory_bytes"]) for g in gpu_docs if isinstance(g.get("memory_bytes"), int) and g["memory_bytes"] > 0]
         memory = min(sizes) if sizes else spec.memory_bytes
         if not sizes and spec.memory_bytes is not None and gpus:
-            notes.append(f"GPU memory not in the topology: {spec.memory_bytes / 1e9:g} GB assumed for {spec.family}")
+            notes.append(f"GPU memory not in the topology: {spec.memory_bytes / 2**30:g} GiB assumed for {spec.family}")
     return Machine(gpus=gpus, spec=spec, fabric=fabric, switch_gbps=switch, nvlink_gbps=nvlink, path_code=codes,
                    pcie_gbps=pcie, inter_socket_gbps=socket_bw, intel_cpu=intel, rail_nics=rails,
                    nic_gbps=line_rate, memory_bytes=memory, numa=numa, notes=tuple(notes),
@@ -470,5 +473,5 @@ def unknown_gpu_message(name: str) -> str:
 
     close = difflib.get_close_matches(name, known_gpu_names(), n=3, cutoff=0.4)
     hint = f" (close matches: {', '.join(close)})" if close else ""
-    return (f"--gpu {name!r} is not a GPU model the cost model knows{hint}; pass a known --gpu name, or "
-            "--peak-tflops (dense bf16) and --memory-gib for another GPU")
+    return (f"--gpu {name!r} is not a GPU model the cost model knows{hint}: its links are modeled as a PCIe Gen4 "
+            "GPU's; --peak-tflops (dense bf16) and --memory-gib give its own peak and memory")

@@ -11,7 +11,7 @@ Two kinds of case, each strategy and checkpointing mode a row of ``memory_case_p
     every strategy without and with full activation checkpointing. The report's table reads it
     (and puts measured runs of the same case beside it where one exists).
 
-Every number is :func:`shardscope.costmodel.memory_peak.whole_peak` with the implementation's
+Every number is :func:`shardscope.costmodel.answer.job_peak` (advise's and memory's) with the implementation's
 model states and no overhead (calibrated, never guessed); ``fits`` compares the whole peak
 with the GPU's memory.
 """
@@ -23,7 +23,9 @@ from typing import Any
 
 from shardscope.contracts.names import STRATEGIES
 from shardscope.costmodel.memory_check import TERM_COLUMNS
-from shardscope.costmodel.memory_peak import CHECKPOINTING, whole_peak
+from shardscope.costmodel.answer import job_peak
+from shardscope.costmodel.memory_peak import CHECKPOINTING
+from shardscope.costmodel.step import StepAssumptions
 
 #: The seed article's case (Mistral-7B, 8 x 80 GB, seq 4096).
 SEED_CASE = {"model": "mistral-7b", "gpus": 8, "capacity_bytes": 80_000_000_000, "seq_len": 4096, "micro_batch": 1,
@@ -38,15 +40,15 @@ def case_row(case: str, strategy: str, model: str | dict[str, Any], model_name: 
              device: str = "gpu", shard_group: int | None = None) -> dict[str, Any]:
     """One case's modeled terms, whole peak and whether it fits ``capacity_bytes`` (None: unknown memory);
     ``shard_group``: an hsdp job's shard group or a zero3_hpz job's partition."""
-    terms = whole_peak(strategy, model if isinstance(model, str) else _config(model), gpus, seq_len, micro_batch,
-                       checkpointing, dtype=dtype, device=device, shard_group=shard_group)
+    question = StepAssumptions(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, checkpointing=checkpointing)
+    terms = job_peak(strategy, _config(model), gpus, question, shard_group, device=device)
     return {"memory_case": case, "strategy": strategy, "model": model_name, "gpus": gpus, "dtype": dtype, "micro_batch": micro_batch,
             "seq_len": seq_len, "checkpointing": checkpointing, "device": device, **{c: int(getattr(terms, c)) for c in TERM_COLUMNS},
             "peak_phase": terms.peak_phase, "capacity_bytes": capacity_bytes,
             "fits": None if capacity_bytes is None else terms.fits(capacity_bytes), "method": "modeled"}
 
 
-def _config(spec: dict[str, Any]) -> Any:
+def _config(spec: str | dict[str, Any]) -> Any:
     from shardscope.contracts.models import resolve_model
 
     return resolve_model(spec)[1]

@@ -12,7 +12,9 @@ from typing import Any
 
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import GROUPED_STRATEGIES, MEMORY_MODELS  # noqa: F401  (MEMORY_MODELS: read here too)
-from shardscope.costmodel.memory_peak import OptimizerAssumption, PeakTerms, StepShape, predict_peak, settings_of_run
+from shardscope.costmodel.answer import job_peak
+from shardscope.costmodel.memory_peak import OptimizerAssumption, PeakTerms, StepShape, settings_of_run
+from shardscope.costmodel.step import StepAssumptions
 
 #: (measured key in a rank's record, modeled attribute of :class:`PeakTerms`)
 CATEGORIES = (("param_bytes", "param_bytes"), ("grad_bytes", "grad_bytes"), ("optim_bytes", "optim_bytes"),
@@ -29,9 +31,15 @@ def modeled_for_job(doc: dict[str, Any], overhead_fraction: float = 0.0) -> Peak
     shape = job_shape(job)
     device = "gpu" if on_gpu(doc) else "cpu"
     fair, overlap_comm = settings_of_run(doc.get("settings"))
-    return predict_peak(job["strategy"], cfg, int(job["world_size"]), shape, states="implementation",
-                        optimizer=job_optimizer(job), overhead_fraction=overhead_fraction, device=device, fair=fair,
-                        overlap_comm=overlap_comm, shard_group=job_shard_group(job))
+    return job_peak(job["strategy"], cfg, int(job["world_size"]), question_of(shape), job_shard_group(job),
+                    optimizer=job_optimizer(job).name, overhead_fraction=overhead_fraction, device=device, fair=fair,
+                    overlap_comm=overlap_comm, basis="allocated")  # as tracked
+
+
+def question_of(shape: StepShape) -> StepAssumptions:
+    """A run's step shape as the question :func:`~shardscope.costmodel.answer.job_peak` answers (advise's, memory's)."""
+    return StepAssumptions(micro_batch=shape.micro_batch, seq_len=shape.seq_len, dtype=shape.dtype,
+                           checkpointing=shape.checkpointing)
 
 
 def job_shape(job: dict[str, Any]) -> StepShape:
@@ -162,8 +170,9 @@ def memory_terms_rows(run_id: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
             # the implementation's states come from model_states (the run's optimizer variant, HSDP's shard group)
             states = predict_memory(cfg.param_count(), strategy, gpus, dtype,
                                     hpz_partition=shard_group if strategy == "zero3_hpz" else None) if name == "ZeRO paper" else None
-            terms = predict_peak(strategy, cfg, gpus, shape, held=states, optimizer=optimizer, device=device, fair=fair,
-                                 overlap_comm=overlap_comm, shard_group=shard_group)
+            terms = job_peak(strategy, cfg, gpus, question_of(shape), shard_group, held=states,
+                             optimizer=optimizer.name, device=device, fair=fair, overlap_comm=overlap_comm,
+                             basis="allocated")
         except ValueError:
             continue
         rows.append({"run_id": run_id, "memory_model": name, "strategy": strategy, "model": job.get("model"),

@@ -15,13 +15,15 @@ from shardscope.fileio import dump_json
 
 def _cmd_memory(args: argparse.Namespace) -> int:
     from shardscope.contracts.models import parse_model_spec
+    from shardscope.costmodel.answer import memory_dtype
     from shardscope.costmodel.memory_model import assumptions, memory_table
     from shardscope.costmodel.memory_report import format_memory_table, format_peak_table
 
     try:
+        dtype = memory_dtype(args.dtype)
         optim_bytes = args.optimizer_bytes if args.optimizer_bytes is not None else _optimizer_bytes(args)
-        per_param = assumptions(args.dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes)
-        rows = memory_table(parse_model_spec(args.model), args.strategy, args.gpus, args.dtype, per_param=per_param,
+        per_param = assumptions(dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes)
+        rows = memory_table(parse_model_spec(args.model), args.strategy, args.gpus, dtype, per_param=per_param,
                             gpu_memory_gb=args.gpu_memory_gb, deepspeed_estimates=not args.no_deepspeed_estimate,
                             shard_group=_shard_group(args))
     except ValueError as exc:
@@ -71,14 +73,24 @@ def _optimizer_bytes(args: argparse.Namespace) -> float | None:
         return 0.0
     if optimizer.name == "adamw":
         return None
-    master = optimizer.master_bytes if args.dtype == "bfloat16" and not args.no_master_weights else 0.0
+    master = optimizer.master_bytes if args.dtype != "float32" and not args.no_master_weights else 0.0
     return master + optimizer.moment_bytes
 
 
 def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
-    """Each row gains ``peak`` (every modeled term) and ``largest_micro_batch`` that fits the GPU."""
+    """Each row gains ``peak`` (every modeled term), whether it fits the usable memory and the
+    ``largest_micro_batch`` that does.
+
+    The peak is :func:`shardscope.costmodel.answer.job_peak`'s, advise's and the report's: the implementation's model
+    states unless bytes per parameter are given (``--param-bytes``, ``--grad-bytes``, ``--optimizer-bytes``,
+    ``--no-master-weights``), which then replace them.
+    """
+    from dataclasses import replace
+
     from shardscope.contracts.models import parse_model_spec, resolve_model
-    from shardscope.costmodel.memory_peak import ATTENTION_KERNELS, CHECKPOINTING, StepShape, largest_micro_batch, predict_peak
+    from shardscope.costmodel.answer import job_peak, largest_fitting
+    from shardscope.costmodel.memory_peak import ATTENTION_KERNELS, CHECKPOINTING
+    from shardscope.costmodel.step import StepAssumptions
 
     _, cfg = resolve_model(parse_model_spec(args.model))
     if args.seq_len is None:
@@ -88,34 +100,44 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
     micro = _positive_int("--micro-batch", args.micro_batch)
     if not 0 <= args.overhead_fraction < 1:
         raise UserError(f"--overhead-fraction must be at least 0 and below 1, got {args.overhead_fraction:g}")
-    shape = StepShape(micro_batch=micro, seq_len=seq, dtype=args.dtype,
-                      attention=_choice("--attention", args.attention, ATTENTION_KERNELS),
-                      checkpointing=_choice("--activation-checkpointing", args.activation_checkpointing, CHECKPOINTING))
-    offloaded = args.offload_optimizer == "cpu"
+    if not 0 < args.usable_memory <= 1:
+        raise UserError(f"--usable-memory must be above 0 and at most 1, got {args.usable_memory:g}")
+    if not 0 < args.trainable_fraction <= 1:
+        raise UserError(f"--trainable-fraction must be above 0 and at most 1, got {args.trainable_fraction:g}")
+    step = StepAssumptions(micro_batch=micro, seq_len=seq, dtype=args.dtype, trainable_fraction=args.trainable_fraction,
+                           checkpointing=_choice("--activation-checkpointing", args.activation_checkpointing,
+                                                 CHECKPOINTING),
+                           offload_optimizer=args.offload_optimizer, usable_fraction=args.usable_memory)
+    overrides = (args.param_bytes, args.grad_bytes, args.optimizer_bytes)
+    given = any(v is not None for v in overrides) or args.no_master_weights
+    knobs = {"attention": _choice("--attention", args.attention, ATTENTION_KERNELS), "optimizer": args.optimizer,
+             "overhead_fraction": args.overhead_fraction}
     for row in rows:
-        held = {key: row[key] for key in ("param_bytes", "grad_bytes", "optim_bytes")}
-        kwargs = {"held": held, "overhead_fraction": args.overhead_fraction, "device": "gpu"}
-        if offloaded:
-            from shardscope.costmodel.memory_peak import OptimizerAssumption
-
-            kwargs["optimizer"] = OptimizerAssumption(offload="cpu")
-        if row["strategy"] in GROUPED_STRATEGIES:
-            kwargs["shard_group"] = row["shard_group"]
-        peak = predict_peak(row["strategy"], cfg, args.gpus, shape, **kwargs)
+        held = {key: row[key] for key in ("param_bytes", "grad_bytes", "optim_bytes")} if given else None
+        group = row["shard_group"] if row["strategy"] in GROUPED_STRATEGIES else None
+        usable = int(row["gpu_memory_bytes"] * args.usable_memory)
+        peak = job_peak(row["strategy"], cfg, args.gpus, step, group, held=held, **knobs)
         row["peak"] = peak.to_dict()
-        row["peak_fits"] = peak.peak_bytes <= row["gpu_memory_bytes"]
-        row["largest_micro_batch"] = largest_micro_batch(row["strategy"], cfg, args.gpus, row["gpu_memory_bytes"], shape, **kwargs)
+        row["usable_bytes"] = usable
+        row["peak_fits"] = peak.fits(usable)
+        row["largest_micro_batch"] = largest_fitting(
+            lambda mb, r=row, g=group, h=held: job_peak(r["strategy"], cfg, args.gpus, replace(step, micro_batch=mb), g,
+                                                         held=h, **knobs).fits(usable))
 
 
 def register_memory(sub: argparse._SubParsersAction) -> None:
     """Add ``shardscope memory`` to the ``shardscope`` parser."""
+    from shardscope.costmodel.step import DEFAULT_USABLE_FRACTION
+
     p = sub.add_parser("memory", help="analytic per-GPU memory per strategy: model states, activations, buffers, the whole peak")
-    p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b) or a JSON object of dimensions")
+    p.add_argument("--model", required=True, help="preset (tiny, gpt2-small, llama-1b, mistral-7b), a JSON object of "
+                                                   "dimensions, or the path of a Hugging Face config.json")
     p.add_argument("--strategy", default="all", help=f"one of {', '.join(STRATEGIES)}, or 'all' (the default)")
     p.add_argument("--gpus", type=gpu_count, required=True, help="GPUs the model is sharded over")
     p.add_argument("--shard-group", help="hsdp: GPUs of one shard group; zero3_hpz: GPUs of one secondary parameter "
                                          "partition; a divisor of --gpus (default: all of them)")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="sets the default bytes per parameter")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="sets the default bytes per parameter (float16 sized as bfloat16: the same bytes)")
     p.add_argument("--no-master-weights", action="store_true",
                    help="bf16 without a fp32 master copy: optimizer 8 B/param instead of 12 (Mistral-7B's model states unsharded, as under DDP: 87 GB)")
     p.add_argument("--param-bytes", type=float, help="override bytes per parameter for the parameters")
@@ -130,6 +152,12 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16, adamw_bf16_states (bf16 master and moments) "
                    "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")
+    p.add_argument("--trainable-fraction", type=float, default=1.0,
+                   help="share of the parameters that train (LoRA-style frozen weights): gradients and optimizer state "
+                        "for that share only (default 1)")
+    p.add_argument("--usable-memory", type=float, default=DEFAULT_USABLE_FRACTION,
+                   help="share of the GPU's memory the whole peak may use, as advise's "
+                        f"(default {DEFAULT_USABLE_FRACTION})")
     p.add_argument("--overhead-fraction", type=float, default=0.0,
                    help="allocator/NCCL overhead as a share of the peak, calibrated from a measured run (default 0)")
     p.add_argument("--json", action="store_true", help="rows as JSON (bytes, assumptions, fits, DeepSpeed's estimate, whole peak)")

@@ -27,8 +27,8 @@ activations (saved for backward, alive when forward returns)
     block's activations while that block is recomputed in backward (:func:`activation_bytes`);
     The blocks' backward also holds a few gradients (:func:`block_backward_temporaries`).
 buffers (temporary, by phase)
-    forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's gathered flat
-    buffer and its unsharded embedding/head copies; ``fsdp_grad_op`` keeps every unit unsharded
+    forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's unsharded
+    embedding/head and the last block's all-gather output; ``fsdp_grad_op`` keeps every unit unsharded
     plus one gather buffer.
     backward, the head's: the larger of two moments of its matmul's backward, the logits'
     gradient beside its first gradient, or both its gradients with the logits' gradient freed
@@ -60,10 +60,13 @@ ZeRO-3 with hpZ (``zero3_hpz``, a secondary partition over ``p`` GPUs)
     ZeRO-3's states and buffers, plus the secondary parameter partition, alive through the
     whole step: the parameters in the training dtype over ``p`` GPUs
     (:func:`shardscope.costmodel.memory_model.hpz_secondary_bytes`).
-overhead
-    what the allocator (CUDA caching allocator, NCCL buffers) or the tracker adds on top; a
-    fraction of the modeled peak, *calibrated* from a measured run
-    (:func:`calibrate_overhead`), 0 until calibrated — never guessed.
+overhead and basis
+    ``allocated`` (the CPU tracker, ``torch.cuda.max_memory_allocated``): the terms above, plus a fraction
+    *calibrated* from a measured run where one is given (:func:`calibrate_overhead`). ``reserved`` (the default on a
+    GPU: the peak as the caching allocator reaches it): the allocator's reserve over that
+    (:data:`ALLOCATOR_RESERVE_FRACTION`, from published traces; a calibrated fraction replaces it), and beside the peak,
+    outside the allocator, the CUDA context and NCCL's buffers (:func:`gpu_runtime_bytes`): ``device_bytes``, what
+    nvidia-smi shows, is what must fit the GPU (:meth:`PeakTerms.fits`).
 """
 
 from __future__ import annotations
@@ -85,6 +88,36 @@ ATTENTION_KERNELS = ("sdpa", "eager")
 CHECKPOINTING = ("none", "full")
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_bf16_states", "adamw_8bit")
 OFFLOAD = ("none", "cpu")
+#: Bases a modeled peak can be stated on: ``allocated`` (tensors alive: ``torch.cuda.max_memory_allocated``, the CPU
+#: tracker), ``reserved`` (what the caching allocator holds: ``torch.cuda.max_memory_reserved``), and the device's
+#: whole use (``nvidia-smi``: reserved plus the CUDA context and NCCL's buffers, :attr:`PeakTerms.device_bytes`).
+BASES = ("allocated", "reserved")
+#: A training process's device memory outside the caching allocator besides NCCL: the CUDA context with the kernels
+#: of the libraries a step loads (cuBLAS, cuDNN, attention) and their own workspaces. PyTorch's OOM message states it
+#: ("Including non-PyTorch memory, this process has X in use" less reserved): 78.09 - 75.31 - 1.83 = 0.95 GiB
+#: (vllm-project/compressed-tensors#587, one GPU) and 22.27 - 14.73 - 6.39 = 1.15 GiB (kohya-ss/sd-scripts#2029,
+#: training on one GPU); the smaller is taken. A one-kernel script's context alone is 287 MB with lazy loading,
+#: 667 MB without (pytorch/pytorch#86509), "around 400MB" (pytorch/pytorch#109888). nvidia-smi sees it, reserved
+#: does not.
+CUDA_CONTEXT_BYTES = int(0.95 * 2**30)
+#: NCCL's buffers per connection at its defaults (src/init.cc): LL ``8 lines x 512 threads x 8 steps x 16 B`` =
+#: 524,288, LL128 ``120 x 640 x 8 x 8 B`` = 4,915,200, Simple ``NCCL_BUFFSIZE`` = 4 MiB; one connection to each ring
+#: neighbour per channel, allocated with cudaMalloc outside PyTorch's allocator.
+NCCL_CONNECTION_BYTES = 524_288 + 4_915_200 + 4 * 2**20
+#: Channels NCCL opens per communicator: ``MAXCHANNELS`` = 32 (src/include/device.h), what it builds on NVLink
+#: nodes; PCIe nodes build fewer (``nccl_channels`` of :func:`predict_peak`), so this is an upper bound there.
+NCCL_DEFAULT_CHANNELS = 32
+#: The caching allocator's reserve over its allocated peak (rounding to 2 MiB blocks and 20 MiB segments,
+#: fragmentation): the largest of three published LLM traces that log both, max cached / max allocated
+#: = 9382 / 9039 MiB (microsoft/onnxruntime#19620), 26406 / 26215 MiB (microsoft/onnxruntime#16213), and reserved
+#: but unallocated 1.83 of 75.31 GiB allocated at an OOM (vllm-project/compressed-tensors#587). Workloads whose
+#: shapes vary step to step fragment far more (6.39 of 14.73 GiB, kohya-ss/sd-scripts#2029); a fixed-shape training
+#: step is what is modeled.
+ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
+#: DeepSpeed's ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9): the fetch coordinator keeps at
+#: most this many gathered elements alive, its ``stage3_prefetch_bucket_size`` (5e7) of look-ahead included; so a
+#: model above it holds this many gathered, one below it (reused within the reuse distance) holds all of itself.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -124,8 +157,7 @@ def compute_policy(strategy: str, dtype: str) -> str:
 
 def block_weights(cfg: ModelConfig) -> int:
     """Matmul weights of one block (the RMSNorm gains excluded)."""
-    kv = cfg.n_kv_heads * cfg.head_dim
-    return 2 * cfg.d_model * cfg.d_model + 2 * cfg.d_model * kv + 3 * cfg.d_model * cfg.d_ff
+    return cfg.block_matmul_params()
 
 
 def block_params(cfg: ModelConfig) -> int:
@@ -354,7 +386,11 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     elif strategy == "fsdp":
-        forward["root_gather_and_unsharded"] = 2 * root
+        # the root's unsharded parameters, and the last block's all-gather output, which FSDP2 keeps past that
+        # block's forward (traced at 3 x 96 tokens, width 160, vocabulary 1500: a [block_params] buffer beside the
+        # root's views; at the tiny model's shape a block and the root hold the same parameters within 0.05%)
+        forward["root_unsharded"] = root
+        forward["last_block_gather"] = block
         head["root_unsharded"] = blocks["root_unsharded"] = root
         blocks["block_gather_params_grads"] = 3 * block
     elif strategy == "fsdp_grad_op":
@@ -362,7 +398,7 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         forward["block_gather"] = block
         blocks["block_grads"] = block
     elif strategy == "zero3":
-        gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE) * e_param
+        gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE, DEEPSPEED_MAX_LIVE_PARAMETERS) * e_param
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
         forward["gathered_params"] = head["gathered_params"] = gathered
         blocks["gathered_params"] = max(gathered - zero3_released_before_blocks(cfg) * e_param, 0)
@@ -484,15 +520,27 @@ class PeakTerms:
     buffer_bytes: int
     """Buffers alive in the peak phase."""
     overhead_bytes: int
+    """Calibrated overhead, else on the ``reserved`` basis the caching allocator's reserve
+    (:data:`ALLOCATOR_RESERVE_FRACTION`)."""
     peak_bytes: int
+    """The peak on :attr:`basis`: allocated, or reserved (as the GPU's allocator reaches it)."""
     peak_phase: str
     phases: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per phase, each buffer term and the activations then (the whole breakdown)."""
     assumptions: dict[str, Any] = field(default_factory=dict)
+    runtime_bytes: int = 0
+    """Held outside the allocator (CUDA context, NCCL buffers: :func:`gpu_runtime_bytes`); 0 on the allocated basis."""
+    basis: str = "allocated"
 
     def fits(self, capacity_bytes: float) -> bool:
-        """Whether the whole peak fits a GPU of ``capacity_bytes`` ("fits" means the whole peak, nothing less)."""
-        return self.peak_bytes <= capacity_bytes
+        """Whether the whole peak fits a GPU of ``capacity_bytes`` ("fits" means the whole peak, nothing less): the
+        reserved peak within what the CUDA context and NCCL leave (:attr:`device_bytes`)."""
+        return self.device_bytes <= capacity_bytes
+
+    @property
+    def device_bytes(self) -> int:
+        """The device's whole use at the peak, as nvidia-smi shows it: the peak and what is outside the allocator."""
+        return self.peak_bytes + self.runtime_bytes
 
     @property
     def state_bytes(self) -> int:
@@ -501,7 +549,7 @@ class PeakTerms:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary (``shardscope memory --json``)."""
-        return dict(asdict(self), state_bytes=self.state_bytes, method="modeled")
+        return dict(asdict(self), state_bytes=self.state_bytes, device_bytes=self.device_bytes, method="modeled")
 
 
 def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states: str,
@@ -546,7 +594,8 @@ def _keeps_master(strategy: str, dtype: str, states: str) -> bool:
 def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, states: str = "implementation",
                  optimizer: OptimizerAssumption | None = None, overhead_fraction: float = 0.0,
                  device: str = "gpu", held: dict[str, int] | None = None, fair: FairSettings | None = None,
-                 overlap_comm: bool | None = None, shard_group: int | None = None) -> PeakTerms:
+                 overlap_comm: bool | None = None, shard_group: int | None = None, basis: str | None = None,
+                 nccl_channels: int | None = None, trainable_fraction: float = 1.0) -> PeakTerms:
     """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
 
     ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
@@ -555,7 +604,16 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     (:func:`settings_of_run`); by default the worker's defaults (DeepSpeed's own buckets, its per-stage
     ``overlap_comm``). ``shard_group`` is HSDP's shard-group size (see :func:`hsdp_shard_group`), or
     hpZ's partition size of ``zero3_hpz`` (all ``gpus`` when None). ``held``, when given, includes hpZ's secondary partition.
+    ``basis``: ``allocated`` (tensors alive: the CPU tracker, ``max_memory_allocated``) or ``reserved`` (the caching
+    allocator's reserve added, and the CUDA context and NCCL buffers in ``runtime_bytes``); default reserved on a GPU,
+    allocated on CPU. A calibrated ``overhead_fraction`` replaces the reserve. ``nccl_channels``: NCCL's channels
+    (:data:`NCCL_DEFAULT_CHANNELS`). ``trainable_fraction``: the share of the parameters the optimizer steps
+    (LoRA-style frozen weights); its step temporaries are per stepped parameter.
     """
+    basis = basis or ("reserved" if device == "gpu" else "allocated")
+    if basis not in BASES:
+        raise ValueError(f"memory basis must be one of {', '.join(BASES)}, got {basis!r}")
+    extra = {"basis": basis, "nccl_channels": nccl_channels, "trainable_fraction": trainable_fraction}
     fair = fair or FairSettings()
     if strategy not in MODELED_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(MODELED_STRATEGIES)}")
@@ -563,15 +621,21 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         raise ValueError(f"number of GPUs must be at least 1, got {gpus!r}")
     if strategy == "hsdp":
         group = hsdp_shard_group(gpus, shard_group)
-        terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm)
-        return replace(terms, strategy="hsdp", assumptions={**terms.assumptions, "gpus": gpus, "shard_group": group,
-                                                            "replicas": gpus // group})
+        terms = predict_peak("fsdp", cfg, group, shape, states, optimizer, overhead_fraction, device, held, fair,
+                             overlap_comm, **extra)
+        runtime = gpu_runtime_bytes("hsdp", gpus, nccl_channels) if basis == "reserved" else {}
+        return replace(terms, strategy="hsdp", runtime_bytes=sum(runtime.values()),
+                       assumptions={**terms.assumptions, "gpus": gpus, "shard_group": group, "replicas": gpus // group,
+                                    "runtime": runtime})
     if strategy == "zero3_hpz":
         group = hsdp_shard_group(gpus, shard_group, "hpZ's partition size")
         if held is None:
             held = model_states(strategy, cfg, gpus, shape.dtype, states, optimizer or OptimizerAssumption(), hpz_partition=group)
-        terms = predict_peak("zero3", cfg, gpus, shape, states, optimizer, overhead_fraction, device, held, fair, overlap_comm)
-        return replace(terms, strategy="zero3_hpz", assumptions={**terms.assumptions, "hpz_partition": group})
+        terms = predict_peak("zero3", cfg, gpus, shape, states, optimizer, overhead_fraction, device, held, fair,
+                             overlap_comm, **extra)
+        runtime = gpu_runtime_bytes("zero3_hpz", gpus, nccl_channels) if basis == "reserved" else {}
+        return replace(terms, strategy="zero3_hpz", runtime_bytes=sum(runtime.values()),
+                       assumptions={**terms.assumptions, "hpz_partition": group, "runtime": runtime})
     if shard_group is not None:
         raise ValueError(f"a shard-group size is HSDP's or zero3_hpz's alone, not {strategy!r}'s")
     if not 0 <= overhead_fraction < 1:
@@ -586,7 +650,10 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     if strategy == "zero3" and shape.checkpointing == "full":
         acts = zero3_recompute_activations(acts, cfg, shape, policy)
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
-    step_temp = 0 if optimizer.offload == "cpu" else step_temporaries(strategy, cfg, gpus, policy, device)
+    # the optimizer steps only the parameters given to it (the trainable ones): foreach AdamW's temporaries and
+    # DeepSpeed's partition copy are per stepped parameter
+    step_temp = (0 if optimizer.offload == "cpu"
+                 else int(step_temporaries(strategy, cfg, gpus, policy, device) * trainable_fraction))
     log_softmax = shape.tokens * cfg.vocab_size * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
@@ -621,10 +688,16 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     phase = max(totals, key=lambda name: totals[name])
     transient = totals[phase]
     modeled = sum(held.values()) + transient
-    overhead = int(modeled * overhead_fraction / (1 - overhead_fraction))
+    if overhead_fraction or basis == "allocated":
+        overhead = int(modeled * overhead_fraction / (1 - overhead_fraction))
+    else:
+        overhead = int(modeled * ALLOCATOR_RESERVE_FRACTION)
+    runtime = gpu_runtime_bytes(strategy, gpus, nccl_channels) if basis == "reserved" else {}
     return PeakTerms(strategy=strategy, activation_bytes=phases[phase]["activations"], buffer_bytes=transient - phases[phase]["activations"],
                      overhead_bytes=overhead, peak_bytes=modeled + overhead, peak_phase=phase, phases=phases,
+                     runtime_bytes=sum(runtime.values()), basis=basis,
                      assumptions={"policy": policy, "states": states, "device": device, **asdict(shape), "gpus": gpus,
+                                  "runtime": runtime, "allocated_bytes": modeled,
                                   "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
                                   "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
                                   "activations_at_forward_end": acts["total"], "activation_peak": acts["peak"]}, **held)
@@ -654,6 +727,18 @@ def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, a
     both_grads_made = {**buffers, "head_weight_grad": weight_grad, "head_input_grad": input_grad,
                        "activations": acts["head_backward"] - log_softmax - head_input}
     return max((first_grad_made, both_grads_made), key=lambda parts: sum(parts.values()))
+
+
+def gpu_runtime_bytes(strategy: str, gpus: int, nccl_channels: int | None = None) -> dict[str, int]:
+    """Device memory a GPU training process holds outside PyTorch's caching allocator: the CUDA context
+    (:data:`CUDA_CONTEXT_BYTES`) and, on more than one GPU, NCCL's buffers: two ring connections per channel
+    (:data:`NCCL_CONNECTION_BYTES`) for each communicator (HSDP and hpZ use two: their group and the world or
+    replicas)."""
+    if gpus < 2:
+        return {"cuda_context": CUDA_CONTEXT_BYTES}
+    communicators = 2 if strategy in ("hsdp", "zero3_hpz") else 1
+    nccl = 2 * (nccl_channels or NCCL_DEFAULT_CHANNELS) * NCCL_CONNECTION_BYTES * communicators
+    return {"cuda_context": CUDA_CONTEXT_BYTES, "nccl_buffers": nccl}
 
 
 def _nonzero(**terms: int) -> dict[str, int]:
@@ -695,7 +780,9 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                checkpointing: str = "none", *, dtype: str = "bfloat16", attention: str = "sdpa",
                states: str = "implementation", optimizer: OptimizerAssumption | None = None,
                overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
-               shard_group: int | None = None) -> PeakTerms:
+               shard_group: int | None = None, held: dict[str, int] | None = None,
+               overlap_comm: bool | None = None, basis: str | None = None,
+               nccl_channels: int | None = None, trainable_fraction: float = 1.0) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -703,8 +790,11 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     sequences per GPU, activation checkpointing ``none`` or ``full``, in ``dtype``. Returns
     every term (:class:`PeakTerms`); ``.peak_bytes`` is the peak, and
     ``terms.fits(capacity_bytes)`` the verdict. Model states are ``implementation`` (what this
-    code's strategies hold) or ``paper`` (the ZeRO paper's bytes per parameter); the overhead
-    is 0 unless a calibrated fraction is given. Raises ValueError naming the argument on bad input.
+    code's strategies hold) or ``paper`` (the ZeRO paper's bytes per parameter). On a GPU the peak is
+    on the ``reserved`` basis (the allocator's reserve as overhead, unless a calibrated fraction is given; the CUDA
+    context and NCCL buffers in ``runtime_bytes``), on CPU ``allocated`` (see :func:`predict_peak`). ``held``
+    replaces the model states (as :func:`predict_peak`'s: frozen weights, a user's bytes per parameter),
+    ``overlap_comm`` a run's recorded DeepSpeed setting. Raises ValueError naming the argument on bad input.
     """
     from shardscope.contracts.models import resolve_model
 
@@ -716,7 +806,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention, checkpointing=checkpointing)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
-                        device=device, fair=fair, shard_group=shard_group)
+                        device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
+                        basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
@@ -738,19 +829,12 @@ def largest_micro_batch(strategy: str, cfg: ModelConfig, gpus: int, capacity_byt
     ``shape`` gives everything but the micro-batch; ``peak_kwargs`` go to :func:`predict_peak`.
     The peak grows with the micro-batch, so a doubling search then bisection finds it.
     """
-    def fits(mb: int) -> bool:
-        return predict_peak(strategy, cfg, gpus, replace(shape, micro_batch=mb), **peak_kwargs).peak_bytes <= capacity_bytes
+    from shardscope.costmodel.answer import largest_fitting
 
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while high <= limit and fits(high):
-        low, high = high, high * 2
-    high = min(high, limit + 1)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low
+    def fits(mb: int) -> bool:
+        return predict_peak(strategy, cfg, gpus, replace(shape, micro_batch=mb), **peak_kwargs).fits(capacity_bytes)
+
+    return largest_fitting(fits, limit=limit)
 
 
 def megatron_layer_bytes(seq_len: int, micro_batch: int, hidden: int, heads: int, recompute: str = "none") -> int:

@@ -19,7 +19,7 @@ def synthetic_topology(gpu_name: str, gpus: int = 8, nvlinks: int = 0, layout: s
     """A topology.json document: ``layout`` ``switch`` (every pair NV{nvlinks}), ``pairs`` (GPUs 2k, 2k+1
     bridged with NV{nvlinks}) or ``pcie`` (no NVLink); GPUs split evenly over ``sockets``, joined
     by ``pcie_code`` inside a socket and ``SYS`` across; ``rail_nics`` NICs spread over the GPUs,
-    of line rate ``nic_gbps`` (Gb/s) and class ``nic_kind`` (``ib``, ``roce``, ``efa``) when given
+    of line rate ``nic_gbps`` (Gb/s) and class ``nic_kind`` (``ib``, ``roce``, ``efa``, ``tcp``) when given
     (a ``network`` block the cost model reads; without them the GPU generation's usual rate)."""
     if gpus < 1 or sockets < 1 or layout not in ("switch", "pairs", "pcie"):
         raise ValueError(f"bad synthetic machine: gpus={gpus}, sockets={sockets}, layout={layout!r}")

@@ -1,7 +1,11 @@
 """Modeled time and memory of one training step per data-parallel strategy.
 
 Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × mfu)``, split 1/3 forward and
-2/3 backward (2N and 4N of the 6N FLOPs per token).
+2/3 backward (2N and 4N of the 6N FLOPs per token), times ``grad_accum`` micro-batches. The MFU is a given
+or calibrated constant, else :func:`achieved_mfu`: a roofline of the model's matmuls at the tokens per
+micro-batch and the width (the GPU's datasheet bandwidth, :data:`~shardscope.costmodel.hardware.MEMORY_BANDWIDTH_GBPS`)
+times a published efficiency ceiling per GPU class (:data:`PUBLISHED_EFFICIENCY`), so a larger micro-batch runs
+closer to the peak.
 
 Communication per step, Ψ parameters on the wire (the ZeRO paper's volumes, in nccl-tests sizes),
 gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`` setting, whose
@@ -9,9 +13,12 @@ gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`
 each collective timed by :mod:`shardscope.costmodel.collectives`:
 
 - ``ddp`` / ``zero0``: all-reduce of the gradients (2Ψ moved) in buckets — torch DDP's
-  25 MiB (``bucket_cap_mb``), DeepSpeed's ``reduce_bucket_size`` of 5e8 elements — during backward;
-- ``zero1`` / ``zero2``: reduce-scatter of the gradients during backward, then all-gather of
-  the updated parameters after the optimizer step (Ψ + Ψ), DeepSpeed's 5e8-element buckets;
+  25 MiB (``bucket_cap_mb``) during backward of the last micro-batch, DeepSpeed's ``reduce_bucket_size``
+  of 5e8 elements after backward at the accumulation boundary (:func:`zero_gradient_phase`);
+- ``zero1`` / ``zero2``: reduce-scatter of the gradients, then all-gather of the updated parameters
+  after the optimizer step (Ψ + Ψ), DeepSpeed's 5e8-element buckets: ZeRO-1 reduces once, after
+  backward at the boundary; ZeRO-2 in every micro-batch from its hooks, overlapped with backward only
+  under ``overlap_comm`` (off by default for stages 1-2);
 - ``zero3`` / ``fsdp``: per unit (each transformer block; embeddings, norm and head as one
   more) an all-gather of its parameters in forward and again in backward and a
   reduce-scatter of its gradients in backward (3Ψ);
@@ -33,9 +40,12 @@ the ``training_comm`` table: calls and summed size per op), :func:`recorded_mess
 these volumes by the recorded ones, issued in the phases the strategy issues that op in (so
 DeepSpeed ZeRO-1/2's gradient all-reduce, 2Ψ where the paper counts Ψ, is timed as it ran).
 
-Overlap is explicit: a collective issued in forward (backward) can hide behind forward
-(backward) compute, at most ``overlap`` of its time and at most the length of that compute;
-the all-gather after the optimizer step hides behind nothing. ``step = compute + exposed comm``,
+Overlap follows each strategy's schedule (:func:`scheduled_exposed_s`: a bucket's or unit's collective hides
+behind the neighbouring compute, the last reduction and the first gather behind nothing; collectives after
+backward or after the step hide behind nothing), or, where ``overlap`` is given or calibrated, a collective
+issued in forward (backward) hides at most ``overlap`` of its time and at most the length of that compute.
+On a GPU without a calibration the frameworks' host work (:func:`modeled_host_calls` × :data:`DEFAULT_HOST_CALL_S`)
+runs beside the GPU's and adds only what exceeds compute plus exposed communication. ``step = compute + exposed comm``,
 plus ``call_overhead_s`` per collective call where a calibration measured one (host work that hides
 behind nothing), plus ``host_call_s`` per Python function call of the step where a run recorded how
 many it makes (``host_calls``: ``summary.host_calls_per_step``, :mod:`shardscope.training.host_calls`)
@@ -44,32 +54,81 @@ hooks, FSDP2's per-unit hooks and DTensor dispatch, per-parameter gradient hooks
 behind nothing. Both host terms are part of ``exposed_comm_time_s`` (and ``comm_time_s``) in the
 predictions document, whose rows keep ``step = compute + exposed``; ``host_time_s`` holds them alone.
 
-Memory is the whole modeled peak (:func:`whole_peak_bytes`: the implementation's model states plus
-activations and buffers) against ``usable_fraction`` of the GPU memory.
+Memory is the whole modeled peak (:func:`whole_peak_terms`: the implementation's model states plus
+activations and buffers, on the reserved basis, with the CUDA context and NCCL's buffers beside it) against
+``usable_fraction`` of the GPU memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from shardscope.contracts.names import OPS
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
 from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS
+from shardscope.costmodel.hardware import GpuSpec
 
-#: Model FLOPs utilisation assumed for compute: PaLM reports 46.2% MFU training 540B on TPU v4
-#: (Chowdhery et al. 2022, Table 3); Megatron-LM/torchtitan Llama runs report 40–50% on H100.
+#: A constant model FLOPs utilisation, for callers that want one (``--mfu``): PaLM reports 46.2% MFU training 540B
+#: on TPU v4 (Chowdhery et al. 2022, Table 3). The step model's default is the curve of :func:`achieved_mfu`.
 DEFAULT_MFU = 0.45
-#: Share of a collective's time that may hide behind compute of the same phase. Not measured:
-#: a neutral midpoint between no overlap (0) and perfect overlap (1); set it from
-#: ``summary.comm_share`` of measured runs or pass ``--overlap``.
+#: A constant share of a collective's time that may hide behind compute of the same phase, for callers that want one
+#: (``--overlap``, or a calibration). The step model's default is the strategy's schedule (:func:`scheduled_exposed_s`).
 DEFAULT_OVERLAP = 0.5
-#: Share of GPU memory the whole modeled peak may use; the rest is headroom for the allocator's
-#: cache and NCCL, until an overhead fraction calibrated from measured runs replaces it.
-DEFAULT_USABLE_FRACTION = 0.9
-PHASES = ("forward", "backward", "after_step")
+#: Where the step model's defaults come from, as ``advise`` labels them (MFU, overlap).
+STEP_DEFAULTS_LABEL = ("default: roofline x published ceiling, no calibration",
+                       "default: each strategy's schedule, no calibration")
+
+
+@dataclass(frozen=True)
+class EfficiencyPoint:
+    """One published MFU of a large dense training run and the shape and GPU it was measured at."""
+
+    mfu: float
+    tokens: int
+    """Tokens per GPU per micro-batch."""
+    width: int
+    """The model's hidden size."""
+    peak_flops: float
+    memory_gbps: float
+    source: str
+
+
+#: The published runs the compute curve passes through, per GPU class: MosaicML's llm-foundry throughput tables
+#: (github.com/mosaicml/llm-foundry, scripts/train/benchmarking/README.md), MPT-7B (d_model 4096), seq 2048,
+#: micro-batch 6, 8 GPUs, FSDP FULL_SHARD, bf16, no activation checkpointing (so model FLOPs = hardware FLOPs).
+PUBLISHED_EFFICIENCY: dict[str, EfficiencyPoint] = {
+    "ampere": EfficiencyPoint(0.6423, 6 * 2048, 4096, 312e12, 2039.0,
+                              "llm-foundry benchmarking README, 'A100 80GB' table, 7b / 2048 / mb 6: MFU 64.23%"),
+    "hopper": EfficiencyPoint(0.4644, 6 * 2048, 4096, 989.4e12, 3350.0,
+                              "llm-foundry benchmarking README, 'H100 80GB BF16' table, 7b / 2048 / mb 6: MFU 46.44%"),
+}
+#: GPU classes without a published point of their own borrow the nearest one's ceiling (an assumption, stated):
+#: Hopper's for the generations whose peak outgrew memory bandwidth as Hopper's did (Blackwell, CDNA 3), Ampere's
+#: for the rest; the roofline term then uses the GPU's own peak and bandwidth.
+EFFICIENCY_CLASS = {"hopper": "hopper", "blackwell": "hopper", "cdna": "hopper"}
+#: Share of GPU memory the whole modeled peak may use: all of it, since the peak now counts the allocator's
+#: reserve, the CUDA context and NCCL's buffers itself (:func:`shardscope.costmodel.memory_peak.gpu_runtime_bytes`).
+DEFAULT_USABLE_FRACTION = 1.0
+#: Python function calls of one step, counted by :class:`shardscope.training.host_calls.PythonCallCounter` in this
+#: project's worker (``shardscope train --cpu --nproc 2 --steps 1``, fp32, micro-batch 2 x 64 tokens, width 128,
+#: vocabulary 1000) at 2 and 4 blocks: (calls outside the blocks, calls per block), solved exactly from the two
+#: counts (ddp 592/860, fsdp 8532/15263, zero1 2076/3104, zero2 2011/3015, zero3 23720/42680). The hooks are per
+#: module and per parameter, so the count follows the depth, not the width. ZeRO-3's per-submodule fetch/release
+#: hooks make 70x DDP's calls per block, FSDP2's per-unit hooks and DTensor dispatch 25x.
+HOST_CALLS: dict[str, tuple[int, int]] = {"ddp": (324, 134), "fsdp": (1801, 3366), "zero1": (1048, 514),
+                                          "zero2": (1007, 502), "zero3": (4760, 9480)}
+#: Strategies not counted take the count of the framework path they share.
+HOST_CALLS_LIKE = {"zero0": "zero1", "fsdp_grad_op": "fsdp", "hsdp": "fsdp", "zero3_hpz": "zero3"}
+#: Host seconds per counted Python call on a GPU node before a calibration replaces it: 1 microsecond, an assumption
+#: of the order PyTorch's operator micro-benchmarks give, 2.3-3.4 us of host time per eager op on CUDA including its
+#: Python wrapper calls (pytorch/pytorch#32194, ``split``), several counted calls each.
+DEFAULT_HOST_CALL_S = 1e-6
+PHASES = ("forward", "backward", "after_backward", "after_step")
+#: Phases whose collectives hide behind no compute: issued after backward (or on the compute stream) and after the step.
+SERIAL_PHASES = ("after_backward", "after_step")
 
 
 @dataclass(frozen=True)
@@ -80,8 +139,15 @@ class StepAssumptions:
     """Sequences per GPU per step."""
     seq_len: int | None = None
     """Tokens per sequence; None: the model's ``max_seq_len`` capped at 4096."""
-    mfu: float = DEFAULT_MFU
-    overlap: float = DEFAULT_OVERLAP
+    mfu: float | None = None
+    """A constant MFU (given or calibrated); None: :func:`achieved_mfu`, which grows with the work per micro-batch."""
+    overlap: float | None = None
+    """A constant share of each phase's communication that may hide (given or calibrated); None: the strategy's
+    schedule (:func:`scheduled_exposed_s`)."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimizer step."""
+    overlap_comm: bool | None = None
+    """DeepSpeed's ``overlap_comm``; None: its default (on for ZeRO-3, off for ZeRO-1/2)."""
     comm_bytes: int = 2
     """Bytes per gathered parameter element on the wire (2: bf16; 4: fp32)."""
     reduce_bytes: int | None = None
@@ -98,19 +164,26 @@ class StepAssumptions:
     apply to the host thread's work (an assumption: a faster host CPU makes it smaller)."""
     ddp_bucket_bytes: int = DDP_BUCKET_BYTES
     deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
+    checkpointing: str = "none"
+    """Activation checkpointing, ``none`` or ``full`` (every block recomputed in backward: one more forward)."""
+    trainable_fraction: float = 1.0
+    """Share of the parameters that train (LoRA-style frozen weights): only they have gradients, optimizer state and
+    weight-gradient FLOPs, and only their gradients are reduced."""
+    offload_optimizer: str = "none"
+    """``cpu``: the optimizer state lives in host memory (ZeRO-Offload); the GPU keeps none of it."""
 
     def __post_init__(self) -> None:
         if self.reduce_bytes is not None and (isinstance(self.reduce_bytes, bool) or self.reduce_bytes not in (2, 4)):
             raise ValueError(f"reduce_bytes must be 2 (bf16) or 4 (fp32), got {self.reduce_bytes!r}")
-        for name in ("micro_batch", "comm_bytes", "ddp_bucket_bytes", "deepspeed_bucket_elements"):
+        for name in ("micro_batch", "comm_bytes", "ddp_bucket_bytes", "deepspeed_bucket_elements", "grad_accum"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.seq_len is not None and (isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 1):
             raise ValueError(f"seq_len must be a positive integer, got {self.seq_len!r}")
-        if not 0 < self.mfu <= 1:
+        if self.mfu is not None and not 0 < self.mfu <= 1:
             raise ValueError(f"mfu must be in (0, 1], got {self.mfu!r}")
-        if not 0 <= self.overlap <= 1:
+        if self.overlap is not None and not 0 <= self.overlap <= 1:
             raise ValueError(f"overlap must be in [0, 1], got {self.overlap!r}")
         if not (self.call_overhead_s >= 0 and self.call_overhead_s < 1):
             raise ValueError(f"call_overhead_s must be in [0, 1) seconds, got {self.call_overhead_s!r}")
@@ -118,8 +191,14 @@ class StepAssumptions:
             raise ValueError(f"host_call_s must be in [0, 1e-3) seconds per call, got {self.host_call_s!r}")
         if not 0 < self.usable_fraction <= 1:
             raise ValueError(f"usable memory fraction must be in (0, 1], got {self.usable_fraction!r}")
-        if self.dtype not in ("bfloat16", "float32"):
-            raise ValueError(f"dtype must be bfloat16 or float32, got {self.dtype!r}")
+        if self.dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
+        if self.checkpointing not in ("none", "full"):
+            raise ValueError(f"activation checkpointing must be none or full, got {self.checkpointing!r}")
+        if not 0 < self.trainable_fraction <= 1:
+            raise ValueError(f"trainable fraction must be in (0, 1], got {self.trainable_fraction!r}")
+        if self.offload_optimizer not in ("none", "cpu"):
+            raise ValueError(f"optimizer offload must be none or cpu, got {self.offload_optimizer!r}")
 
     @property
     def gradient_bytes(self) -> int:
@@ -149,6 +228,10 @@ class Message:
     HSDP's shard-group collectives."""
     replicas: bool = False
     """Issued across the groups, one rank of each: HSDP's all-reduce of the gradient shards."""
+    per_micro_step: bool = True
+    """Issued in every micro-batch (ZeRO-2/3's and FSDP's reductions and gathers), not once per optimizer step
+    (DDP's all-reduce under ``no_sync``, ZeRO-0/1's reduction at the accumulation boundary, the all-gather after the
+    step)."""
 
     def __post_init__(self) -> None:
         if self.op not in OPS:
@@ -196,6 +279,11 @@ class StepPrediction:
     messages: tuple[Message, ...] = field(default_factory=tuple)
     host_time_s: float = 0.0
     """The host terms alone (per collective call and per recorded Python call), included in the exposed time."""
+    mfu: float | None = None
+    """The MFU the compute time assumed (constant or :func:`achieved_mfu`'s)."""
+    memory_runtime_bytes: int = 0
+    """Device memory outside the allocator at the peak (CUDA context, NCCL buffers; 0 on the allocated basis):
+    "fits" compares ``memory_total_bytes`` plus these with the usable memory (:meth:`PeakTerms.fits`)."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -206,9 +294,40 @@ class StepPrediction:
 
     def to_row(self) -> dict[str, Any]:
         """The ``strategies`` row of the predictions document."""
-        row = {k: v for k, v in asdict(self).items() if k not in ("messages", "host_time_s")}
+        row = {k: v for k, v in asdict(self).items()
+               if k not in ("messages", "host_time_s", "mfu", "memory_runtime_bytes")}
         row["method"] = "modeled"
         return row
+
+
+def matmul_intensity(tokens: int, width: int, element_bytes: int = 2) -> float:
+    """FLOPs per byte of memory traffic of one ``[tokens x width] @ [width x width]`` matmul: ``2·T·h²`` FLOPs over
+    the input, weight and output read or written once (``e·(2·T·h + h²)`` bytes)."""
+    return 2.0 * tokens * width * width / (element_bytes * (2.0 * tokens * width + width * width))
+
+
+def roofline_share(tokens: int, width: int, peak_flops: float, memory_bytes_s: float, element_bytes: int = 2) -> float:
+    """Share of the peak a transformer's matmuls reach at ``tokens`` per micro-batch: the roofline's compute time
+    over compute plus memory time, ``I / (I + peak / bandwidth)`` (``I``: :func:`matmul_intensity`), so a matmul
+    whose intensity equals the GPU's ridge point runs at half the peak and one far above it near the peak."""
+    intensity = matmul_intensity(tokens, width, element_bytes)
+    return intensity / (intensity + peak_flops / memory_bytes_s)
+
+
+def achieved_mfu(tokens: int, width: int, peak_flops: float, memory_gbps: float | None, arch: str = "ampere",
+                 element_bytes: int = 2) -> float:
+    """Modeled MFU of a micro-batch of ``tokens`` tokens per GPU on a model of hidden size ``width``.
+
+    A published efficiency ceiling times the roofline: ``ceiling · roofline_share(T, h)``, where the ceiling is the
+    GPU class's published MFU (:data:`PUBLISHED_EFFICIENCY`) divided by the roofline share at that run's own shape
+    and GPU, so the curve passes through the published run and rises with the tokens per micro-batch and the width
+    (a larger micro-batch, or a wider model, keeps the matmuls further above the ridge point). ``memory_gbps`` None
+    (a GPU without a datasheet bandwidth here): the published GPU's ratio of peak to bandwidth is assumed.
+    """
+    point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(arch, "ampere")]
+    ceiling = point.mfu / roofline_share(point.tokens, point.width, point.peak_flops, point.memory_gbps * 1e9)
+    bandwidth = memory_gbps * 1e9 if memory_gbps else peak_flops * point.memory_gbps * 1e9 / point.peak_flops
+    return min(1.0, ceiling * roofline_share(tokens, width, peak_flops, bandwidth, element_bytes))
 
 
 def unit_params(cfg: ModelConfig) -> list[int]:
@@ -218,10 +337,29 @@ def unit_params(cfg: ModelConfig) -> list[int]:
     return [block] * cfg.n_layers + [total - block * cfg.n_layers]
 
 
-def _buckets(op: str, total_bytes: int, bucket: int, phase: str) -> list[Message]:
+def _buckets(op: str, total_bytes: int, bucket: int, phase: str, per_micro_step: bool = True) -> list[Message]:
     full, rest = divmod(total_bytes, bucket)
-    out = [Message(op, bucket, full, phase)] if full else []
-    return out + ([Message(op, rest, 1, phase)] if rest else [])
+    out = [Message(op, bucket, full, phase, per_micro_step=per_micro_step)] if full else []
+    return out + ([Message(op, rest, 1, phase, per_micro_step=per_micro_step)] if rest else [])
+
+
+def deepspeed_overlap_comm(strategy: str, a: StepAssumptions) -> bool:
+    """DeepSpeed's ``overlap_comm`` for ``strategy``: the assumption's, else DeepSpeed's default (on for stage 3 only:
+    ``DeepSpeedZeroConfig``'s validator sets it to ``stage == 3`` when unset)."""
+    if a.overlap_comm is not None:
+        return a.overlap_comm
+    return strategy in ("zero3", "zero3_hpz")
+
+
+def zero_gradient_phase(strategy: str, a: StepAssumptions) -> str:
+    """Where DeepSpeed ZeRO-0/1/2 reduce gradients (deepspeed/runtime/engine.py ``allreduce_gradients`` and
+    zero/stage_1_and_2.py): stage 0 (``buffered_allreduce_fallback``) and stage 1 (``reduce_gradients``) only at the
+    accumulation boundary, after backward has returned (``after_backward``: nothing to hide behind); stage 2 from its
+    per-parameter hooks as each bucket fills, in every micro-batch, on a side stream only with ``overlap_comm``
+    (``backward``), else on the compute stream, which waits for it (``after_backward``)."""
+    if strategy == "zero2" and deepspeed_overlap_comm(strategy, a):
+        return "backward"
+    return "after_backward"
 
 
 def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int | None = None,
@@ -234,14 +372,16 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     e, g = a.comm_bytes, a.gradient_bytes
-    grads, params = cfg.param_count() * g, cfg.param_count() * e
-    if strategy == "ddp":
-        return _buckets("all_reduce", grads, a.ddp_bucket_bytes, "backward")
+    grads, params = int(cfg.param_count() * a.trainable_fraction) * g, cfg.param_count() * e
+    if strategy == "ddp":  # gradients synchronised in the last micro-batch only (no_sync before it)
+        return _buckets("all_reduce", grads, a.ddp_bucket_bytes, "backward", per_micro_step=False)
     if strategy == "zero0":
-        return _buckets("all_reduce", grads, a.deepspeed_bucket_elements * g, "backward")
+        return _buckets("all_reduce", grads, a.deepspeed_bucket_elements * g, zero_gradient_phase(strategy, a),
+                        per_micro_step=False)
     if strategy in ("zero1", "zero2"):
-        return (_buckets("reduce_scatter", grads, a.deepspeed_bucket_elements * g, "backward")
-                + _buckets("all_gather", params, a.deepspeed_bucket_elements * e, "after_step"))
+        return (_buckets("reduce_scatter", grads, a.deepspeed_bucket_elements * g, zero_gradient_phase(strategy, a),
+                         per_micro_step=strategy == "zero2")
+                + _buckets("all_gather", params, a.deepspeed_bucket_elements * e, "after_step", per_micro_step=False))
     units = unit_params(cfg)
     hsdp = strategy == "hsdp"
     out = [Message("all_gather", p * e, 1, "forward", island=hsdp) for p in units]
@@ -256,10 +396,13 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int 
     return out
 
 
-def _default_phase(strategy: str, op: str) -> str:
-    """Where a recorded op the modeled schedule lacks is issued: gradient reductions in backward,
-    ZeRO-1/2's parameter all-gather after the step, a sharded strategy's gathers in forward, the rest after the step."""
+def _default_phase(strategy: str, op: str, a: StepAssumptions | None = None) -> str:
+    """Where a recorded op the modeled schedule lacks is issued: gradient reductions in backward (DeepSpeed
+    ZeRO-0/1/2's where :func:`zero_gradient_phase` puts them), ZeRO-1/2's parameter all-gather after the step, a
+    sharded strategy's gathers in forward, the rest after the step."""
     if op in ("all_reduce", "reduce_scatter"):
+        if strategy in ("zero0", "zero1", "zero2"):
+            return zero_gradient_phase(strategy, a or StepAssumptions())
         return "backward"
     if op == "all_gather":
         return "after_step" if strategy in ("zero1", "zero2") else "forward"
@@ -281,25 +424,39 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
         modeled[m.op][(m.phase, m.island, m.replicas)] += m.size_bytes * m.count
     out = []
     for rec in recorded:
-        phases = modeled.get(rec.op) or {(_default_phase(strategy, rec.op), False, False): 1}
+        phases = modeled.get(rec.op) or {(_default_phase(strategy, rec.op, a), False, False): 1}
         total = sum(phases.values())
         for (phase, island, replicas), weight in phases.items():
             calls = max(1, round(rec.calls * weight / total))
             size = max(1, round(rec.size_bytes * weight / total / calls))
-            out.append(Message(rec.op, size, calls, phase, island, replicas))
+            out.append(Message(rec.op, size, calls, phase, island, replicas, per_micro_step=False))  # one step's
     return out
 
 
-def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None) -> int:
-    """The memory criterion of "fits": :func:`shardscope.costmodel.memory_peak.whole_peak`, the one whole-peak function.
+def work_factor(a: StepAssumptions) -> float:
+    """The step's FLOPs relative to ``6·N`` per token: forward 2, input gradients 2, weight gradients 2 × the
+    trainable fraction (frozen weights need none), and one more forward (2) under full activation checkpointing."""
+    return (2 + (2 if a.checkpointing == "full" else 0) + 2 + 2 * a.trainable_fraction) / 6
+
+
+def whole_peak_terms(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions,
+                     shard_group: int | None = None) -> Any:
+    """The memory criterion of "fits": :func:`shardscope.costmodel.answer.job_peak`, the one whole-peak function.
 
     Its default model states are the implementation's (what this code's strategies hold), with
-    activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``
-    (``shard_group``: an hsdp shard group or a zero3_hpz partition).
+    activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``, ``a.checkpointing``,
+    ``a.trainable_fraction`` and ``a.offload_optimizer`` (``shard_group``: an hsdp shard group or a zero3_hpz
+    partition), on the GPU's reserved basis.
     """
-    from shardscope.costmodel.memory_peak import whole_peak
+    from shardscope.costmodel.answer import job_peak
 
-    return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, dtype=a.dtype, shard_group=shard_group).peak_bytes
+    return job_peak(strategy, cfg, gpus, a, shard_group)
+
+
+def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions,
+                     shard_group: int | None = None) -> int:
+    """:func:`whole_peak_terms`' peak, as the GPU's allocator reaches it (reserved basis)."""
+    return int(whole_peak_terms(strategy, cfg, gpus, a, shard_group).peak_bytes)
 
 
 def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float],
@@ -309,15 +466,119 @@ def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_t
     across the replica groups by ``replica_time`` where given, the rest (and those without a timer) by ``collective_time``."""
     per_phase: dict[str, float] = {}
     for m in messages:
-        timer = (island_time if m.island else replica_time if m.replicas else None) or collective_time
+        timer = _message_timer(m, collective_time, island_time, replica_time)
         per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * timer(m.op, m.size_bytes)
     return per_phase
 
 
+def _phase_windows(compute_s: float) -> dict[str, float]:
+    return {"forward": compute_s / 3.0, "backward": 2.0 * compute_s / 3.0, "after_backward": 0.0, "after_step": 0.0}
+
+
 def exposed_comm_s(compute_s: float, per_phase: dict[str, float], overlap: float) -> float:
     """Communication left exposed: each phase's time less what hides behind its compute (forward 1/3, backward 2/3)."""
-    windows = {"forward": compute_s / 3.0, "backward": 2.0 * compute_s / 3.0, "after_step": 0.0}
+    windows = _phase_windows(compute_s)
     return sum(t - min(overlap * t, windows[phase]) for phase, t in per_phase.items())
+
+
+def _message_timer(m: Message, collective_time: Callable[[str, int], float],
+                   island_time: Callable[[str, int], float] | None,
+                   replica_time: Callable[[str, int], float] | None) -> Callable[[str, int], float]:
+    return (island_time if m.island else replica_time if m.replicas else None) or collective_time
+
+
+def _slices(calls: list[float], k: int) -> list[list[float]]:
+    """``calls`` (seconds each, in issue order) spread evenly over ``k`` compute slices."""
+    out: list[list[float]] = [[] for _ in range(k)]
+    for i, seconds in enumerate(calls):
+        out[i * k // len(calls)].append(seconds)
+    return out
+
+
+def pipelined_exposed_s(window_s: float, gathers: list[float], others: list[float]) -> float:
+    """Seconds a phase's communication adds to its ``window_s`` of compute, from the schedule that issues it.
+
+    The compute is cut into equal slices, one per unit (or bucket). A gather (``gathers``: parameter all-gathers)
+    must finish before its slice starts and is issued when the slice before it starts (FSDP2's and ZeRO-3's
+    prefetch of the next unit); a reduction (``others``) is issued when its slice ends (a bucket ready, a unit's
+    backward done). One communication stream serves them in issue order. The first gather and the last reduction
+    can hide behind nothing; the rest hide behind the neighbouring slices' compute when they are shorter.
+    """
+    k = max(len(gathers), len(others), 1)
+    pre = _slices(gathers, k) if gathers else [[] for _ in range(k)]
+    post = _slices(others, k) if others else [[] for _ in range(k)]
+    slice_s = window_s / k
+    free = sum(pre[0])
+    pre_done = free
+    clock = 0.0
+    for s in range(k):
+        start = max(clock, pre_done) if pre[s] else clock
+        if s + 1 < k and pre[s + 1]:
+            free = max(free, start) + sum(pre[s + 1])
+            pre_done = free
+        clock = start + slice_s
+        if post[s]:
+            free = max(free, clock) + sum(post[s])
+    return max(clock, free) - window_s
+
+
+def scheduled_exposed_s(compute_s: float, messages: list[Message] | tuple[Message, ...],
+                        time_of: Callable[[Message], float]) -> float:
+    """Exposed communication of one micro-batch from each strategy's schedule instead of a fixed overlap share.
+
+    Collectives issued after backward or after the step (:data:`SERIAL_PHASES`) hide behind nothing; those of the
+    forward (1/3 of the compute) and the backward (2/3) pass through :func:`pipelined_exposed_s`: DDP's buckets
+    hide all but the last bucket while backward runs longer than they do; ZeRO-3/FSDP hide all but the first
+    unit's gather and the last unit's reduce-scatter, plus whatever a unit's collectives take beyond its compute.
+    """
+    windows = _phase_windows(compute_s)
+    exposed = 0.0
+    for phase in PHASES:
+        calls = [(m.op, time_of(m)) for m in messages if m.phase == phase for _ in range(m.count)]
+        if not calls:
+            continue
+        if phase in SERIAL_PHASES:
+            exposed += sum(t for _, t in calls)
+            continue
+        gathers = [t for op, t in calls if op == "all_gather"]
+        others = [t for op, t in calls if op != "all_gather"]
+        exposed += max(pipelined_exposed_s(windows[phase], gathers, others), 0.0)
+    return exposed
+
+
+def compute_mfu(cfg: ModelConfig, a: StepAssumptions, peak_flops: float, gpu: GpuSpec | None = None) -> float:
+    """The MFU of one micro-batch: ``a.mfu`` where given or calibrated, else :func:`achieved_mfu` at the tokens per
+    micro-batch and the model's width on ``gpu`` (its datasheet bandwidth and class; Ampere's curve without one)."""
+    if a.mfu is not None:
+        return a.mfu
+    tokens = a.micro_batch * a.seq_len_for(cfg)
+    element = 4 if a.dtype == "float32" else 2
+    arch = gpu.arch if gpu is not None else "ampere"
+    return achieved_mfu(tokens, cfg.d_model, peak_flops, gpu.memory_bandwidth_gbps if gpu else None, arch, element)
+
+
+def modeled_host_calls(strategy: str, cfg: ModelConfig) -> int:
+    """Python function calls one micro-batch of ``strategy`` makes on ``cfg`` (:data:`HOST_CALLS`: fixed + per
+    block)."""
+    fixed, per_block = HOST_CALLS[HOST_CALLS_LIKE.get(strategy, strategy)]
+    return fixed + per_block * cfg.n_layers
+
+
+def _comm_exposure(messages: list[Message], compute_s: float, a: StepAssumptions,
+                   time_of: Callable[[Message], float]) -> float:
+    """Exposed communication of a whole step: ``grad_accum - 1`` micro-batches with their per-micro-batch collectives,
+    and the last one with those and the once-per-step ones (DDP's all-reduce, ZeRO-1's reduction, the after-step
+    gather)."""
+    def exposed(ms: list[Message]) -> float:
+        if a.overlap is None:
+            return scheduled_exposed_s(compute_s, ms, time_of)
+        per_phase: dict[str, float] = {}
+        for m in ms:
+            per_phase[m.phase] = per_phase.get(m.phase, 0.0) + m.count * time_of(m)
+        return exposed_comm_s(compute_s, per_phase, a.overlap)
+
+    every = [m for m in messages if m.per_micro_step]
+    return (a.grad_accum - 1) * (exposed(every) if every else 0.0) + exposed(messages)
 
 
 def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_flops: float,
@@ -325,7 +586,8 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
                  a: StepAssumptions | None = None,
                  recorded: list[RecordedCollective] | tuple[RecordedCollective, ...] | None = None,
                  host_calls: int | None = None, island_time: Callable[[str, int], float] | None = None,
-                 shard_group: int | None = None, replica_time: Callable[[str, int], float] | None = None) -> StepPrediction:
+                 shard_group: int | None = None, replica_time: Callable[[str, int], float] | None = None,
+                 gpu: GpuSpec | None = None) -> StepPrediction:
     """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call.
 
     ``recorded``: the bytes a measured run of the same job moved per step (:func:`recorded_messages`);
@@ -335,30 +597,52 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     the collectives issued inside one island (zero3_hpz's backward all-gather, hsdp's shard-group ones) and
     ``replica_time`` those across the replica groups (hsdp's all-reduce); default: ``collective_time``.
     ``shard_group`` is an hsdp job's shard group or a zero3_hpz job's partition (its messages and memory).
+    ``gpu``: the GPU's spec, for the compute curve (:func:`compute_mfu`). One step is ``a.grad_accum``
+    micro-batches of ``a.micro_batch`` sequences; a recorded run's collectives are taken as one step's.
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
     a = a or StepAssumptions()
     seq = a.seq_len_for(cfg)
     tokens = a.micro_batch * seq
-    compute = cfg.flops_per_token(seq) * tokens / (peak_flops * a.mfu)
+    mfu = compute_mfu(cfg, a, peak_flops, gpu)
+    micro_compute = cfg.flops_per_token(seq) * tokens / (peak_flops * mfu) * work_factor(a)
+    compute = micro_compute * a.grad_accum
     if gpus < 2:
         messages: list[Message] = []
+    elif recorded:
+        messages = recorded_messages(strategy, cfg, a, recorded, gpus, shard_group)
     else:
-        messages = (recorded_messages(strategy, cfg, a, recorded, gpus, shard_group) if recorded
-                    else messages_for(strategy, cfg, a, gpus, shard_group))
-    per_phase = phase_comm_times(messages, collective_time, island_time, replica_time)
-    calls = sum(m.count for m in messages)
+        messages = messages_for(strategy, cfg, a, gpus, shard_group)
+
+    def time_of(m: Message) -> float:
+        return _message_timer(m, collective_time, island_time, replica_time)(m.op, m.size_bytes)
+
+    exposed_comm = _comm_exposure(messages, micro_compute, a, time_of)
+    step_messages = [replace(m, count=m.count * a.grad_accum) if m.per_micro_step else m for m in messages]
+    per_phase = phase_comm_times(step_messages, collective_time, island_time, replica_time)
+    calls = sum(m.count for m in step_messages)
     if host_calls is not None and host_calls < 0:
         raise ValueError(f"host_calls must be non-negative, got {host_calls}")
+    if host_calls is None and a.host_call_s > 0 and gpu is not None:  # advise with a calibration: the modeled count
+        host_calls = modeled_host_calls(strategy, cfg) * a.grad_accum
     host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
-    exposed = exposed_comm_s(compute, per_phase, a.overlap) + host
     comm = sum(per_phase.values()) + host
-    memory = {"total_bytes": whole_peak_bytes(strategy, cfg, gpus, a, shard_group)}
+    exposed = min(exposed_comm, sum(per_phase.values())) + host
+    if host == 0 and gpu is not None and not gpu.family.startswith("CPU"):
+        # no calibration, on a GPU: the frameworks' host work runs while the GPU works through what it has been
+        # given, so it costs the step only where it takes longer than the GPU's compute and exposed communication
+        host_s = modeled_host_calls(strategy, cfg) * a.grad_accum * DEFAULT_HOST_CALL_S
+        host = max(0.0, host_s - (compute + exposed))
+        comm += host
+        exposed += host
+    terms = whole_peak_terms(strategy, cfg, gpus, a, shard_group)
+    memory = {"total_bytes": terms.peak_bytes}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
-    fits = None if available is None else memory["total_bytes"] <= available
+    fits = None if available is None else terms.fits(available)
     return StepPrediction(strategy=strategy, model=model, param_count=cfg.param_count(), gpus=gpus,
                           step_time_s=compute + exposed, compute_time_s=compute, comm_time_s=comm,
                           exposed_comm_time_s=exposed, memory_total_bytes=int(memory["total_bytes"]),
-                          memory_available_bytes=available, fits=fits, tokens_per_step=tokens * gpus,
-                          messages=tuple(messages), host_time_s=host)
+                          memory_available_bytes=available, fits=fits, tokens_per_step=tokens * gpus * a.grad_accum,
+                          messages=tuple(step_messages), host_time_s=host, mfu=mfu,
+                          memory_runtime_bytes=terms.runtime_bytes)

@@ -253,7 +253,7 @@ def _modeled(sample: StepSample, rate: float, overlap: float, timer: Callable[[s
 
 #: Share of the compute a phase's collectives can hide behind (forward 1/3, backward 2/3, nothing after the step),
 #: as :func:`shardscope.costmodel.step.exposed_comm_s` models it.
-_WINDOWS = {"forward": 1.0 / 3.0, "backward": 2.0 / 3.0, "after_step": 0.0}
+_WINDOWS = {"forward": 1.0 / 3.0, "backward": 2.0 / 3.0, "after_backward": 0.0, "after_step": 0.0}
 
 
 def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> tuple[float, float, float, float]:

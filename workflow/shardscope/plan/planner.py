@@ -146,8 +146,18 @@ def transports(topology: dict[str, Any], config: dict[str, Any]) -> list[str]:
 
 
 def device_profile(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """The config section that sizes jobs for this machine: ``gpu`` with GPUs, else ``cpu``."""
-    return config["gpu"] if _gpu_count(topology) > 0 else config["cpu"]
+    """The config section that sizes jobs for this machine: ``gpu`` with GPUs, else ``cpu`` (a Hugging Face
+    ``config.json`` path as its model read into dimensions and a name:
+    :func:`~shardscope.contracts.hf_config.spec_of`)."""
+    from shardscope.contracts.hf_config import spec_of
+
+    name = "gpu" if _gpu_count(topology) > 0 else "cpu"
+    section = config[name]
+    try:
+        model = spec_of(section["model"], f"{name}.model")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return section if model is section["model"] else {**section, "model": model}  # the section itself where unchanged
 
 
 def _job_env(topology: dict[str, Any], transport: str) -> dict[str, str]:
@@ -174,6 +184,13 @@ def condition_strategies(config: dict[str, Any]) -> dict[str, list[str]]:
 def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: int, model_name: str) -> Scale | str | None:
     """The memory-bound scale of config ``training.memory_bound`` (None when the key is absent), or why it is not planned."""
     section = config["training"].get("memory_bound")
+    if section and section.get("model") is not None:
+        from shardscope.contracts.hf_config import spec_of
+
+        try:
+            section = {**section, "model": spec_of(section["model"], "training.memory_bound.model")}
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     if not section:
         return None
     scale = memory_scale(topology, section, world_size)

@@ -7,9 +7,11 @@ the question is which strategy fits at all. DDP of 7.2 B parameters needs 16 byt
 (116 GB) on every GPU, so on 80 GB GPUs its run must be an ``oom`` row, while ZeRO-3 / FSDP
 shard the same state over the ranks.
 
-The model is planned where its fully sharded state (ZeRO-3, 16 bytes per parameter over the
-world size) fits within :data:`STATE_SHARE` of one GPU's memory; otherwise the next smaller
-preset of :data:`SMALLER` that does, and the reason says what was scaled down and why. Where
+The model is planned where its whole peak under ZeRO-3 (the most sharded strategy: states, activations
+and buffers at the section's sequence length and micro-batch, in bf16) fits the usable share of one
+GPU's memory (:data:`USABLE_FRACTION`), the bytes :func:`shardscope.costmodel.answer.job_peak` gives
+advise, ``memory`` and the report; otherwise the next smaller preset of :data:`SMALLER` that does, and
+the reason says what was scaled down and why. Where
 the probe saw no GPU memory, the configured model is planned as it is (a run that does not fit
 is an ``oom`` row, never a crash). Torch-free.
 """
@@ -19,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-#: Share of one GPU's memory the sharded model states may fill; the rest is left to activations,
-#: the gathered layers and the framework's buffers.
-STATE_SHARE = 0.6
+from shardscope.costmodel.step import DEFAULT_USABLE_FRACTION
+
+#: Share of one GPU's memory the whole modeled peak may fill: advise's (all of it: the peak counts the allocator's
+#: reserve, the CUDA context and NCCL's buffers itself).
+USABLE_FRACTION = DEFAULT_USABLE_FRACTION
 #: Presets to scale down to, largest first (gpt2-small is the communication-bound scale already).
 SMALLER = ("mistral-7b", "llama-1b")
 
@@ -52,7 +56,8 @@ def gpu_memory_bytes(topology: dict[str, Any]) -> int | None:
 def memory_scale(topology: dict[str, Any], section: dict[str, Any], world_size: int) -> Scale | str:
     """The memory-bound scale of config ``training.memory_bound`` for ``world_size`` GPUs, or why none is planned."""
     from shardscope.contracts.models import resolve_model
-    from shardscope.costmodel.memory_model import predict_memory
+    from shardscope.costmodel.answer import job_peak
+    from shardscope.costmodel.step import StepAssumptions
 
     wanted = section["model"]
     name, cfg = resolve_model(wanted)
@@ -65,19 +70,21 @@ def memory_scale(topology: dict[str, Any], section: dict[str, Any], world_size: 
                      "is an oom row")
     ladder = [wanted, *(SMALLER[SMALLER.index(wanted) + 1:] if isinstance(wanted, str) and wanted in SMALLER else ())]
     notes = []
+    usable = int(memory * USABLE_FRACTION)
     for candidate in ladder:
         cname, ccfg = resolve_model(candidate)
-        sharded = predict_memory(ccfg.param_count(), "zero3", world_size)["total_bytes"]
-        full = predict_memory(ccfg.param_count(), "ddp", world_size)["total_bytes"]
-        if sharded <= STATE_SHARE * memory:
-            fit = "fits (before activations)" if full <= memory else "does not fit (expect an oom row)"
-            why = (f"{cname} ({ccfg.param_count() / 1e9:.2f} B parameters): sharded over {world_size} GPU(s) its weights, "
-                   f"gradients and Adam state take {_gib(sharded)} per GPU of {_gib(memory)}; unsharded (DDP) "
+        step = StepAssumptions(micro_batch=micro_batch, seq_len=min(seq_len, ccfg.max_seq_len), dtype="bfloat16")
+        sharded_terms, full_terms = job_peak("zero3", ccfg, world_size, step), job_peak("ddp", ccfg, world_size, step)
+        sharded, full = sharded_terms.peak_bytes, full_terms.peak_bytes
+        if sharded_terms.fits(usable):
+            fit = "fits" if full_terms.fits(usable) else "does not fit (expect an oom row)"
+            why = (f"{cname} ({ccfg.param_count() / 1e9:.2f} B parameters): sharded over {world_size} GPU(s) (ZeRO-3) "
+                   f"its whole modeled peak is {_gib(sharded)} per GPU of the {_gib(usable)} usable; unsharded (DDP) "
                    f"{_gib(full)}, which {fit}")
             if notes:
                 why = f"scaled down to {cname}: " + "; ".join(notes) + f". {why}"
             return Scale(candidate, cname, min(seq_len, ccfg.max_seq_len), micro_batch, strategies, why)
-        notes.append(f"{cname} would take {_gib(sharded)} per GPU even sharded over {world_size} GPU(s), above "
-                     f"{STATE_SHARE:.0%} of the {_gib(memory)} of one GPU")
+        notes.append(f"{cname} would peak at {_gib(sharded)} per GPU even sharded over {world_size} GPU(s) (ZeRO-3), "
+                     f"above the {_gib(usable)} usable of one GPU ({USABLE_FRACTION:.0%} of {_gib(memory)})")
     return "no memory-bound model is planned: " + "; ".join(notes)
 

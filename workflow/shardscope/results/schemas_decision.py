@@ -21,7 +21,8 @@ class DecisionMapCellsSchema(_Table):
 
     ``strategy`` is the recommendation (``none`` when nothing fits), ``pick`` its label with the
     tie (``fsdp (tie with zero2 within 1.0%)``), ``ranking`` the fitting strategies fastest first;
-    ``per_gpu_bytes`` the whole modeled peak of the strategy shown (the smallest peak when nothing
+    ``per_gpu_bytes`` the whole modeled peak (on the device basis: the reserved peak, the CUDA context and NCCL's
+    buffers) of the strategy shown (the smallest peak when nothing
     fits) and ``ddp_per_gpu_bytes`` DDP's; ``tie_margin`` the model's tie margin and ``rule`` where
     the rule is written. Modeled on the panel's published machine, never measured.
     """

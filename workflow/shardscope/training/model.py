@@ -1,8 +1,9 @@
 """A GPT-style decoder you can read in one sitting (nanoGPT shape, Llama/Mistral details).
 
 Pre-norm blocks of grouped-query attention and a SwiGLU MLP with RMSNorm, untied embeddings,
-as in Llama and Mistral. Its shape and the published presets live in
-:mod:`shardscope.contracts.models` (torch-free); the weights are random, and nothing is downloaded.
+as in Llama and Mistral (a GELU MLP and tied embeddings where the shape asks, as in GPT-2). Its
+shape and the published presets live in :mod:`shardscope.contracts.models` (torch-free); the
+weights are random, and nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -73,6 +74,18 @@ class MLP(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
+class GeluMLP(nn.Module):
+    """GELU feed-forward of GPT-2 and GPT-NeoX (``mlp: gelu``): ``down(gelu(up(x)))``, no biases."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x), approximate="tanh"))
+
+
 class Block(nn.Module):
     """One pre-norm transformer block."""
 
@@ -81,7 +94,7 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(cfg.d_model)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg) if cfg.mlp == "swiglu" else GeluMLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))

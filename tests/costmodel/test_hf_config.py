@@ -1,0 +1,82 @@
+"""``--model PATH/config.json``: real Hugging Face configs (tests/data/hf) read as the decoder's shape, bad ones
+refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shardscope.contracts.models import PRESETS, resolve_model
+
+HF = Path(__file__).resolve().parents[1] / "data" / "hf"
+
+
+def test_llama_3_2_1b_config_is_the_preset() -> None:
+    name, cfg = resolve_model(str(HF / "llama-3.2-1b" / "config.json"))
+    preset = PRESETS["llama-1b"]
+    assert name == "llama-3.2-1b"
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.vocab_size, cfg.tie_embeddings) == \
+        (preset.n_layers, preset.d_model, preset.n_heads, preset.n_kv_heads, preset.d_ff, preset.vocab_size, True)
+    assert cfg.param_count() == preset.param_count() and cfg.max_seq_len == 131072 and cfg.mlp == "swiglu"
+
+
+def test_gpt2_config_reads_gpt2_keys() -> None:
+    name, cfg = resolve_model(str(HF / "gpt2" / "config.json"))
+    assert name == "gpt2"
+    shape = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.max_seq_len)
+    assert shape == (12, 768, 12, 12, 3072, 1024)
+    assert cfg.mlp == "gelu" and cfg.tie_embeddings  # n_inner null: 4 x width; GPT-2's tying is transformers' default
+    assert 123e6 < cfg.param_count() < 124.5e6  # published 124.4 M with biases, LayerNorms and the position table
+
+
+def test_qwen2_config_counts_all_but_its_qkv_biases() -> None:
+    name, cfg = resolve_model(str(HF / "qwen2-0.5b" / "config.json"))
+    assert name == "qwen2-0.5b"  # its _name_or_path is a local cache path: the folder names it
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.tie_embeddings, cfg.mlp) == (14, 2, 64, True, "swiglu")
+    assert cfg.param_count() == 494_032_768 - 24 * (896 + 2 * 128)  # published count less the q, k, v biases
+
+
+def _write(tmp_path: Path, doc: dict) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+MISTRAL = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
+           "hidden_act": "silu", "tie_word_embeddings": False}
+
+
+def test_mistral_keys_give_the_mistral_preset(tmp_path: Path) -> None:
+    assert resolve_model(_write(tmp_path, MISTRAL))[1].param_count() == PRESETS["mistral-7b"].param_count()
+
+
+def test_neox_is_gelu_and_untied_by_default(tmp_path: Path) -> None:
+    doc = {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 6, "num_attention_heads": 8,
+           "intermediate_size": 2048, "vocab_size": 50304, "max_position_embeddings": 2048, "hidden_act": "gelu"}
+    cfg = resolve_model(_write(tmp_path, doc))[1]
+    assert cfg.mlp == "gelu" and not cfg.tie_embeddings and cfg.n_kv_heads == 8
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"hidden_size": None}, "hidden_size or n_embd"),
+    ({"intermediate_size": None}, "intermediate_size"),
+    ({"vocab_size": None}, "vocab_size"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers must be a positive integer, got 0"),
+    ({"num_attention_heads": 30}, "hidden_size (4096) must be divisible by num_attention_heads (30)"),
+    ({"num_key_value_heads": 5}, "num_attention_heads (32) must be divisible by num_key_value_heads (5)"),
+], ids=["no-width", "no-mlp-width", "no-vocab", "zero-layers", "heads-width", "kv-heads"])
+def test_bad_config_is_one_sentence_naming_file_and_key(tmp_path: Path, change: dict, fragment: str) -> None:
+    doc = {k: v for k, v in {**MISTRAL, **change}.items() if v is not None}
+    path = _write(tmp_path, doc)
+    with pytest.raises(ValueError) as err:
+        resolve_model(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and fragment in message and "\n" not in message
+
+
+def test_missing_file_says_what_model_takes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no such file; --model takes a preset"):
+        resolve_model(str(tmp_path / "nope" / "config.json"))
