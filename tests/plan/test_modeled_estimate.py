@@ -119,8 +119,8 @@ def test_plan_prints_the_modeled_estimate_first_in_its_log_and_in_its_summary(tm
 
 
 def test_plan_predictions_time_hpz_and_hsdp_inside_their_planned_islands(config: dict[str, Any]) -> None:
-    """On NVL pairs the planner adds hsdp and zero3_hpz with shard size 2; their modeled steps (collectives inside
-    one pair timed on one pair's GPUs) beat fsdp's and zero3's, which cross PCIe."""
+    """On NVL pairs the planner adds hsdp and zero3_hpz with shard size 2; their modeled collectives (inside one pair,
+    timed on one pair's GPUs) beat fsdp's and zero3's, which cross PCIe, and their steps are never slower."""
     from shardscope.costmodel.documents import plan_predictions
 
     topo = topology("nvl_pairs")
@@ -130,5 +130,8 @@ def test_plan_predictions_time_hpz_and_hsdp_inside_their_planned_islands(config:
     models = {m for s, m in rows if s == "zero3_hpz"}
     assert models
     for model in models:
-        assert rows["zero3_hpz", model]["step_time_s"] < rows["zero3", model]["step_time_s"]
-        assert rows["hsdp", model]["step_time_s"] < rows["fsdp", model]["step_time_s"]
+        # their collectives take less time; the step is never slower (a small model's step may be bound by the
+        # framework's host work, the same for both: then the two tie)
+        for grouped, flat in (("zero3_hpz", "zero3"), ("hsdp", "fsdp")):
+            assert rows[grouped, model]["comm_time_s"] < rows[flat, model]["comm_time_s"]
+            assert rows[grouped, model]["step_time_s"] <= rows[flat, model]["step_time_s"] * (1 + 1e-9)

@@ -74,7 +74,7 @@ def test_small_gpus_scale_down_and_too_small_ones_plan_no_memory_scale(config: d
 def test_the_whole_zero3_peak_decides_where_the_7b_fits() -> None:
     """The plan sizes with the one whole-peak function (advise's and memory's bytes), not model states alone."""
     section = {"model": "mistral-7b"}
-    peak = job_peak("zero3", PRESETS["mistral-7b"], 8, StepAssumptions(seq_len=4096)).peak_bytes
+    peak = job_peak("zero3", PRESETS["mistral-7b"], 8, StepAssumptions(seq_len=4096)).device_bytes  # what must fit
     fits = memory_scale({"gpus": [{"memory_bytes": int(peak / USABLE_FRACTION) + 2}] * 8}, section, 8)
     below = memory_scale({"gpus": [{"memory_bytes": int(peak / USABLE_FRACTION) - 2**20}] * 8}, section, 8)
     assert fits.model_name == "mistral-7b" and below.model_name == "llama-1b"
