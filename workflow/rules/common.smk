@@ -291,8 +291,14 @@ def unfinished_planned_results():
     if not plan.exists() or not manifest.exists() or manifest.stat().st_mtime < plan.stat().st_mtime:
         return []
     try:
-        planned = [*collective_results(None), *training_results(None), *search_results(), *best_results(),
-                   *emulated_results(), *nccl_tests_peer_results(None)]
+        planned = [
+            *collective_results(None),
+            *training_results(None),
+            *search_results(),
+            *best_results(),
+            *emulated_results(),
+            *nccl_tests_peer_results(None),
+        ]
     except IncompleteCheckpointException:
         return []
     return [path for path in planned if not Path(path).exists()]
@@ -303,6 +309,9 @@ onsuccess:
     missing = unfinished_planned_results()
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        print(f"shardscope: the plan lists {len(missing)} result file(s) this run did not produce ({shown}); "
-              "run `snakemake` again to run them", file=sys.stderr)
+        print(
+            f"shardscope: the plan lists {len(missing)} result file(s) this run did not produce ({shown}); "
+            "run `snakemake` again to run them",
+            file=sys.stderr,
+        )
         raise SystemExit(1)
