@@ -53,8 +53,10 @@ def test_a_gpu_machine_models_its_own_fabric_beside_the_two_panels():
 
 def test_mistral_7b_on_80_gb_ddp_does_not_fit_and_the_sharded_ones_tie(plotted):
     mistral = plotted[(plotted["preset"] == "mistral-7b") & (plotted["gpu_memory_gb"] == 80)].set_index("panel")
-    assert set(mistral["strategy"]) == {"fsdp"}  # tied with ZeRO-2/3 within the margin, the least memory
-    assert all("zero2" in t and "zero3" in t for t in mistral["tied"])
+    # tied with ZeRO-3 within the margin, the least memory; ZeRO-1/2 reduce their gradients without overlap at
+    # DeepSpeed's defaults (overlap_comm off below stage 3), so they are slower here
+    assert set(mistral["strategy"]) == {"fsdp"}
+    assert all("zero3" in t and "zero2" not in t for t in mistral["tied"])
     assert (mistral["ddp_per_gpu_bytes"] > 80e9).all()
 
 

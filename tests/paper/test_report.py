@@ -50,10 +50,10 @@ def test_mistral_memory_paragraph_is_queried_not_typed(gpu_db, drawn_gpu, module
     assert "14 GB of parameters + 14 GB of gradients + 58 GB of Adam states" in text
     assert "116 GB with the fp32 master copy" in text
     # the decision map's table and caption: the stored cells
-    # zero1 fits since DeepSpeed shards its gradients (implementation states); the tied ones are listed fastest first,
-    # equal step times by the smaller whole peak (zero2's and zero1's steps are equal), so the test takes them as a set
+    # FSDP and ZeRO-3 tie; ZeRO-1/2 reduce their gradients without overlap at DeepSpeed's defaults (overlap_comm is
+    # off below stage 3), so they fall outside the margin; the tied ones are taken as a set
     tie = re.search(r"mistral-7b \(7\.24 B\) fsdp \(tie with ([a-z0-9_, ]+) within", text)
-    assert tie and set(tie.group(1).split(", ")) == {"zero1", "zero2", "zero3"}, tie
+    assert tie and set(tie.group(1).split(", ")) == {"zero3"}, tie
     assert "Against an 80 GB GPU (A100, H100): does not fit without the master copy, does not fit with it" in text
     source = TEMPLATE.read_text()
     assert not re.search(r"\b(87|116|58)\b", source)  # typed nowhere in the template: queried at build time

@@ -168,7 +168,7 @@ def test_exposed_communication_above_the_total_is_refused(tmp_path, predictions_
 def test_a_decision_cell_whose_pick_does_not_fit_is_refused(tmp_path, predictions_doc):
     """The stored map obeys the rule's first step: a recommended strategy's whole peak fits the cell's usable memory."""
     cell = next(c for c in predictions_doc["decision_map"] if c["strategy"] != "none")
-    cell["per_gpu_bytes"] = int(cell["gpu_memory_gb"] * 1e9)  # above the usable 90%
+    cell["per_gpu_bytes"] = int(cell["gpu_memory_gb"] * 1e9 * cell["usable_fraction"]) + 1  # above the usable share
     predictions_doc["memory_model"][0]["total_bytes"] += 1  # and a ZeRO-paper total that is not its states' sum
     with pytest.raises(UserError) as err:
         collect(tmp_path / "r.duckdb", [write_json(tmp_path / "bad.json", predictions_doc)])
