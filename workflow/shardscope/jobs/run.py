@@ -52,14 +52,24 @@ def collective_command(job: CollectiveJob, out: str) -> list[str]:
 
 
 def run_collective(job: CollectiveJob, out: str, log: str) -> int:
-    """The collective sweep under the guard; the guard's exit status (0, the worker's, or 124 past ``wall_s``)."""
+    """The collective sweep under the guard; the guard's exit status (0, the worker's, or 124 past ``wall_s``).
+
+    The ranks write into a folder private to this launch; the result reaches ``out`` only once the guard
+    has seen every process of the job gone, so a rank that outlived a failed job can never write it.
+    """
     import shlex
 
     from shardscope.collectives.guard import run_guarded
+    from shardscope.jobs.process_tree import private_result, publish
 
-    command = collective_command(job, out)
-    print(f"shardscope: job {job.job_id}: {shlex.join(command)}", file=sys.stderr, flush=True)  # what ran, in the job's log
-    return run_guarded(command, job.job_id, log, job.wall_s)
+    Path(out).unlink(missing_ok=True)
+    with private_result(out) as staged:
+        command = collective_command(job, str(staged))
+        print(f"shardscope: job {job.job_id}: {shlex.join(command)}", file=sys.stderr, flush=True)  # in the job's log
+        status = run_guarded(command, job.job_id, log, job.wall_s)
+        if status == 0 and not publish(staged, out):
+            raise UserError(f"job {job.job_id!r}: the collective worker ended well but wrote no result; see {log}")
+    return status
 
 
 def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from shardscope.buildenv import environment_first_on_path, extensions_dir
 from shardscope.fileio import atomic_write_json, read_json
-from shardscope.training.outcome_files import SCHEMA, error_path
+from shardscope.jobs.process_tree import OwnedRun, private_result, publish, run_owned
+from shardscope.training.outcome_files import SCHEMA
 
 if TYPE_CHECKING:
     from shardscope.cluster.slurm import Allocation
@@ -47,6 +50,8 @@ def ops_env(cpu: bool) -> dict[str, str]:
     env["PATH"] = environment_first_on_path(env.get("PATH", ""))
     if cpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
+    else:  # a rank whose NCCL collective timed out aborts its communicator instead of hanging in it
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     return env
 
 
@@ -95,33 +100,65 @@ def prebuild_deepspeed_cpu_ops(log: Any, env: dict[str, str] | None = None) -> b
     return True
 
 
-def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int, log_path: str) -> dict[str, Any]:
+def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int, log_path: str,
+                     run: OwnedRun | None = None, wall_s: float | None = None, log_text: str = "") -> dict[str, Any]:
     """The result of a job whose ranks failed: outcome ``oom`` if any rank ran out of memory.
 
     The error is that of the first rank that ran out of memory (the other ranks' errors are
     mostly their peers vanishing), named by rank, with the memory snapshot it saved, if any.
+    Otherwise it names the cause first: the wall-clock limit, a rank seen stopped (``run``), a rank
+    that died without a report of its own (torchrun's summary in ``log_text``), then what a
+    surviving rank reported.
     """
     reports = [read_json(p) for p in sorted(glob.glob(f"{glob.escape(out)}.rank*.error.json"))]
     oom_reports = [r for r in reports if r.get("oom")]
-    oom = bool(oom_reports)
     if oom_reports:
         report = oom_reports[0]
         snapshot = report.get("memory_snapshot")
         first = (f"rank {report.get('rank')}: {report['error']}"
                  + (f" (memory snapshot: {snapshot})" if snapshot else " (no memory snapshot: not a CUDA run)"))
     else:
-        first = reports[0]["error"] if reports else f"torchrun exited with status {returncode}; see {log_path}"
+        first = "; ".join(failure_causes(reports, returncode, log_path, run, wall_s, log_text))
     return {
         "schema": SCHEMA,
         "kind": "training",
         "job": dict(job, world_size=nproc),
         "env": {},
-        "outcome": "oom" if oom else "failed",
+        "outcome": "oom" if oom_reports else "failed",
         "error": first[:2000],
         "summary": {},
         "steps": [],
         "ranks": [],
     }
+
+
+#: One failed rank in torchrun's closing summary: its rank and exit code (negative: the signal that ended it).
+_TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def failure_causes(reports: list[dict[str, Any]], returncode: int, log_path: str, run: OwnedRun | None,
+                   wall_s: float | None, log_text: str) -> list[str]:
+    """Why the job failed, cause first: the limit, the ranks that stopped or died, then the survivors' errors."""
+    causes = []
+    if run is not None and run.timed_out:
+        causes.append(f"the job ran past its wall-clock limit of {wall_s:g} s and was stopped")
+    reported = {r.get("rank") for r in reports}
+    stopped = sorted(run.stopped_ranks) if run is not None else []
+    causes += [f"rank {rank} was stopped (SIGSTOP or a tracer) and never answered its peers" for rank in stopped]
+    for rank, code in sorted({int(r): int(c) for r, c in _TORCHRUN_FAILURE.findall(log_text)}.items()):
+        if code < 0 and rank not in reported and rank not in stopped:
+            causes.append(f"rank {rank} died ({_signal_name(-code)}) without an error of its own")
+    causes += [(f"rank {r['rank']}: " if r.get("rank") is not None else "") + r["error"] for r in reports[:1]]
+    if not causes:
+        causes.append(f"torchrun exited with status {returncode}; see {log_path}")
+    return causes
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number}, {signal.Signals(number).name}"
+    except ValueError:
+        return f"signal {number}"
 
 
 def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = False, comm_profile: bool = False,
@@ -202,28 +239,41 @@ def launch_command(nproc: int, nodes: int, worker_args: list[str], allocation: A
 
 
 def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, log_path: str, cpu: bool,
-           nodes: int = 1) -> int:
+           nodes: int = 1, wall_s: float | None = None) -> int:
     """Run the worker on ``nproc`` ranks on each of ``nodes`` nodes; always leave a result at ``out`` unless unwritable.
 
     The command is built before anything is written, so a launch that cannot start (``nodes``
-    above 1 outside Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files.
+    above 1 outside Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files. The
+    ranks write into a folder private to this launch; the result is published (or the failure
+    written) only after every process the launch started is gone (:func:`run_owned`), past
+    ``wall_s`` seconds (None: no limit) ended by force, so it is written once and never replaced.
     """
-    cmd = launch_command(nproc, nodes, [*worker_args, "--out", out])
+    launch_command(nproc, nodes, worker_args)  # a launch that cannot start stops here, before any file
     world_size = nproc * nodes
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:
+    for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:  # error files beside it: older runs'
         Path(stale).unlink(missing_ok=True)
     env = ops_env(cpu)
-    with open(log_path, "a", encoding="utf-8") as log:
+    with private_result(out) as staged, open(log_path, "a", encoding="utf-8") as log:
+        cmd = launch_command(nproc, nodes, [*worker_args, "--out", str(staged)])
         if cpu and job["strategy"].startswith("zero"):
             prebuild_deepspeed_cpu_ops(log, env)
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False).returncode
-    if returncode == 0 and Path(out).exists():
-        return 0
-    atomic_write_json(out, failure_document(job, out, world_size, returncode, log_path))
-    for path in range(world_size):
-        Path(error_path(out, path)).unlink(missing_ok=True)
+        log_start = os.path.getsize(log_path)
+        run = run_owned(cmd, env=env, stdout=log, wall_s=wall_s)
+        if run.returncode == 0 and not run.timed_out and publish(staged, out):
+            return 0
+        log.flush()
+        log_text = _read_from(log_path, log_start)
+        atomic_write_json(out, failure_document(job, str(staged), world_size, run.returncode, log_path, run, wall_s,
+                                                log_text))
     print(f"training job {job.get('job_id')} ended with outcome {read_json(out)['outcome']}; log: {log_path}", file=sys.stderr)
     return 0
+
+
+def _read_from(path: str, offset: int) -> str:
+    """The text of ``path`` from byte ``offset`` (what this launch appended to the log)."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read().decode("utf-8", errors="replace")
