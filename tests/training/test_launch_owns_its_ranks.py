@@ -52,3 +52,42 @@ def test_killing_the_agent_leaves_a_failed_result_that_no_rank_replaces(tmp_path
     time.sleep(25)
     assert out.read_text() == written
     assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob(".*ranks-*"))  # the private folder went
+
+
+def _run_and_signal_rank_1(tmp_path: Path, sig: signal.Signals, *extra: str) -> tuple[dict, float]:
+    """Start a long job, send ``sig`` to rank 1 inside its timed steps; the result and seconds from the signal."""
+    name = f"rank1-{uuid.uuid4().hex[:8]}"
+    out, log = tmp_path / f"{name}.json", tmp_path / "logs" / f"{name}.log"
+    launcher = _train(out, log, *extra)
+    try:
+        wait_for(lambda: [1] if len(agent_and_ranks(name)[1]) == 2 else [], timeout_s=120)
+        time.sleep(2.0)
+        signalled_at = time.monotonic()
+        kill(agent_and_ranks(name)[1][1], sig)
+        output, _ = launcher.communicate(timeout=300)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, output
+    assert not processes_mentioning(name)
+    return json.loads(out.read_text()), time.monotonic() - signalled_at
+
+
+def test_a_stopped_rank_fails_the_job_within_its_timeout_and_is_named(tmp_path: Path) -> None:
+    # Without a collective timeout gloo waited 30 minutes on the stopped rank (1,832 s measured).
+    doc, elapsed_s = _run_and_signal_rank_1(tmp_path, signal.SIGSTOP, "--timeout-s", "8", "--wall-s", "600")
+    assert doc["outcome"] == "failed"
+    assert doc["error"].startswith("rank 1 was stopped"), doc["error"]
+    assert elapsed_s < 8 + 45  # the timeout, then torchrun's and the launcher's grace on a busy node
+
+
+def test_the_wall_clock_limit_ends_a_stopped_rank_and_says_so(tmp_path: Path) -> None:
+    doc, elapsed_s = _run_and_signal_rank_1(tmp_path, signal.SIGSTOP, "--timeout-s", "600", "--wall-s", "25")
+    assert doc["outcome"] == "failed"
+    assert "wall-clock limit of 25 s" in doc["error"] and "rank 1 was stopped" in doc["error"], doc["error"]
+    assert elapsed_s < 25 + 20
+
+
+def test_a_killed_rank_is_named_not_only_its_surviving_peer(tmp_path: Path) -> None:
+    doc, _ = _run_and_signal_rank_1(tmp_path, signal.SIGKILL)
+    assert doc["outcome"] == "failed"
+    assert "rank 1 died (signal 9, SIGKILL)" in doc["error"], doc["error"]

@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
+from shardscope.contracts.models import resolve_model
 from shardscope.contracts.names import (
     BUCKET_POLICIES,
     CHECKPOINTING_MODES,
@@ -157,6 +158,11 @@ class TrainingJob(Ranks):
     """Untimed steps first."""
     steps: int
     """Timed steps."""
+    timeout_s: float
+    """Bound on one collective (``init_process_group(timeout=...)``): the ranks whose peer stopped or hung fail
+    after this long instead of waiting on it (gloo's default is 30 minutes)."""
+    wall_s: float
+    """Wall-clock bound on the whole job, enforced by its launcher (config ``training.job_timeout_s``)."""
     memory_budget_bytes: int | None = None
     """Peak memory above this makes the outcome ``over_budget``; None for no budget."""
     seed: int = 0
@@ -205,6 +211,16 @@ class TrainingJob(Ranks):
         for name in ("micro_batch", "seq_len", "warmup", "steps", "grad_accum"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"is {getattr(self, name)}; expected at least 1")
+        try:
+            name, shape = resolve_model(self.model_spec)
+        except ValueError as exc:
+            raise SpecError("model_spec", f"is {self.model_spec!r}: {exc}") from None
+        if self.seq_len > shape.max_seq_len:
+            raise SpecError("seq_len", f"is {self.seq_len}; expected at most model {name}'s max_seq_len "
+                                       f"{shape.max_seq_len}")
+        for name in ("timeout_s", "wall_s"):
+            if not getattr(self, name) > 0:
+                raise SpecError(name, f"is {getattr(self, name)}; expected a positive number of seconds")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
             raise SpecError("memory_budget_bytes", f"is {self.memory_budget_bytes}; expected a positive byte count or null")
 

@@ -88,12 +88,13 @@ def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:
     os.environ.update(job.launch_env())  # before torch looks for GPUs, and inherited by every rank
     flags = worker_args(train, job.placement, job.job_id, comm_profile=job.comm_profile,
                         reduce_dtype=job.reduce_dtype, buckets=job.buckets, transport=job.transport,
-                        shard_size=job.shard_size)
+                        shard_size=job.shard_size, timeout_s=job.timeout_s)
     described = {"job_id": job.job_id, "strategy": job.strategy, "model": train.model_name, "placement": job.placement,
                  "transport": job.transport}
     if job.emulated is not None:
         return run_emulated_training(job, flags, described, out, log)
-    return launch(job.nproc_per_node, flags, described, out, log, cpu=not cuda_available(), nodes=job.nodes)
+    return launch(job.nproc_per_node, flags, described, out, log, cpu=not cuda_available(), nodes=job.nodes,
+                  wall_s=job.wall_s)
 
 
 def run_emulated_training(job: TrainingJob, flags: list[str], described: dict[str, object], out: str, log: str) -> int:

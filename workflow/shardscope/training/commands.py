@@ -127,13 +127,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from shardscope.training.launch import cuda_available, launch, worker_args
 
     job = _train_job(args)
+    for flag, value in (("--timeout-s", args.timeout_s), ("--wall-s", args.wall_s)):
+        if not value > 0:
+            raise UserError(f"{flag} must be a positive number of seconds, got {value:g}")
     if args.shard_size is not None and (args.shard_size < 1 or (args.nproc * args.nodes) % args.shard_size):
         raise UserError(f"--shard-size must be a positive divisor of the {args.nproc * args.nodes} ranks, got {args.shard_size}")
     flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile,
-                        reduce_dtype=args.reduce_dtype, buckets=args.buckets, shard_size=args.shard_size)
+                        reduce_dtype=args.reduce_dtype, buckets=args.buckets, shard_size=args.shard_size,
+                        timeout_s=args.timeout_s)
     described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
     return launch(args.nproc, flags, described, args.out, args.log, cpu=args.cpu or not cuda_available(),
-                  nodes=args.nodes)
+                  nodes=args.nodes, wall_s=args.wall_s)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -191,6 +195,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="adamw, or adamw_bf16_states (bf16 master and moments: zero1-3 with --dtype bfloat16)")
     p.add_argument("--shard-size", type=int, help="hsdp: ranks of one shard group; zero3_hpz: ranks of one secondary "
                                                   "partition (a divisor of the world size; default: the ranks of one node)")
+    p.add_argument("--timeout-s", type=float, default=300.0,
+                   help="seconds one collective may wait on a peer before the job fails (default 300)")
+    p.add_argument("--wall-s", type=float, default=3600.0,
+                   help="wall-clock limit of the job; past it every rank is ended and the outcome is failed (default 3600)")
     p.add_argument("--placement", default="local", help="placement label stored with the result (default local)")
     p.add_argument("--job-id", help="job id stored with the result")
     p.add_argument("--cpu", action="store_true", help="run on CPU processes with gloo even where GPUs exist")

@@ -163,7 +163,7 @@ def _signal_name(number: int) -> str:
 
 def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = False, comm_profile: bool = False,
                 reduce_dtype: str = "auto", buckets: str = "default", transport: str = "default",
-                shard_size: int | None = None) -> list[str]:
+                shard_size: int | None = None, timeout_s: float | None = None) -> list[str]:
     """The training worker's flags for ``job`` (without ``--out``): what the worker rebuilds the same job from,
     with the gradient-reduction dtype, bucket policy and transport it trains under."""
     model = job.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
@@ -179,6 +179,8 @@ def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = F
         args += ["--shard-size", str(shard_size)]
     if job.grad_accum != 1:
         args += ["--grad-accum", str(job.grad_accum)]
+    if timeout_s is not None:
+        args += ["--timeout-s", f"{timeout_s:g}"]
     if job_id:
         args += ["--job-id", job_id]
     if cpu:

@@ -128,8 +128,16 @@ def trial_spec(job: TrainingJob, entry: dict[str, Any], micro_batch: int) -> Tra
     """The trial of ``job`` at ``micro_batch``: the accumulation to the entry's per-rank batch, one repeat, no profile."""
     accum = int(entry["per_rank_batch"]) // micro_batch
     return dataclasses.replace(job, job_id=f"{job.job_id}-mb{micro_batch}x{accum}", micro_batch=micro_batch,
-                               grad_accum=accum, repeats=1, comm_profile=False,
+                               grad_accum=accum, repeats=1, comm_profile=False, wall_s=_scaled_wall_s(job, entry),
                                activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
+
+
+def _scaled_wall_s(job: TrainingJob, entry: dict[str, Any]) -> float:
+    """The job's wall-clock limit scaled as its modeled step is, to the whole per-rank batch a search trial or best
+    run accumulates (and a third more with activation checkpointing)."""
+    from shardscope.plan.modeled_time import step_scale
+
+    return round(job.wall_s * step_scale(dataclasses.asdict(job), entry), 1)
 
 
 def spec_digest(job: TrainingJob) -> str:
@@ -221,7 +229,7 @@ def best_spec(job: TrainingJob, entry: dict[str, Any], summary: dict[str, Any]) 
     the global batch, with the job's own repeats; its id and placement are the entry's best ones."""
     micro = summary.get("best_micro_batch") or entry["micro_batches"][0]
     return dataclasses.replace(job, job_id=entry["best_job_id"], placement=entry["best_placement"], micro_batch=micro,
-                               grad_accum=int(entry["per_rank_batch"]) // micro,
+                               grad_accum=int(entry["per_rank_batch"]) // micro, wall_s=_scaled_wall_s(job, entry),
                                activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
 
 

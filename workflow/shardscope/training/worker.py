@@ -81,6 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
     p.add_argument("--activation-checkpointing", choices=MODES, default="none", help="full: every block recomputed in backward")
     p.add_argument("--optimizer", choices=WORKER_OPTIMIZERS, default="adamw", help="optimizer-state variant (optimizer_states)")
+    p.add_argument("--timeout-s", type=float, default=None,
+                   help="seconds one collective may wait on a peer (default: torch's, 30 minutes for gloo)")
     p.add_argument("--job-id", default=None)
     p.add_argument("--cpu", action="store_true", help="force gloo on CPU even where CUDA exists")
     p.add_argument("--out", required=True)
@@ -286,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        ctx = init_distributed(prefer_gpu=not args.cpu)
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a timed-out NCCL collective aborts, not hangs
+        ctx = init_distributed(prefer_gpu=not args.cpu, timeout_s=args.timeout_s)
         if ctx.is_cuda:
             record_memory_history()
         doc = train(args, ctx)
