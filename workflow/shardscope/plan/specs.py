@@ -101,17 +101,6 @@ def memory_knobs(config: dict[str, Any]) -> dict[str, str]:
     return {key: value for key, (value, allowed) in knobs.items() if value != allowed[0]}
 
 
-def check_optimizer_fits(job: dict[str, Any]) -> None:
-    """Stop the plan when config ``training.optimizer`` cannot run under this job's strategy and dtype (one sentence)."""
-    from shardscope.costmodel.optimizer_states import check_optimizer
-
-    try:
-        check_optimizer(job.get("optimizer", "adamw"), job["strategy"], job["dtype"])
-    except ValueError as exc:
-        raise UserError(f"config key training.optimizer: planned job {job['job_id']!r}: "
-                        f"{str(exc).replace('--optimizer ', '').replace('--dtype ', 'dtype ')}") from None
-
-
 def job_entry(cls: type[CollectiveJob] | type[TrainingJob] | type[PeerJob], fields: dict[str, Any]) -> dict[str, Any]:
     """The plan entry of one job: ``fields`` checked as a spec of ``cls``, in its JSON form.
 
@@ -120,7 +109,7 @@ def job_entry(cls: type[CollectiveJob] | type[TrainingJob] | type[PeerJob], fiel
     try:
         spec = cls(**{**fields, "sweep": Sweep(**fields["sweep"])} if "sweep" in fields else fields)
     except SpecError as exc:
+        if exc.field_name == "optimizer":  # the config key that chose it, not the job's field
+            raise UserError(f"config key training.optimizer: planned job {fields.get('job_id')!r}: {exc.problem}") from None
         raise UserError(f"config: planned job {fields.get('job_id')!r}: {exc}") from None
-    if cls is TrainingJob:
-        check_optimizer_fits(fields)
     return job_to_dict(spec)

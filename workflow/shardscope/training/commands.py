@@ -11,7 +11,7 @@ from shardscope.errors import UserError
 from shardscope.fileio import dump_json
 
 if TYPE_CHECKING:
-    from shardscope.training.job import TrainJob
+    from shardscope.contracts.jobs import TrainingJob
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
@@ -108,36 +108,47 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
         row["largest_micro_batch"] = largest_micro_batch(row["strategy"], cfg, args.gpus, row["gpu_memory_bytes"], shape, **kwargs)
 
 
-def _train_job(args: argparse.Namespace) -> TrainJob:
-    """The job the flags describe, validated before torchrun starts (bad input is a UserError)."""
-    from shardscope.training.job import TrainJob
-    from shardscope.training.model import parse_model_spec
+#: The ``shardscope train`` flag of each spec field whose flag is not simply ``--field-name``.
+_FLAG_OF = {"model_spec": "--model", "world_size": "--nproc", "nproc_per_node": "--nproc", "wall_s": "--wall-s",
+            "timeout_s": "--timeout-s"}
+
+
+def training_spec(args: argparse.Namespace) -> TrainingJob:
+    """The job spec the flags describe (the same :class:`TrainingJob` a plan lists), checked where it is built:
+    bad input is a UserError naming the flag, before torchrun starts."""
+    from shardscope.contracts.jobs import SpecError, TrainingJob
+    from shardscope.contracts.models import parse_model_spec
 
     try:
-        return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=args.nproc,
-                        micro_batch=args.micro_batch, seq_len=args.seq_len, warmup=args.warmup, steps=args.steps,
-                        dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed,
-                        repeats=args.repeats, activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer,
-                        grad_accum=args.grad_accum)
+        model = parse_model_spec(args.model)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    fields = {"strategy": args.strategy, "model_spec": model, "world_size": args.nproc * args.nodes,
+              "nodes": args.nodes, "nproc_per_node": args.nproc, "placement": args.placement,
+              "micro_batch": args.micro_batch, "seq_len": args.seq_len, "warmup": args.warmup, "steps": args.steps,
+              "dtype": args.dtype, "memory_budget_bytes": args.memory_budget_bytes, "seed": args.seed,
+              "repeats": args.repeats, "activation_checkpointing": args.activation_checkpointing,
+              "optimizer": args.optimizer, "grad_accum": args.grad_accum, "comm_profile": args.comm_profile,
+              "reduce_dtype": args.reduce_dtype, "buckets": args.buckets, "shard_size": args.shard_size,
+              "timeout_s": args.timeout_s, "wall_s": args.wall_s}
+    try:
+        for name in ("world_size", "nodes", "nproc_per_node"):  # the model's name and the job id need them valid
+            if isinstance(fields[name], bool) or fields[name] < 1:
+                raise SpecError(name, f"is {fields[name]}; expected at least 1")
+        named = TrainingJob(job_id=args.job_id or "unnamed", model="unnamed", **fields)
+        model_name = named.resolved_model()[0]
+        job_id = args.job_id or f"{args.strategy}-{model_name}-ws{fields['world_size']}-{args.placement}"
+        return TrainingJob(job_id=job_id, model=model_name, **fields)
+    except SpecError as exc:
+        flag = _FLAG_OF.get(exc.field_name, "--" + exc.field_name.replace("_", "-"))
+        raise UserError(f"{flag} {exc.problem}") from None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from shardscope.training.launch import cuda_available, launch, worker_args
+    from shardscope.training.launch import cuda_available, launch
 
-    job = _train_job(args)
-    for flag, value in (("--timeout-s", args.timeout_s), ("--wall-s", args.wall_s)):
-        if not value > 0:
-            raise UserError(f"{flag} must be a positive number of seconds, got {value:g}")
-    if args.shard_size is not None and (args.shard_size < 1 or (args.nproc * args.nodes) % args.shard_size):
-        raise UserError(f"--shard-size must be a positive divisor of the {args.nproc * args.nodes} ranks, got {args.shard_size}")
-    flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile,
-                        reduce_dtype=args.reduce_dtype, buckets=args.buckets, shard_size=args.shard_size,
-                        timeout_s=args.timeout_s)
-    described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
-    return launch(args.nproc, flags, described, args.out, args.log, cpu=args.cpu or not cuda_available(),
-                  nodes=args.nodes, wall_s=args.wall_s)
+    job = training_spec(args)
+    return launch(job, args.out, args.log, cpu=args.cpu or not cuda_available())
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -185,7 +196,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="gradient-reduction dtype of every strategy (auto: the training dtype)")
     p.add_argument("--buckets", default="default", choices=BUCKET_POLICIES,
                    help="default: each framework's bucket sizes; equal: DDP's 25 MiB for DeepSpeed too")
-    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="parameter dtype (default float32)")
+    p.add_argument("--dtype", default="float32", help="parameter dtype: float32 (the default) or bfloat16")
     p.add_argument("--memory-budget-bytes", type=int, help="outcome over_budget when a rank's peak exceeds this")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")
     p.add_argument("--comm-profile", action="store_true",

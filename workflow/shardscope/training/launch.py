@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from shardscope.buildenv import environment_first_on_path, extensions_dir
 from shardscope.fileio import atomic_write_json, read_json
@@ -31,7 +31,7 @@ from shardscope.training.outcome_files import SCHEMA
 
 if TYPE_CHECKING:
     from shardscope.cluster.slurm import Allocation
-    from shardscope.training.job import TrainJob
+    from shardscope.contracts.jobs import TrainingJob
 
 
 #: DeepSpeed's CPU shared-memory comm op: the one C++ extension a CPU ZeRO job builds.
@@ -161,33 +161,22 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = False, comm_profile: bool = False,
-                reduce_dtype: str = "auto", buckets: str = "default", transport: str = "default",
-                shard_size: int | None = None, timeout_s: float | None = None) -> list[str]:
-    """The training worker's flags for ``job`` (without ``--out``): what the worker rebuilds the same job from,
-    with the gradient-reduction dtype, bucket policy and transport it trains under."""
-    model = job.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
-    args = ["--strategy", job.strategy, "--model", model, "--micro-batch", str(job.micro_batch),
-            "--seq-len", str(job.seq_len), "--warmup", str(job.warmup), "--steps", str(job.steps),
-            "--dtype", job.dtype, "--placement", placement, "--seed", str(job.seed),
-            "--repeats", str(job.repeats), "--reduce-dtype", reduce_dtype, "--buckets", buckets, "--transport", transport]
-    if job.memory_budget_bytes is not None:
-        args += ["--memory-budget-bytes", str(job.memory_budget_bytes)]
-    if job.activation_checkpointing != "none" or job.optimizer != "adamw":
-        args += ["--activation-checkpointing", job.activation_checkpointing, "--optimizer", job.optimizer]
-    if shard_size is not None:
-        args += ["--shard-size", str(shard_size)]
-    if job.grad_accum != 1:
-        args += ["--grad-accum", str(job.grad_accum)]
-    if timeout_s is not None:
-        args += ["--timeout-s", f"{timeout_s:g}"]
-    if job_id:
-        args += ["--job-id", job_id]
-    if cpu:
-        args.append("--cpu")
-    if comm_profile:
-        args.append("--comm-profile")
-    return args
+def described(job: TrainingJob) -> dict[str, Any]:
+    """What a failure result says about ``job`` (the worker's own result says all of it)."""
+    return {"job_id": job.job_id, "strategy": job.strategy, "model": job.model, "placement": job.placement,
+            "transport": job.transport}
+
+
+def write_spec(job: TrainingJob, folder: Path, log: IO[str] | None = None) -> Path:
+    """``job``'s spec, whole, as the JSON file the worker reads (:func:`shardscope.contracts.jobs.job_from_dict`);
+    the same JSON on one line of ``log``, so the log says what ran after the file is gone."""
+    from shardscope.contracts.jobs import job_to_dict
+
+    path = folder / "spec.json"
+    atomic_write_json(path, job_to_dict(job))
+    if log is not None:
+        log.write(f"# spec: {json.dumps(job_to_dict(job), sort_keys=True)}\n")
+    return path
 
 
 def torch_built_for_gpus() -> bool:
@@ -240,37 +229,38 @@ def launch_command(nproc: int, nodes: int, worker_args: list[str], allocation: A
     return build_launch_command(spec, "shardscope.training", worker_args, allocation, address or node_address)
 
 
-def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, log_path: str, cpu: bool,
-           nodes: int = 1, wall_s: float | None = None) -> int:
-    """Run the worker on ``nproc`` ranks on each of ``nodes`` nodes; always leave a result at ``out`` unless unwritable.
+def launch(job: TrainingJob, out: str, log_path: str, cpu: bool) -> int:
+    """Run ``job`` on its ranks; always leave a result at ``out`` unless unwritable.
 
-    The command is built before anything is written, so a launch that cannot start (``nodes``
-    above 1 outside Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files. The
-    ranks write into a folder private to this launch; the result is published (or the failure
-    written) only after every process the launch started is gone (:func:`run_owned`), past
-    ``wall_s`` seconds (None: no limit) ended by force, so it is written once and never replaced.
+    The worker reads the spec whole from a file (``--spec``), so it trains exactly the checked job. The
+    command is built before anything is written, so a launch that cannot start (``nodes`` above 1 outside
+    Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files. The ranks write into a folder
+    private to this launch; the result is published (or the failure written) only after every process the
+    launch started is gone (:func:`run_owned`), past ``job.wall_s`` ended by force, so it is written once and
+    never replaced. ``cpu`` forces gloo on CPU processes even where GPUs exist.
     """
-    launch_command(nproc, nodes, worker_args)  # a launch that cannot start stops here, before any file
-    world_size = nproc * nodes
+    flags = ["--cpu"] if cpu else []
+    launch_command(job.nproc_per_node, job.nodes, flags)  # a launch that cannot start stops here, before any file
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:  # error files beside it: older runs'
         Path(stale).unlink(missing_ok=True)
     env = ops_env(cpu)
     with private_result(out) as staged, open(log_path, "a", encoding="utf-8") as log:
-        cmd = launch_command(nproc, nodes, [*worker_args, "--out", str(staged)])
-        if cpu and job["strategy"].startswith("zero"):
+        spec = write_spec(job, staged.parent, log)
+        cmd = launch_command(job.nproc_per_node, job.nodes, ["--spec", str(spec), *flags, "--out", str(staged)])
+        if cpu and job.strategy.startswith("zero"):
             prebuild_deepspeed_cpu_ops(log, env)
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         log_start = os.path.getsize(log_path)
-        run = run_owned(cmd, env=env, stdout=log, wall_s=wall_s)
+        run = run_owned(cmd, env=env, stdout=log, wall_s=job.wall_s)
         if run.returncode == 0 and not run.timed_out and publish(staged, out):
             return 0
         log.flush()
         log_text = _read_from(log_path, log_start)
-        atomic_write_json(out, failure_document(job, str(staged), world_size, run.returncode, log_path, run, wall_s,
-                                                log_text))
-    print(f"training job {job.get('job_id')} ended with outcome {read_json(out)['outcome']}; log: {log_path}", file=sys.stderr)
+        atomic_write_json(out, failure_document(described(job), str(staged), job.world_size, run.returncode, log_path,
+                                                run, job.wall_s, log_text))
+    print(f"training job {job.job_id} ended with outcome {read_json(out)['outcome']}; log: {log_path}", file=sys.stderr)
     return 0
 
 
