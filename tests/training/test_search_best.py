@@ -26,7 +26,8 @@ from shardscope.plan.planner import make_plan
 from shardscope.plan.summary import estimate
 from shardscope.results.store import collect, validate_inputs
 from shardscope.topology.detect import detect_cpu_only
-from shardscope.training.search import best_spec, run_best, run_search, search_largest
+from shardscope.plan.microbatch_search import search_largest
+from shardscope.training.search import best_spec, run_best, run_search
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
