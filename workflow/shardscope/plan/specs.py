@@ -33,8 +33,10 @@ DEFAULT_TRAINING_TIMEOUT_S = 300.0
 #: time before its launcher stops it; the margin covers a busy node and the model's error.
 WALL_MARGIN = 3.0
 #: ``auto``'s least limit: starting torch and DeepSpeed (and building DeepSpeed's CPU op once, 65 s on 2 cores) on
-#: a node shared with other work must never be mistaken for a hang.
-MIN_WALL_S = 600.0
+#: a node shared with other work, or building a 7B model with random weights on a GPU node (its start is an
+#: assumption, ``GPU_JOB_START_SECONDS``, never measured here), must never be mistaken for a hang: a limit that
+#: ends a healthy job loses its row, one that waits too long on a hung job only costs time.
+MIN_WALL_S = 1200.0
 #: ``auto``'s limit of a GPU job the cost model cannot price (multi-node, emulated, a model without predictions).
 UNPRICED_WALL_S = 3600.0
 
