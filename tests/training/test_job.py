@@ -41,7 +41,6 @@ def test_the_flags_build_the_same_spec_a_plan_lists() -> None:
         (["--seq-len", "129"], "max_seq_len"),  # tiny is sized for 128
         (["--warmup", "0"], "--warmup"),
         (["--steps", "0"], "--steps"),
-        (["--dtype", "float16"], "float16"),
         (["--memory-budget-bytes", "0"], "--memory-budget-bytes"),
         (["--seed", "-1"], "--seed"),
         (["--wall-s", "0"], "--wall-s"),

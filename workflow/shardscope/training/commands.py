@@ -196,7 +196,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="gradient-reduction dtype of every strategy (auto: the training dtype)")
     p.add_argument("--buckets", default="default", choices=BUCKET_POLICIES,
                    help="default: each framework's bucket sizes; equal: DDP's 25 MiB for DeepSpeed too")
-    p.add_argument("--dtype", default="float32", help="parameter dtype: float32 (the default) or bfloat16")
+    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="parameter dtype (default float32)")
     p.add_argument("--memory-budget-bytes", type=int, help="outcome over_budget when a rank's peak exceeds this")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")
     p.add_argument("--comm-profile", action="store_true",
