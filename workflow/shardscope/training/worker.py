@@ -1,16 +1,19 @@
-"""The training worker, run on every rank by ``torchrun -m shardscope.training``.
+"""The training worker, run on every rank by ``torchrun -m shardscope.training --spec FILE --out FILE``.
 
-It builds the model under one strategy, runs ``warmup`` untimed steps and ``repeats`` timed
-windows of ``steps`` steps on synthetic tokens (median and 95% interval over the windows:
-:mod:`shardscope.contracts.repeats`), counts the bytes each rank holds after the first timed backward,
-and rank 0 writes the job's JSON atomically. Weights start from ``--seed`` on every rank under
-every strategy, so per-step losses compare across strategies; the summary carries the analytic
-models beside the measured bytes (``modeled``) and, with ``--comm-profile``, the share of one
+It reads its job whole from the spec file (a :class:`~shardscope.contracts.jobs.TrainingJob`, checked
+by :func:`~shardscope.contracts.jobs.job_from_dict` where it is read, as everywhere it is built), joins
+the process group with the spec's collective ``timeout_s``, builds the model under one strategy, runs
+``warmup`` untimed steps and ``repeats`` timed windows of ``steps`` steps on synthetic tokens (median
+and 95% interval over the windows: :mod:`shardscope.contracts.repeats`), counts the bytes each rank
+holds after the first timed backward, and rank 0 writes the job's JSON atomically (into the launcher's
+private folder: only the launcher publishes it). Weights start from the spec's ``seed`` on every rank
+under every strategy, so per-step losses compare across strategies; the summary carries the analytic
+models beside the measured bytes (``modeled``) and, with ``comm_profile``, the share of one
 profiled step spent in communication (``comm_time_share``, else null). One more untimed step
 counts the bytes of every collective (``summary.comm_bytes``, beside the ZeRO paper's volume),
-and ``settings`` records the fair-comparison settings the strategy ran with. A rank that fails writes a small error file
-beside the output and exits non-zero; :mod:`shardscope.training.launch` turns that into a
-result with outcome ``oom`` or ``failed``.
+and ``settings`` records the fair-comparison settings the strategy ran with. A rank that fails writes
+a small error file beside the output and exits non-zero; :mod:`shardscope.training.launch` turns that
+into a result with outcome ``oom`` or ``failed``.
 """
 
 from __future__ import annotations
