@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from processes import processes_mentioning
 
 from shardscope.collectives.guard import TIMEOUT_EXIT, last_error_line, run_guarded
 
@@ -36,19 +37,6 @@ def _worker(job_id: str, out: Path, timeout_s: float) -> list[str]:
             "--job-id", job_id, "--timeout-s", str(timeout_s), "--out", str(out)]
 
 
-def _processes_mentioning(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker`` (read-only scan of /proc)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 def test_a_rank_that_never_joins_fails_the_job_within_the_timeout(tmp_path: Path) -> None:
     out = tmp_path / "out" / "hang.json"
     job_id = f"hang-{uuid.uuid4().hex[:8]}"
@@ -63,7 +51,7 @@ def test_a_rank_that_never_joins_fails_the_job_within_the_timeout(tmp_path: Path
     errors = [line for line in proc.stderr.splitlines() if line.startswith("shardscope: error:")]
     assert errors, proc.stderr[-3000:]
     assert job_id in errors[0] and "--timeout-s 4" in errors[0] and "rank 0" in errors[0]
-    assert not _processes_mentioning(job_id)  # torchrun took the sleeping rank down with it
+    assert not processes_mentioning(job_id)  # torchrun took the sleeping rank down with it
 
 
 def test_the_guard_stops_a_hung_job_at_its_wall_clock_limit(tmp_path: Path) -> None:
@@ -85,7 +73,7 @@ def test_the_guard_stops_a_hung_job_at_its_wall_clock_limit(tmp_path: Path) -> N
     assert message.startswith("shardscope: error: ")
     assert job_id in message and str(log) in message and "12 s" in message
     assert log.read_text().splitlines()[-1] == message  # the log ends with the same sentence
-    assert not _processes_mentioning(job_id)  # torchrun and both ranks are gone
+    assert not processes_mentioning(job_id)  # torchrun and both ranks are gone
 
 
 # --------------------------------------------------------------------------- the guard alone
@@ -120,7 +108,7 @@ def test_guard_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert code == TIMEOUT_EXIT
     assert time.monotonic() - started < 15
     time.sleep(0.2)
-    assert not _processes_mentioning(marker)
+    assert not processes_mentioning(marker)
     assert "wall-clock limit of 1.5 s" in (last_error_line(tmp_path / "s.log") or "")
 
 

@@ -55,15 +55,14 @@ def run_strategy(strategy: str, args: argparse.Namespace, out_dir: Path) -> dict
     import torch
 
     out, log = out_dir / f"{strategy}.json", out_dir / f"{strategy}.log"
-    code = ("import sys; from shardscope.training.launch import launch; "
-            "sys.exit(launch(1, sys.argv[1:], {'job_id': None, 'strategy': %r, 'model': %r, 'placement': 'local'}, %r, %r, cpu=%r))"
-            % (strategy, args.model, str(out), str(log), not torch.cuda.is_available()))
+    cpu = [] if torch.cuda.is_available() else ["--cpu"]
     worker_args = ["--strategy", strategy, "--model", args.model, "--micro-batch", str(args.micro_batch), "--seq-len",
                    str(args.seq_len), "--warmup", "1", "--steps", str(args.steps), "--dtype", "bfloat16", "--comm-profile"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "workflow"), os.environ.get("PYTHONPATH")])))
     t0 = time.perf_counter()
     try:
-        subprocess.run([sys.executable, "-c", code, *worker_args], env=env, timeout=args.timeout_s, check=False,
+        subprocess.run([sys.executable, "-m", "shardscope", "train", "--nproc", "1", *worker_args, *cpu, "--out", str(out),
+                        "--log", str(log)], env=env, timeout=args.timeout_s, check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {"outcome": "timeout", "error": f"no result within {args.timeout_s} s; see {log}", "wall_s": args.timeout_s}

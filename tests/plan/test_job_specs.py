@@ -185,7 +185,8 @@ def test_a_training_job_with_ld_preload_in_env_is_refused(config, cpu_topology):
 def test_spec_errors_name_the_field():
     with pytest.raises(SpecError, match="'steps' is 0"):
         TrainingJob(job_id="x", world_size=1, nproc_per_node=1, placement="local", strategy="ddp", model="tiny",
-                    model_spec="tiny", dtype="float32", micro_batch=1, seq_len=8, warmup=1, steps=0)
+                    model_spec="tiny", dtype="float32", micro_batch=1, seq_len=8, warmup=1, steps=0, timeout_s=300,
+                    wall_s=600)
 
 
 def test_job_run_refuses_an_invalid_plan_with_exit_2_and_writes_nothing(config, cpu_topology, tmp_path):

@@ -54,7 +54,7 @@ def test_a_repeat_count_that_is_not_a_positive_integer_stops_before_any_job() ->
 
     from shardscope.config import validate_config
     from shardscope.errors import UserError
-    from shardscope.training.job import TrainJob
+    from shardscope.contracts.jobs import SpecError, TrainingJob
 
     repo = Path(__file__).resolve().parents[2]
     config = default_config()
@@ -69,8 +69,10 @@ def test_a_repeat_count_that_is_not_a_positive_integer_stops_before_any_job() ->
     bad["training"]["reduce_dtype"] = "fp8"
     with pytest.raises(UserError, match="training.reduce_dtype"):
         validate_config(bad, schema)
-    with pytest.raises(ValueError, match="--repeats"):
-        TrainJob(strategy="ddp", model="tiny", nproc=2, repeats=0)
+    with pytest.raises(SpecError, match="'repeats'"):
+        TrainingJob(job_id="j", world_size=2, nproc_per_node=2, placement="local", strategy="ddp", model="tiny",
+                    model_spec="tiny", dtype="float32", micro_batch=1, seq_len=8, warmup=1, steps=1, timeout_s=300,
+                    wall_s=600, repeats=0)
 
 
 def test_equal_buckets_are_25_mib_in_the_dtype_each_travels_in() -> None:

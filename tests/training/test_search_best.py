@@ -19,14 +19,15 @@ import pytest
 import yaml
 
 from shardscope.config import validate_config
-from shardscope.contracts.jobs import job_from_dict
+from shardscope.contracts.jobs import TrainingJob, job_from_dict
 from shardscope.errors import UserError
 from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan
 from shardscope.plan.summary import estimate
 from shardscope.results.store import collect, validate_inputs
 from shardscope.topology.detect import detect_cpu_only
-from shardscope.training.search import best_spec, run_best, run_search, search_largest
+from shardscope.plan.microbatch_search import search_largest
+from shardscope.training.search import best_spec, run_best, run_search
 from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,12 +107,12 @@ def test_checkpointing_and_the_optimizer_go_from_the_config_to_the_worker(config
     config["training"]["activation_checkpointing"] = "full"
     job = job_from_dict(cpu_plan(config)["training"][0])
     assert job.activation_checkpointing == "full" and job.optimizer == "adamw"
-    seen: list[list[str]] = []
-    monkeypatch.setattr("shardscope.training.launch.launch", lambda nproc, flags, *a, **k: seen.append(flags) or 0)
+    seen: list[TrainingJob] = []
+    monkeypatch.setattr("shardscope.training.launch.launch", lambda spec, *a, **k: seen.append(spec) or 0)
     from shardscope.jobs.run import run_training
 
     run_training(job, str(tmp_path / "out.json"), str(tmp_path / "log"), "plan.json")
-    assert "--activation-checkpointing" in seen[0] and seen[0][seen[0].index("--activation-checkpointing") + 1] == "full"
+    assert seen == [job]  # the worker gets the spec whole (training.launch.write_spec), not flags rebuilt from it
 
 
 def test_an_unknown_or_unfitting_optimizer_is_one_sentence_naming_the_key(config: dict[str, Any], tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.contracts.jobs import job_from_dict
-from shardscope.training.search import run_search, search_largest, trial_path, trial_spec
+from shardscope.plan.microbatch_search import search_largest
+from shardscope.training.search import run_search, trial_path, trial_spec
 from factories import default_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -61,7 +61,7 @@ def test_no_error_files_and_a_log_with_the_command(runs: dict[str, dict[str, Any
     run = runs[strategy]
     assert not list(run["dir"].glob("*.error.json"))
     log = run["log"].read_text()
-    assert "torch.distributed.run" in log and f"--strategy {strategy}" in log
+    assert "torch.distributed.run" in log and f'"strategy": "{strategy}"' in log  # the command and the spec it ran
 
 
 def test_ddp_holds_a_full_fp32_replica_per_rank(runs: dict[str, dict[str, Any]]) -> None:
@@ -118,7 +118,10 @@ def test_bad_input_stops_before_torchrun(tmp_path: Path, flags: list[str], fragm
 
 
 def test_failure_inside_the_job_becomes_a_failed_result(tmp_path: Path) -> None:
-    """The launcher's own checks are bypassed here, so the worker meets the bad model inside torchrun."""
+    """The spec's own checks are bypassed here (a field changed after they ran), so the worker meets the bad model
+    when it reads the spec inside torchrun."""
+    from shardscope.cli import build_parser
+    from shardscope.training.commands import training_spec
     from shardscope.training.launch import launch
 
     out, log = tmp_path / "bad.json", tmp_path / "logs" / "bad.log"
@@ -126,9 +129,10 @@ def test_failure_inside_the_job_becomes_a_failed_result(tmp_path: Path) -> None:
     out.write_text(json.dumps({"outcome": "ok"}))
     (tmp_path / "bad.json.rank7.error.json").write_text(json.dumps({"rank": 7, "oom": True, "error": "stale"}))
 
-    worker_args = ["--strategy", "ddp", "--model", BAD_DIMS, "--warmup", "1", "--steps", "1", "--cpu"]
-    job = {"job_id": None, "strategy": "ddp", "model": "custom", "placement": "local"}
-    assert launch(2, worker_args, job, str(out), str(log), cpu=True) == 0
+    job = training_spec(build_parser().parse_args(["train", "--strategy", "ddp", "--model", "tiny", "--nproc", "2",
+                                                   "--warmup", "1", "--steps", "1", "--out", "o", "--log", "l"]))
+    object.__setattr__(job, "model_spec", json.loads(BAD_DIMS))  # past the checks: only the worker can refuse it
+    assert launch(job, str(out), str(log), cpu=True) == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == "shardscope.training/1"
     assert doc["outcome"] == "failed"

@@ -4,11 +4,13 @@
 
 The rules start every timed job through this guard so that a job that hangs (a rank that
 never joins, a wedged NCCL communicator that no watchdog catches) cannot hang the pipeline:
-after ``--wall-s`` seconds the whole process group of the command (torchrun and its ranks)
-gets SIGTERM, then SIGKILL ``--kill-after-s`` later, and the guard exits with status 124
-(as coreutils ``timeout`` does). On any failure it prints one line naming the job and its
-log, and appends the same line to the log. It writes no result file itself, so a failed or
-stopped job leaves none (the workers write theirs atomically, only on success).
+after ``--wall-s`` seconds every process the command started (torchrun and its ranks, each
+in its own session; :mod:`shardscope.jobs.process_tree` finds them all) gets SIGTERM, then
+SIGKILL ``--kill-after-s`` later, and the guard exits with status 124 (as coreutils ``timeout``
+does). It returns only when none of them is left, whatever the command's status. On any
+failure it prints one line naming the job and its log (and a rank seen stopped), and appends
+the same line to the log. It writes no result file itself (``shardscope job run`` publishes
+the one the ranks left in a private folder, after the guard returns).
 """
 
 from __future__ import annotations
@@ -16,38 +18,18 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
+
+from shardscope.jobs.process_tree import run_owned
 
 #: Exit status of a command stopped at its wall-clock limit (coreutils ``timeout`` uses it too).
 TIMEOUT_EXIT = 124
 #: Exit status when the command cannot be started at all (as a shell reports it).
 NOT_STARTED_EXIT = 127
 _ERROR_PREFIX = "shardscope: error:"
-
-
-def stop_process_group(proc: subprocess.Popen[bytes], kill_after_s: float) -> None:
-    """SIGTERM the process group led by ``proc``, then SIGKILL it if it outlives ``kill_after_s``."""
-    for sig, wait_s in ((signal.SIGTERM, kill_after_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; ranks it left behind in the group get the same signal once more.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
 
 
 def last_error_line(log_path: str | os.PathLike[str]) -> str | None:
@@ -74,22 +56,17 @@ def run_guarded(command: Sequence[str], job_id: str, log_path: str, wall_s: floa
     with open(log, "wb") as handle:
         handle.write(f"# shardscope guard: job {job_id}, limit {wall_s:g} s: {shlex.join(command)}\n".encode())
         handle.flush()
-        try:
-            proc = subprocess.Popen(list(command), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as exc:
-            return _fail(log, f"job {job_id} could not start {command[0]!r} ({exc.strerror}); see {log}", NOT_STARTED_EXIT)
-        previous = _forward_termination(proc, kill_after_s)
         started = time.monotonic()
         try:
-            returncode = proc.wait(timeout=wall_s)
-        except subprocess.TimeoutExpired:
-            stop_process_group(proc, kill_after_s)
-            return _fail(log, f"job {job_id} ran past its wall-clock limit of {wall_s:g} s and was stopped "
-                              f"(a collective hung or a rank never joined); see {log}", TIMEOUT_EXIT)
-        finally:
-            for sig, handler in previous.items():
-                if handler is not None:
-                    signal.signal(sig, handler)  # type: ignore[arg-type]
+            run = run_owned(command, env=None, stdout=handle, wall_s=wall_s, grace_s=kill_after_s)
+        except OSError as exc:
+            return _fail(log, f"job {job_id} could not start {command[0]!r} ({exc.strerror}); see {log}",
+                         NOT_STARTED_EXIT)
+    if run.timed_out:
+        stopped = f" (rank {', '.join(map(str, sorted(run.stopped_ranks)))} was stopped)" if run.stopped_ranks else ""
+        return _fail(log, f"job {job_id} ran past its wall-clock limit of {wall_s:g} s and was stopped{stopped} "
+                          f"(a collective hung or a rank never joined); see {log}", TIMEOUT_EXIT)
+    returncode = run.returncode
     if returncode == 0:
         return 0
     cause = last_error_line(log)
@@ -98,20 +75,6 @@ def run_guarded(command: Sequence[str], job_id: str, log_path: str, wall_s: floa
     elapsed_s = time.monotonic() - started
     return _fail(log, f"job {job_id} failed after {elapsed_s:.0f} s ({status}){detail}; see {log}",
                  returncode if returncode > 0 else 128 - returncode)
-
-
-def _forward_termination(proc: subprocess.Popen[bytes], kill_after_s: float) -> dict[int, object]:
-    """Make SIGTERM/SIGINT to the guard (Snakemake cancelling the job) stop the command's group too."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop_process_group(proc, kill_after_s)
-        sys.exit(128 + signum)
-
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.getsignal(sig)
-        signal.signal(sig, handler)
-    return previous
 
 
 def _fail(log: Path, message: str, status: int) -> int:

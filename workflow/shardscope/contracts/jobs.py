@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
+from shardscope.contracts.models import ModelConfig, resolve_model
 from shardscope.contracts.names import (
     BUCKET_POLICIES,
     CHECKPOINTING_MODES,
@@ -41,6 +42,7 @@ class SpecError(ValueError):
     def __init__(self, field_name: str, problem: str) -> None:
         super().__init__(f"field {field_name!r} {problem}")
         self.field_name = field_name
+        self.problem = problem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +170,11 @@ class TrainingJob(Ranks):
     """Untimed steps first."""
     steps: int
     """Timed steps."""
+    timeout_s: float
+    """Bound on one collective (``init_process_group(timeout=...)``): the ranks whose peer stopped or hung fail
+    after this long instead of waiting on it (gloo's default is 30 minutes)."""
+    wall_s: float
+    """Wall-clock bound on the whole job, enforced by its launcher (config ``training.job_timeout_s``)."""
     memory_budget_bytes: int | None = None
     """Peak memory above this makes the outcome ``over_budget``; None for no budget."""
     seed: int = 0
@@ -216,8 +223,40 @@ class TrainingJob(Ranks):
         for name in ("micro_batch", "seq_len", "warmup", "steps", "grad_accum"):
             if getattr(self, name) < 1:
                 raise SpecError(name, f"is {getattr(self, name)}; expected at least 1")
+        if self.seed < 0:
+            raise SpecError("seed", f"is {self.seed}; expected at least 0")
+        name, shape = self.resolved_model()
+        if self.seq_len > shape.max_seq_len:
+            raise SpecError("seq_len", f"is {self.seq_len}; expected at most model {name}'s max_seq_len "
+                                       f"{shape.max_seq_len}")
+        for name in ("timeout_s", "wall_s"):
+            if not getattr(self, name) > 0:
+                raise SpecError(name, f"is {getattr(self, name)}; expected a positive number of seconds")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
             raise SpecError("memory_budget_bytes", f"is {self.memory_budget_bytes}; expected a positive byte count or null")
+        _check_optimizer(self)
+
+    def resolved_model(self) -> tuple[str, ModelConfig]:
+        """(name, shape) of ``model_spec``: the preset, the given ``name`` or ``custom``, and its dimensions."""
+        try:
+            return resolve_model(self.model_spec)
+        except ValueError as exc:
+            raise SpecError("model_spec", f"is {self.model_spec!r}: {exc}") from None
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens the whole job trains on per optimizer step (every rank's micro-batches)."""
+        return self.micro_batch * self.grad_accum * self.seq_len * self.world_size
+
+
+def _check_optimizer(job: TrainingJob) -> None:
+    """The optimizer-state variant runs under the job's strategy and dtype (DeepSpeed's bf16 states: ZeRO-1/2/3, bf16)."""
+    from shardscope.costmodel.optimizer_states import check_optimizer
+
+    try:
+        check_optimizer(job.optimizer, job.strategy, job.dtype)
+    except ValueError as exc:
+        raise SpecError("optimizer", str(exc).replace("--optimizer ", "").replace("--dtype ", "dtype ")) from None
 
 
 @dataclass(frozen=True, kw_only=True)

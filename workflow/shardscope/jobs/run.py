@@ -52,50 +52,52 @@ def collective_command(job: CollectiveJob, out: str) -> list[str]:
 
 
 def run_collective(job: CollectiveJob, out: str, log: str) -> int:
-    """The collective sweep under the guard; the guard's exit status (0, the worker's, or 124 past ``wall_s``)."""
+    """The collective sweep under the guard; the guard's exit status (0, the worker's, or 124 past ``wall_s``).
+
+    The ranks write into a folder private to this launch; the result reaches ``out`` only once the guard
+    has seen every process of the job gone, so a rank that outlived a failed job can never write it.
+    """
     import shlex
 
     from shardscope.collectives.guard import run_guarded
+    from shardscope.jobs.process_tree import private_result, publish
 
-    command = collective_command(job, out)
-    print(f"shardscope: job {job.job_id}: {shlex.join(command)}", file=sys.stderr, flush=True)  # what ran, in the job's log
-    return run_guarded(command, job.job_id, log, job.wall_s)
+    Path(out).unlink(missing_ok=True)
+    with private_result(out) as staged:
+        command = collective_command(job, str(staged))
+        print(f"shardscope: job {job.job_id}: {shlex.join(command)}", file=sys.stderr, flush=True)  # in the job's log
+        status = run_guarded(command, job.job_id, log, job.wall_s)
+        if status == 0 and not publish(staged, out):
+            raise UserError(f"job {job.job_id!r}: the collective worker ended well but wrote no result; see {log}")
+    return status
 
 
 def run_training(job: TrainingJob, out: str, log: str, where: str) -> int:
-    """The training launcher for ``job``: always a result at ``out`` (a failed run is an outcome row)."""
-    from shardscope.training.job import TrainJob
-    from shardscope.training.launch import cuda_available, launch, worker_args
+    """The training launcher for ``job`` (checked where it was built): always a result at ``out`` (a failed run is an
+    outcome row). ``where`` names the plan in messages."""
+    from shardscope.training.launch import cuda_available, launch
 
-    try:
-        train = TrainJob(strategy=job.strategy, model=job.model_spec, nproc=job.nproc_per_node,
-                         micro_batch=job.micro_batch, seq_len=job.seq_len, warmup=job.warmup, steps=job.steps,
-                         dtype=job.dtype, memory_budget_bytes=job.memory_budget_bytes, seed=job.seed,
-                         repeats=job.repeats, grad_accum=job.grad_accum,
-                         activation_checkpointing=job.activation_checkpointing, optimizer=job.optimizer)
-    except ValueError as exc:
-        raise UserError(f"{where}: job {job.job_id!r}: {exc}") from None
     os.environ.update(job.launch_env())  # before torch looks for GPUs, and inherited by every rank
-    flags = worker_args(train, job.placement, job.job_id, comm_profile=job.comm_profile,
-                        reduce_dtype=job.reduce_dtype, buckets=job.buckets, transport=job.transport,
-                        shard_size=job.shard_size)
-    described = {"job_id": job.job_id, "strategy": job.strategy, "model": train.model_name, "placement": job.placement,
-                 "transport": job.transport}
     if job.emulated is not None:
-        return run_emulated_training(job, flags, described, out, log)
-    return launch(job.nproc_per_node, flags, described, out, log, cpu=not cuda_available(), nodes=job.nodes)
+        return run_emulated_training(job, out, log)
+    return launch(job, out, log, cpu=not cuda_available())
 
 
-def run_emulated_training(job: TrainingJob, flags: list[str], described: dict[str, object], out: str, log: str) -> int:
+def run_emulated_training(job: TrainingJob, out: str, log: str) -> int:
     """``job`` over its emulated fabric (one network namespace per rank; needs root), a failed run an outcome row."""
+    import tempfile
+
     from shardscope.emulated.launch import EmulatedJob, run_training as run_over_fabric
     from shardscope.emulated.presets import preset_from_config
+    from shardscope.training.launch import described, write_spec
 
     where = job.emulated or {}
     preset = preset_from_config(str(where["preset"]), where["definition"])
     fabric = EmulatedJob(preset, str(where["placement"]), prefix=str(where.get("prefix", "ssfab-")),
                          subnet=str(where.get("subnet", "10.213.0.0/24")), timeout_s=float(where.get("timeout_s", 600)))
-    run_over_fabric(fabric, flags, dict(described), out, log)
+    with tempfile.TemporaryDirectory(prefix="shardscope-spec-") as folder:
+        spec = write_spec(job, Path(folder))
+        run_over_fabric(fabric, ["--spec", str(spec)], described(job), out, log)
     return 0
 
 

@@ -24,8 +24,7 @@ transport of a training job do not change its price (the best placement's step o
 from __future__ import annotations
 
 import re
-
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from shardscope.errors import UserError
@@ -45,7 +44,7 @@ def _basis(fixed_seconds: float) -> str:
             f"{GPU_JOB_START_SECONDS:.0f} s start per job + the {fixed_seconds:.0f} s of the other stages measured on CPU")
 
 
-def _step_scale(job: Mapping[str, Any], entry: Mapping[str, Any]) -> float:
+def step_scale(job: Mapping[str, Any], entry: Mapping[str, Any]) -> float:
     """How much longer a step of ``entry`` (a search or best run of ``job``) is than the planned job's step."""
     scale = max(1.0, int(entry["per_rank_batch"]) / int(job.get("micro_batch") or 1))
     checkpointing = str(entry.get("activation_checkpointing") or "none")
@@ -59,18 +58,15 @@ def modeled_seconds(plan: Mapping[str, Any], topology: Mapping[str, Any], search
     ``searched`` pairs each plan ``search`` entry with its most trials and each ``best`` entry with 1 (as
     :func:`shardscope.plan.summary.estimate` counts them); ``fixed_seconds`` is the stages besides the jobs.
     """
-    from shardscope.costmodel.documents import plan_predictions, plan_sizes
+    from shardscope.costmodel.documents import plan_sizes
 
-    if (plan.get("multi_node") or {}).get("collectives") or (plan.get("multi_node") or {}).get("training") \
-            or plan.get("emulated"):
-        return None, "the cost model prices single-node GPU jobs only, and this plan has multi-node or emulated jobs"
-    try:
-        doc = plan_predictions(topology, plan)
-    except (UserError, ValueError) as exc:  # an estimate that cannot be made never stops the plan
-        return None, f"the cost model cannot price this plan ({for_plan(str(exc))})"
+    priced = _predictions(plan, topology)
+    if isinstance(priced, str):
+        return None, priced
+    doc = priced
     times = {(r["op"], int(r["world_size"]), r["transport"], int(r["size_bytes"])): float(r["time_s"])
              for r in doc["collectives"]}
-    steps = {(r["strategy"], r["model"], int(r["gpus"])): r for r in doc["strategies"]}
+    step_row = _step_rows(doc)
 
     def sweep_s(job: Mapping[str, Any], op: str, transport: str) -> float:
         sweep = job["sweep"]
@@ -81,14 +77,6 @@ def modeled_seconds(plan: Mapping[str, Any], topology: Mapping[str, Any], search
             raise LookupError(f"no predicted {op} at world size {job['world_size']} over {transport} for job "
                               f"{job['job_id']!r}") from None
 
-    def step_row(job: Mapping[str, Any]) -> Mapping[str, Any]:
-        row = steps.get((job["strategy"], job["model"], int(job["world_size"])))
-        if row is None:
-            why = (doc["plan"].get("strategies_note") or
-                   f"no predicted step of {job['strategy']} for {job['model']} on {job['world_size']} GPUs")
-            raise LookupError(why)
-        return row
-
     try:
         total = fixed_seconds
         for job in plan.get("collectives") or []:
@@ -97,13 +85,11 @@ def modeled_seconds(plan: Mapping[str, Any], topology: Mapping[str, Any], search
             total += GPU_JOB_START_SECONDS + sweep_s(job, "all_reduce", "default")
         training = {job["job_id"]: job for job in plan.get("training") or []}
         for job in training.values():
-            row = step_row(job)
-            timed = int(job["warmup"]) + int(job["steps"]) * int(job["repeats"])
-            total += GPU_JOB_START_SECONDS + (0.0 if row["fits"] is False else timed * float(row["step_time_s"]))
+            total += _training_seconds(job, step_row(job))
         for entry, runs in searched:
             job = training[entry["job_id"]]
             repeats = int(job["repeats"]) if "search_job_id" in entry else 1  # a best run repeats, a trial does not
-            step = float(step_row(job)["step_time_s"]) * _step_scale(job, entry)
+            step = float(step_row(job)["step_time_s"]) * step_scale(job, entry)
             total += runs * (GPU_JOB_START_SECONDS + (int(job["warmup"]) + int(job["steps"]) * repeats) * step)
     except LookupError as exc:
         return None, f"the cost model cannot price every job: {for_plan(exc.args[0])}"
@@ -121,3 +107,51 @@ def for_plan(reason: str) -> str:
         return reason
     return (_ADVISE_FLAGS.sub("", reason) + "; the topology does not name a GPU model the cost model knows, so "
             "`shardscope advise --topology FILE --gpu NAME` prices the strategies by hand")
+
+
+def _predictions(plan: Mapping[str, Any], topology: Mapping[str, Any]) -> Mapping[str, Any] | str:
+    """The cost model's predictions for the jobs of ``plan``, or why it cannot price them (one sentence)."""
+    from shardscope.costmodel.documents import plan_predictions
+
+    if (plan.get("multi_node") or {}).get("collectives") or (plan.get("multi_node") or {}).get("training") \
+            or plan.get("emulated"):
+        return "the cost model prices single-node GPU jobs only, and this plan has multi-node or emulated jobs"
+    try:
+        return plan_predictions(topology, plan)
+    except (UserError, ValueError) as exc:  # an estimate that cannot be made never stops the plan
+        return f"the cost model cannot price this plan ({for_plan(str(exc))})"
+
+
+def _step_rows(doc: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Mapping[str, Any]]:
+    """The predicted step of a planned training job (a LookupError naming it when the model has none)."""
+    steps = {(r["strategy"], r["model"], int(r["gpus"])): r for r in doc["strategies"]}
+
+    def step_row(job: Mapping[str, Any]) -> Mapping[str, Any]:
+        row = steps.get((job["strategy"], job["model"], int(job["world_size"])))
+        if row is None:
+            why = (doc["plan"].get("strategies_note") or
+                   f"no predicted step of {job['strategy']} for {job['model']} on {job['world_size']} GPUs")
+            raise LookupError(why)
+        return row
+
+    return step_row
+
+
+def _training_seconds(job: Mapping[str, Any], row: Mapping[str, Any]) -> float:
+    """One training job: its start and ``warmup + steps x repeats`` predicted steps (only the start when it does
+    not fit: it stops at its OOM)."""
+    timed = int(job["warmup"]) + int(job["steps"]) * int(job["repeats"])
+    return GPU_JOB_START_SECONDS + (0.0 if row["fits"] is False else timed * float(row["step_time_s"]))
+
+
+def training_job_seconds(plan: Mapping[str, Any], topology: Mapping[str, Any]) -> dict[str, float] | str:
+    """Modeled seconds of each training job of a GPU ``plan`` (:func:`modeled_seconds` prices them the same way),
+    by job id; or why the cost model cannot price them (one sentence)."""
+    priced = _predictions(plan, topology)
+    if isinstance(priced, str):
+        return priced
+    step_row = _step_rows(priced)
+    try:
+        return {job["job_id"]: _training_seconds(job, step_row(job)) for job in plan.get("training") or []}
+    except LookupError as exc:
+        return f"the cost model cannot price every training job: {for_plan(exc.args[0])}"

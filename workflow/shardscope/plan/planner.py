@@ -71,7 +71,7 @@ from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
 from shardscope.plan.scales import Scale, memory_scale
 from shardscope.plan.searches import search_section
-from shardscope.plan.specs import collective_settings, job_entry, training_settings
+from shardscope.plan.specs import collective_settings, job_entry, refine_wall_limits, training_settings
 
 __all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
 
@@ -274,7 +274,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
     train_sizes = training_world_sizes(sizes, config)
     by_size = {n: placements(topology, n) for n in sizes}
     shared_collective = collective_settings(config, profile)
-    shared_training = training_settings(config, profile)
+    shared_training = training_settings(config, profile, on_gpu)
     collectives = []
     for n in sizes:
         if n < 2:
@@ -387,4 +387,5 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
     plan["nccl_tests"] = peer_section(plan, shared_collective, machine, skipped)
     plan["emulated"] = emulated_jobs
     plan["skipped"] = skipped
+    refine_wall_limits(plan, topology, config)
     return plan

@@ -27,8 +27,57 @@ def positive_int(key: str, value: Any) -> int:
     return value
 
 
-def training_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
-    """What every training job of this config shares: the model, its sizing, repeats, reduction dtype, buckets and the memory budget."""
+#: Config ``training.timeout_s`` when not given: seconds one collective of a training job may wait on a peer.
+DEFAULT_TRAINING_TIMEOUT_S = 300.0
+#: ``training.job_timeout_s: auto``: a training job may run this many times its modeled (GPU) or measured (CPU)
+#: time before its launcher stops it; the margin covers a busy node and the model's error.
+WALL_MARGIN = 3.0
+#: ``auto``'s least limit: starting torch and DeepSpeed (and building DeepSpeed's CPU op once, 65 s on 2 cores) on
+#: a node shared with other work, or building a 7B model with random weights on a GPU node (its start is an
+#: assumption, ``GPU_JOB_START_SECONDS``, never measured here), must never be mistaken for a hang: a limit that
+#: ends a healthy job loses its row, one that waits too long on a hung job only costs time.
+MIN_WALL_S = 1200.0
+#: ``auto``'s limit of a GPU job the cost model cannot price (multi-node, emulated, a model without predictions).
+UNPRICED_WALL_S = 3600.0
+
+
+def auto_wall_s(seconds: float) -> float:
+    """``training.job_timeout_s: auto`` for a job expected to take ``seconds``: the margin over it, at least the
+    floor."""
+    return round(max(MIN_WALL_S, WALL_MARGIN * seconds), 1)
+
+
+def training_limits(config: dict[str, Any], on_gpu: bool) -> dict[str, float]:
+    """Every training job's collective timeout and wall-clock limit (``auto`` on GPU: refined per job by
+    :func:`refine_wall_limits` once the plan can be priced)."""
+    from shardscope.plan.summary import CPU_JOB_SECONDS
+
+    section = config["training"]
+    wall = section.get("job_timeout_s", "auto")
+    if wall == "auto":
+        measured = max(seconds for kind, seconds in CPU_JOB_SECONDS.items() if kind.startswith("train"))
+        wall = UNPRICED_WALL_S if on_gpu else auto_wall_s(measured)
+    return {"timeout_s": float(section.get("timeout_s", DEFAULT_TRAINING_TIMEOUT_S)), "wall_s": float(wall)}
+
+
+def refine_wall_limits(plan: dict[str, Any], topology: dict[str, Any], config: dict[str, Any]) -> None:
+    """Under ``training.job_timeout_s: auto``, each single-node training job of a GPU plan gets :func:`auto_wall_s` of
+    its modeled time (:func:`shardscope.plan.modeled_time.training_job_seconds`); unpriced ones keep
+    :data:`UNPRICED_WALL_S`."""
+    from shardscope.plan.modeled_time import training_job_seconds
+
+    if config["training"].get("job_timeout_s", "auto") != "auto" or plan.get("device") != "gpu":
+        return
+    seconds = training_job_seconds(plan, topology)
+    if isinstance(seconds, str):
+        return
+    for job in plan.get("training") or []:
+        job["wall_s"] = auto_wall_s(seconds[job["job_id"]])
+
+
+def training_settings(config: dict[str, Any], profile: dict[str, Any], on_gpu: bool = False) -> dict[str, Any]:
+    """What every training job of this config shares: the model, its sizing, repeats, reduction dtype, buckets, the
+    memory budget and the time limits."""
     gib = config["training"].get("memory_budget_gib")
     where = "cpu" if profile is config.get("cpu") else "gpu"
     repeats = positive_int(f"{where}.repeats", profile.get("repeats", 1))
@@ -36,7 +85,8 @@ def training_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict[s
             "seq_len": int(profile["seq_len"]), "warmup": int(profile["warmup"]), "steps": int(profile["steps"]),
             "memory_budget_bytes": int(gib * 2**30) if gib else None, "seed": 0, "comm_profile": True,
             "repeats": repeats, "reduce_dtype": config["training"].get("reduce_dtype", "auto"),
-            "buckets": config["training"].get("buckets", "default"), **memory_knobs(config)}
+            "buckets": config["training"].get("buckets", "default"), **training_limits(config, on_gpu),
+            **memory_knobs(config)}
 
 
 def memory_knobs(config: dict[str, Any]) -> dict[str, str]:
@@ -53,17 +103,6 @@ def memory_knobs(config: dict[str, Any]) -> dict[str, str]:
     return {key: value for key, (value, allowed) in knobs.items() if value != allowed[0]}
 
 
-def check_optimizer_fits(job: dict[str, Any]) -> None:
-    """Stop the plan when config ``training.optimizer`` cannot run under this job's strategy and dtype (one sentence)."""
-    from shardscope.contracts.optimizers import check_optimizer
-
-    try:
-        check_optimizer(job.get("optimizer", "adamw"), job["strategy"], job["dtype"])
-    except ValueError as exc:
-        raise UserError(f"config key training.optimizer: planned job {job['job_id']!r}: "
-                        f"{str(exc).replace('--optimizer ', '').replace('--dtype ', 'dtype ')}") from None
-
-
 def job_entry(cls: type[CollectiveJob] | type[TrainingJob] | type[PeerJob], fields: dict[str, Any]) -> dict[str, Any]:
     """The plan entry of one job: ``fields`` checked as a spec of ``cls``, in its JSON form.
 
@@ -72,7 +111,7 @@ def job_entry(cls: type[CollectiveJob] | type[TrainingJob] | type[PeerJob], fiel
     try:
         spec = cls(**{**fields, "sweep": Sweep(**fields["sweep"])} if "sweep" in fields else fields)
     except SpecError as exc:
+        if exc.field_name == "optimizer":  # the config key that chose it, not the job's field
+            raise UserError(f"config key training.optimizer: planned job {fields.get('job_id')!r}: {exc.problem}") from None
         raise UserError(f"config: planned job {fields.get('job_id')!r}: {exc}") from None
-    if cls is TrainingJob:
-        check_optimizer_fits(fields)
     return job_to_dict(spec)

@@ -87,7 +87,7 @@ def estimate(plan: Mapping[str, Any], topology: Mapping[str, Any] | None = None)
 
 def max_trials(candidates: list[int]) -> int:
     """The most trials a micro-batch search over ``candidates`` can take, wherever its micro-batch stops fitting."""
-    from shardscope.training.search import search_largest
+    from shardscope.plan.microbatch_search import search_largest
 
     return max(len(search_largest(lambda m, k=k: "ok" if m <= k else "oom", candidates)["trials"])
                for k in [0, *candidates])

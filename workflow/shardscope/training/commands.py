@@ -9,35 +9,50 @@ from shardscope.contracts.names import BUCKET_POLICIES, REDUCE_DTYPES
 from shardscope.errors import UserError
 
 if TYPE_CHECKING:
-    from shardscope.training.job import TrainJob
+    from shardscope.contracts.jobs import TrainingJob
 
 
-def _train_job(args: argparse.Namespace) -> TrainJob:
-    """The job the flags describe, validated before torchrun starts (bad input is a UserError)."""
-    from shardscope.training.job import TrainJob
-    from shardscope.training.model import parse_model_spec
+#: The ``shardscope train`` flag of each spec field whose flag is not simply ``--field-name``.
+_FLAG_OF = {"model_spec": "--model", "world_size": "--nproc", "nproc_per_node": "--nproc", "wall_s": "--wall-s",
+            "timeout_s": "--timeout-s"}
+
+
+def training_spec(args: argparse.Namespace) -> TrainingJob:
+    """The job spec the flags describe (the same :class:`TrainingJob` a plan lists), checked where it is built:
+    bad input is a UserError naming the flag, before torchrun starts."""
+    from shardscope.contracts.jobs import SpecError, TrainingJob
+    from shardscope.contracts.models import parse_model_spec
 
     try:
-        return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=args.nproc,
-                        micro_batch=args.micro_batch, seq_len=args.seq_len, warmup=args.warmup, steps=args.steps,
-                        dtype=args.dtype, memory_budget_bytes=args.memory_budget_bytes, seed=args.seed,
-                        repeats=args.repeats, activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer,
-                        grad_accum=args.grad_accum)
+        model = parse_model_spec(args.model)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    fields = {"strategy": args.strategy, "model_spec": model, "world_size": args.nproc * args.nodes,
+              "nodes": args.nodes, "nproc_per_node": args.nproc, "placement": args.placement,
+              "micro_batch": args.micro_batch, "seq_len": args.seq_len, "warmup": args.warmup, "steps": args.steps,
+              "dtype": args.dtype, "memory_budget_bytes": args.memory_budget_bytes, "seed": args.seed,
+              "repeats": args.repeats, "activation_checkpointing": args.activation_checkpointing,
+              "optimizer": args.optimizer, "grad_accum": args.grad_accum, "comm_profile": args.comm_profile,
+              "reduce_dtype": args.reduce_dtype, "buckets": args.buckets, "shard_size": args.shard_size,
+              "timeout_s": args.timeout_s, "wall_s": args.wall_s}
+    try:
+        for name in ("world_size", "nodes", "nproc_per_node"):  # the model's name and the job id need them valid
+            if isinstance(fields[name], bool) or fields[name] < 1:
+                raise SpecError(name, f"is {fields[name]}; expected at least 1")
+        named = TrainingJob(job_id=args.job_id or "unnamed", model="unnamed", **fields)
+        model_name = named.resolved_model()[0]
+        job_id = args.job_id or f"{args.strategy}-{model_name}-ws{fields['world_size']}-{args.placement}"
+        return TrainingJob(job_id=job_id, model=model_name, **fields)
+    except SpecError as exc:
+        flag = _FLAG_OF.get(exc.field_name, "--" + exc.field_name.replace("_", "-"))
+        raise UserError(f"{flag} {exc.problem}") from None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from shardscope.training.launch import cuda_available, launch, worker_args
+    from shardscope.training.launch import cuda_available, launch
 
-    job = _train_job(args)
-    if args.shard_size is not None and (args.shard_size < 1 or (args.nproc * args.nodes) % args.shard_size):
-        raise UserError(f"--shard-size must be a positive divisor of the {args.nproc * args.nodes} ranks, got {args.shard_size}")
-    flags = worker_args(job, args.placement, args.job_id, cpu=args.cpu, comm_profile=args.comm_profile,
-                        reduce_dtype=args.reduce_dtype, buckets=args.buckets, shard_size=args.shard_size)
-    described = {"job_id": args.job_id, "strategy": args.strategy, "model": job.model_name, "placement": args.placement}
-    return launch(args.nproc, flags, described, args.out, args.log, cpu=args.cpu or not cuda_available(),
-                  nodes=args.nodes)
+    job = training_spec(args)
+    return launch(job, args.out, args.log, cpu=args.cpu or not cuda_available())
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,6 +84,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="adamw, or adamw_bf16_states (bf16 master and moments: zero1-3 with --dtype bfloat16)")
     p.add_argument("--shard-size", type=int, help="hsdp: ranks of one shard group; zero3_hpz: ranks of one secondary "
                                                   "partition (a divisor of the world size; default: the ranks of one node)")
+    p.add_argument("--timeout-s", type=float, default=300.0,
+                   help="seconds one collective may wait on a peer before the job fails (default 300)")
+    p.add_argument("--wall-s", type=float, default=3600.0,
+                   help="wall-clock limit of the job; past it every rank is ended and the outcome is failed (default 3600)")
     p.add_argument("--placement", default="local", help="placement label stored with the result (default local)")
     p.add_argument("--job-id", help="job id stored with the result")
     p.add_argument("--cpu", action="store_true", help="run on CPU processes with gloo even where GPUs exist")

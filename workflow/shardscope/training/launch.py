@@ -15,22 +15,25 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from shardscope.buildenv import environment_first_on_path, extensions_dir
 from shardscope.fileio import atomic_write_json, read_json
-from shardscope.training.outcome_files import SCHEMA, error_path
+from shardscope.jobs.process_tree import OwnedRun, private_result, publish, run_owned
+from shardscope.training.outcome_files import SCHEMA
 
 if TYPE_CHECKING:
     from shardscope.cluster.slurm import Allocation
-    from shardscope.training.job import TrainJob
+    from shardscope.contracts.jobs import TrainingJob
 
 
 #: DeepSpeed's CPU shared-memory comm op: the one C++ extension a CPU ZeRO job builds.
@@ -49,6 +52,8 @@ def ops_env(cpu: bool) -> dict[str, str]:
     env["PATH"] = environment_first_on_path(env.get("PATH", ""))
     if cpu:
         env.setdefault("DS_ACCELERATOR", "cpu")
+    else:  # a rank whose NCCL collective timed out aborts its communicator instead of hanging in it
+        env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     return env
 
 
@@ -97,28 +102,31 @@ def prebuild_deepspeed_cpu_ops(log: Any, env: dict[str, str] | None = None) -> b
     return True
 
 
-def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int, log_path: str) -> dict[str, Any]:
+def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int, log_path: str,
+                     run: OwnedRun | None = None, wall_s: float | None = None, log_text: str = "") -> dict[str, Any]:
     """The result of a job whose ranks failed: outcome ``oom`` if any rank ran out of memory.
 
     The error is that of the first rank that ran out of memory (the other ranks' errors are
     mostly their peers vanishing), named by rank, with the memory snapshot it saved, if any.
+    Otherwise it names the cause first: the wall-clock limit, a rank seen stopped (``run``), a rank
+    that died without a report of its own (torchrun's summary in ``log_text``), then what a
+    surviving rank reported.
     """
     reports = [read_json(p) for p in sorted(glob.glob(f"{glob.escape(out)}.rank*.error.json"))]
     oom_reports = [r for r in reports if r.get("oom")]
-    oom = bool(oom_reports)
     if oom_reports:
         report = oom_reports[0]
         snapshot = report.get("memory_snapshot")
         first = (f"rank {report.get('rank')}: {report['error']}"
                  + (f" (memory snapshot: {snapshot})" if snapshot else " (no memory snapshot: not a CUDA run)"))
     else:
-        first = reports[0]["error"] if reports else f"torchrun exited with status {returncode}; see {log_path}"
+        first = "; ".join(failure_causes(reports, returncode, log_path, run, wall_s, log_text))
     return {
         "schema": SCHEMA,
         "kind": "training",
         "job": dict(job, world_size=nproc),
         "env": {},
-        "outcome": "oom" if oom else "failed",
+        "outcome": "oom" if oom_reports else "failed",
         "error": first[:2000],
         "summary": {},
         "steps": [],
@@ -126,31 +134,51 @@ def failure_document(job: dict[str, Any], out: str, nproc: int, returncode: int,
     }
 
 
-def worker_args(job: TrainJob, placement: str, job_id: str | None, cpu: bool = False, comm_profile: bool = False,
-                reduce_dtype: str = "auto", buckets: str = "default", transport: str = "default",
-                shard_size: int | None = None) -> list[str]:
-    """The training worker's flags for ``job`` (without ``--out``): what the worker rebuilds the same job from,
-    with the gradient-reduction dtype, bucket policy and transport it trains under."""
-    model = job.model if isinstance(job.model, str) else json.dumps(job.model, sort_keys=True)
-    args = ["--strategy", job.strategy, "--model", model, "--micro-batch", str(job.micro_batch),
-            "--seq-len", str(job.seq_len), "--warmup", str(job.warmup), "--steps", str(job.steps),
-            "--dtype", job.dtype, "--placement", placement, "--seed", str(job.seed),
-            "--repeats", str(job.repeats), "--reduce-dtype", reduce_dtype, "--buckets", buckets, "--transport", transport]
-    if job.memory_budget_bytes is not None:
-        args += ["--memory-budget-bytes", str(job.memory_budget_bytes)]
-    if job.activation_checkpointing != "none" or job.optimizer != "adamw":
-        args += ["--activation-checkpointing", job.activation_checkpointing, "--optimizer", job.optimizer]
-    if shard_size is not None:
-        args += ["--shard-size", str(shard_size)]
-    if job.grad_accum != 1:
-        args += ["--grad-accum", str(job.grad_accum)]
-    if job_id:
-        args += ["--job-id", job_id]
-    if cpu:
-        args.append("--cpu")
-    if comm_profile:
-        args.append("--comm-profile")
-    return args
+#: One failed rank in torchrun's closing summary: its rank and exit code (negative: the signal that ended it).
+_TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def failure_causes(reports: list[dict[str, Any]], returncode: int, log_path: str, run: OwnedRun | None,
+                   wall_s: float | None, log_text: str) -> list[str]:
+    """Why the job failed, cause first: the limit, the ranks that stopped or died, then the survivors' errors."""
+    causes = []
+    if run is not None and run.timed_out:
+        causes.append(f"the job ran past its wall-clock limit of {wall_s:g} s and was stopped")
+    reported = {r.get("rank") for r in reports}
+    stopped = sorted(run.stopped_ranks) if run is not None else []
+    causes += [f"rank {rank} was stopped (SIGSTOP or a tracer) and never answered its peers" for rank in stopped]
+    for rank, code in sorted({int(r): int(c) for r, c in _TORCHRUN_FAILURE.findall(log_text)}.items()):
+        if code < 0 and rank not in reported and rank not in stopped:
+            causes.append(f"rank {rank} died ({_signal_name(-code)}) without an error of its own")
+    causes += [(f"rank {r['rank']}: " if r.get("rank") is not None else "") + r["error"] for r in reports[:1]]
+    if not causes:
+        causes.append(f"torchrun exited with status {returncode}; see {log_path}")
+    return causes
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number}, {signal.Signals(number).name}"
+    except ValueError:
+        return f"signal {number}"
+
+
+def described(job: TrainingJob) -> dict[str, Any]:
+    """What a failure result says about ``job`` (the worker's own result says all of it)."""
+    return {"job_id": job.job_id, "strategy": job.strategy, "model": job.model, "placement": job.placement,
+            "transport": job.transport}
+
+
+def write_spec(job: TrainingJob, folder: Path, log: IO[str] | None = None) -> Path:
+    """``job``'s spec, whole, as the JSON file the worker reads (:func:`shardscope.contracts.jobs.job_from_dict`);
+    the same JSON on one line of ``log``, so the log says what ran after the file is gone."""
+    from shardscope.contracts.jobs import job_to_dict
+
+    path = folder / "spec.json"
+    atomic_write_json(path, job_to_dict(job))
+    if log is not None:
+        log.write(f"# spec: {json.dumps(job_to_dict(job), sort_keys=True)}\n")
+    return path
 
 
 def torch_built_for_gpus() -> bool:
@@ -218,35 +246,48 @@ def with_rank_prefixes(cmd: list[str], log_dir: str) -> list[str]:
     return [*cmd[:at], "--tee", "3", "--log-dir", log_dir, *cmd[at:]]
 
 
-def launch(nproc: int, worker_args: list[str], job: dict[str, Any], out: str, log_path: str, cpu: bool,
-           nodes: int = 1) -> int:
-    """Run the worker on ``nproc`` ranks on each of ``nodes`` nodes; always leave a result at ``out`` unless unwritable.
+def launch(job: TrainingJob, out: str, log_path: str, cpu: bool) -> int:
+    """Run ``job`` on its ranks; always leave a result at ``out`` unless unwritable.
 
-    The command is built before anything is written, so a launch that cannot start (``nodes``
-    above 1 outside Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files.
+    The worker reads the spec whole from a file (``--spec``), so it trains exactly the checked job. The
+    command is built before anything is written, so a launch that cannot start (``nodes`` above 1 outside
+    Slurm) is a :class:`~shardscope.errors.UserError` that leaves no files. The ranks write into a folder
+    private to this launch; the result is published (or the failure written) only after every process the
+    launch started is gone (:func:`run_owned`), past ``job.wall_s`` ended by force, so it is written once and
+    never replaced. ``cpu`` forces gloo on CPU processes even where GPUs exist.
     """
-    cmd = launch_command(nproc, nodes, [*worker_args, "--out", out])
-    rank_logs = tempfile.mkdtemp(prefix="shardscope-ranks-")
-    cmd = with_rank_prefixes(cmd, rank_logs)
-    world_size = nproc * nodes
+    flags = ["--cpu"] if cpu else []
+    launch_command(job.nproc_per_node, job.nodes, flags)  # a launch that cannot start stops here, before any file
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:
+    for stale in [out, *glob.glob(f"{glob.escape(out)}.rank*.error.json")]:  # error files beside it: older runs'
         Path(stale).unlink(missing_ok=True)
     env = ops_env(cpu)
-    with open(log_path, "a", encoding="utf-8") as log:
-        if cpu and job["strategy"].startswith("zero"):
+    with private_result(out) as staged, open(log_path, "a", encoding="utf-8") as log:
+        spec = write_spec(job, staged.parent, log)
+        cmd = launch_command(job.nproc_per_node, job.nodes, ["--spec", str(spec), *flags, "--out", str(staged)])
+        if cpu and job.strategy.startswith("zero"):
             prebuild_deepspeed_cpu_ops(log, env)
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
+        log_start = os.path.getsize(log_path)
+        rank_logs = tempfile.mkdtemp(prefix="shardscope-ranks-")
         try:
-            returncode = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**env, **RANK_PREFIX_ENV},
-                                        check=False).returncode
+            run = run_owned(with_rank_prefixes(cmd, rank_logs), env={**env, **RANK_PREFIX_ENV}, stdout=log,
+                            wall_s=job.wall_s)
         finally:
             shutil.rmtree(rank_logs, ignore_errors=True)
-    if returncode == 0 and Path(out).exists():
-        return 0
-    atomic_write_json(out, failure_document(job, out, world_size, returncode, log_path))
-    for path in range(world_size):
-        Path(error_path(out, path)).unlink(missing_ok=True)
-    print(f"training job {job.get('job_id')} ended with outcome {read_json(out)['outcome']}; log: {log_path}", file=sys.stderr)
+        if run.returncode == 0 and not run.timed_out and publish(staged, out):
+            return 0
+        log.flush()
+        log_text = _read_from(log_path, log_start)
+        atomic_write_json(out, failure_document(described(job), str(staged), job.world_size, run.returncode, log_path,
+                                                run, job.wall_s, log_text))
+    print(f"training job {job.job_id} ended with outcome {read_json(out)['outcome']}; log: {log_path}", file=sys.stderr)
     return 0
+
+
+def _read_from(path: str, offset: int) -> str:
+    """The text of ``path`` from byte ``offset`` (what this launch appended to the log)."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read().decode("utf-8", errors="replace")

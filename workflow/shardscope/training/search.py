@@ -26,8 +26,9 @@ reason stops the search, which says so. The summary (kind ``search``) is collect
 its best micro-batch (micro-batch 1 when none fits, so the row shows the outcome and its reason),
 accumulating to the global batch, with the job's repeats: an ordinary training result, its placement marked with
 :data:`shardscope.contracts.names.BEST_MICROBATCH_SUFFIX` so figure 4 and the report compare the
-strategies at their own best micro-batches. ``search_largest`` is the search itself, with the trial
-injected (tests give it a rule; the command gives it a real run).
+strategies at their own best micro-batches. Which micro-batches are tried is the planner's rule
+(:func:`shardscope.plan.microbatch_search.search_largest`, the trial injected: the plan's estimate gives it a
+rule, this runner a real run); this module only runs the trials.
 """
 
 from __future__ import annotations
@@ -38,79 +39,16 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from shardscope.plan.microbatch_search import METHOD, search_largest
 
 if TYPE_CHECKING:
     from shardscope.contracts.jobs import TrainingJob
 
-#: Trial outcomes that mean "does not fit" (the search goes lower); ``ok`` fits; anything else stops it.
-NOT_FITTING = ("oom", "over_budget")
 SCHEMA = "shardscope.microbatch-search/1"
-METHOD = ("doubling from the smallest micro-batch, then bisection, over the divisors of the per-rank batch up to the "
-          "limit; each trial with the gradient accumulation to the global batch; a trial fits when its outcome is ok")
-
-
-def search_largest(trial: Callable[[int], str], candidates: int | Sequence[int]) -> dict[str, Any]:
-    """Doubling, then bisection, over ``candidates``: the largest micro-batch whose trial is ``ok``.
-
-    ``candidates`` are the micro-batches that may be tried, ascending (an int ``n`` means 1..n).
-    Doubling goes from the smallest to the smallest candidate of at least twice the last one (the
-    largest candidate at the end); once a trial does not fit, bisection halves the candidates between
-    the largest that fitted and the smallest that did not. ``trial(m)`` runs (or reads back)
-    micro-batch ``m`` and returns its outcome. Returns the outcomes in the order tried, ``best``
-    (None when even the smallest does not fit, or a trial failed first) and ``reason`` (one sentence).
-    """
-    if isinstance(candidates, int) and not isinstance(candidates, bool):
-        if candidates < 1:
-            raise ValueError(f"search limit must be a positive integer, got {candidates!r}")
-        candidates = range(1, candidates + 1)
-    values = list(candidates)
-    if not values or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in values) or values != sorted(set(values)):
-        raise ValueError(f"search candidates must be ascending positive integers, got {values!r}")
-    tried: dict[int, str] = {}
-
-    def run(i: int) -> str:
-        if values[i] not in tried:
-            tried[values[i]] = trial(values[i])
-        return tried[values[i]]
-
-    fits, too_big, i = -1, None, 0
-    while True:
-        outcome = run(i)
-        if outcome == "ok":
-            fits = i
-            if i == len(values) - 1:
-                break
-            i = next((j for j in range(i + 1, len(values)) if values[j] >= 2 * values[i]), len(values) - 1)
-        elif outcome in NOT_FITTING:
-            too_big = i
-            break
-        else:
-            return _result(tried, values[fits] if fits >= 0 else None,
-                           f"micro-batch {values[i]} ended with outcome {outcome!r}; the search stopped there")
-    while too_big is not None and too_big - fits > 1:
-        mid = (fits + too_big) // 2
-        outcome = run(mid)
-        if outcome == "ok":
-            fits = mid
-        elif outcome in NOT_FITTING:
-            too_big = mid
-        else:
-            return _result(tried, values[fits] if fits >= 0 else None,
-                           f"micro-batch {values[mid]} ended with outcome {outcome!r}; the search stopped there")
-    if fits < 0:
-        return _result(tried, None, f"even micro-batch {values[0]} does not fit (outcome {tried[values[0]]!r})")
-    if too_big is None:
-        return _result(tried, values[fits], f"micro-batch {values[fits]} fits, the largest the search may try")
-    return _result(tried, values[fits], f"micro-batch {values[fits]} fits and {values[too_big]} does not "
-                                        f"({tried[values[too_big]]})")
-
-
-def _result(tried: dict[int, str], best: int | None, reason: str) -> dict[str, Any]:
-    return {"trials": [{"micro_batch": m, "outcome": o} for m, o in tried.items()], "best_micro_batch": best,
-            "reason": reason}
 
 
 def search_entry(plan: dict[str, Any], job_id: str, where: str) -> dict[str, Any]:
@@ -128,8 +66,16 @@ def trial_spec(job: TrainingJob, entry: dict[str, Any], micro_batch: int) -> Tra
     """The trial of ``job`` at ``micro_batch``: the accumulation to the entry's per-rank batch, one repeat, no profile."""
     accum = int(entry["per_rank_batch"]) // micro_batch
     return dataclasses.replace(job, job_id=f"{job.job_id}-mb{micro_batch}x{accum}", micro_batch=micro_batch,
-                               grad_accum=accum, repeats=1, comm_profile=False,
+                               grad_accum=accum, repeats=1, comm_profile=False, wall_s=_scaled_wall_s(job, entry),
                                activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
+
+
+def _scaled_wall_s(job: TrainingJob, entry: dict[str, Any]) -> float:
+    """The job's wall-clock limit scaled as its modeled step is, to the whole per-rank batch a search trial or best
+    run accumulates (and a third more with activation checkpointing)."""
+    from shardscope.plan.modeled_time import step_scale
+
+    return round(job.wall_s * step_scale(dataclasses.asdict(job), entry), 1)
 
 
 def spec_digest(job: TrainingJob) -> str:
@@ -221,7 +167,7 @@ def best_spec(job: TrainingJob, entry: dict[str, Any], summary: dict[str, Any]) 
     the global batch, with the job's own repeats; its id and placement are the entry's best ones."""
     micro = summary.get("best_micro_batch") or entry["micro_batches"][0]
     return dataclasses.replace(job, job_id=entry["best_job_id"], placement=entry["best_placement"], micro_batch=micro,
-                               grad_accum=int(entry["per_rank_batch"]) // micro,
+                               grad_accum=int(entry["per_rank_batch"]) // micro, wall_s=_scaled_wall_s(job, entry),
                                activation_checkpointing=entry.get("activation_checkpointing", job.activation_checkpointing))
 
 

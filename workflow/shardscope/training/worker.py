@@ -1,17 +1,20 @@
-"""The training worker, run on every rank by ``torchrun -m shardscope.training``.
+"""The training worker, run on every rank by ``torchrun -m shardscope.training --spec FILE --out FILE``.
 
-It builds the model under one strategy, runs ``warmup`` untimed steps and ``repeats`` timed
-windows of ``steps`` steps on synthetic tokens (median and 95% interval over the windows:
-:mod:`shardscope.contracts.repeats`), counts the bytes each rank holds after the first timed backward,
-and rank 0 writes the job's JSON atomically. Weights start from ``--seed`` on every rank under
-every strategy, so per-step losses compare across strategies; the summary carries the
-measured bytes per rank (the memory models beside them are the predictions stage's:
-:func:`shardscope.costmodel.modeled.modeled_for_document`) and, with ``--comm-profile``, the share of one
+It reads its job whole from the spec file (a :class:`~shardscope.contracts.jobs.TrainingJob`, checked
+by :func:`~shardscope.contracts.jobs.job_from_dict` where it is read, as everywhere it is built), joins
+the process group with the spec's collective ``timeout_s``, builds the model under one strategy, runs
+``warmup`` untimed steps and ``repeats`` timed windows of ``steps`` steps on synthetic tokens (median
+and 95% interval over the windows: :mod:`shardscope.contracts.repeats`), counts the bytes each rank
+holds after the first timed backward, and rank 0 writes the job's JSON atomically (into the launcher's
+private folder: only the launcher publishes it). Weights start from the spec's ``seed`` on every rank
+under every strategy, so per-step losses compare across strategies; the summary carries the measured bytes
+per rank (the memory models beside them are the predictions stage's:
+:func:`shardscope.costmodel.modeled.modeled_for_document`) and, with ``comm_profile``, the share of one
 profiled step spent in communication (``comm_time_share``, else null). One more untimed step
 counts the bytes of every collective (``summary.comm_bytes``, beside the ZeRO paper's volume),
-and ``settings`` records the fair-comparison settings the strategy ran with. A rank that fails writes a small error file
-beside the output and exits non-zero; :mod:`shardscope.training.launch` turns that into a
-result with outcome ``oom`` or ``failed``.
+and ``settings`` records the fair-comparison settings the strategy ran with. A rank that fails writes
+a small error file beside the output and exits non-zero; :mod:`shardscope.training.launch` turns that
+into a result with outcome ``oom`` or ``failed``.
 """
 
 from __future__ import annotations
@@ -28,15 +31,15 @@ import torch
 import torch.distributed as dist
 
 from shardscope.device import DistContext, Timer, environment, init_distributed, reset_peak_memory, synchronize
-from shardscope.fileio import atomic_write_json
+from shardscope.fileio import atomic_write_json, read_json
 from shardscope.training.accumulation import accumulating
 from shardscope.training.comm_bytes import count_step_collectives
 from shardscope.training.host_calls import PythonCallCounter
 from shardscope.contracts.comm_volume import comm_block
-from shardscope.contracts.names import GROUPED_STRATEGIES, TRANSPORTS, WORKER_OPTIMIZERS
-from shardscope.contracts.fairness import BUCKET_POLICIES, REDUCE_DTYPES, FairSettings
+from shardscope.contracts.jobs import TrainingJob, job_from_dict
+from shardscope.contracts.names import GROUPED_STRATEGIES
+from shardscope.contracts.fairness import FairSettings
 from shardscope.training.held_bytes import measure_held_bytes
-from shardscope.training.job import TrainJob
 from shardscope.training.memtrack import (
     cuda_memory_counters,
     dump_oom_snapshot,
@@ -47,55 +50,35 @@ from shardscope.training.memtrack import (
     record_memory_history,
     tracked_step,
 )
-from shardscope.training.model import parse_model_spec, synthetic_batch
+from shardscope.training.model import synthetic_batch
 from shardscope.contracts.peak_flops import peak_flops
 from shardscope.contracts.repeats import summarize_repeats
-from shardscope.training.strategies import STRATEGIES, OptimConfig, Prepared, prepare
-from shardscope.training.checkpointing import MODES, apply_checkpointing
+from shardscope.training.strategies import OptimConfig, Prepared, prepare
+from shardscope.training.checkpointing import apply_checkpointing
 from shardscope.training.outcome_files import SCHEMA, error_path
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Flags of the worker; the launcher passes them through."""
+    """Flags of the worker: the job's spec file (what the launcher wrote), where rank 0 writes, and ``--cpu``."""
     p = argparse.ArgumentParser(prog="torchrun -m shardscope.training", description=__doc__)
-    p.add_argument("--strategy", required=True, choices=STRATEGIES)
-    p.add_argument("--model", required=True, help="preset name or a JSON object of dimensions")
-    p.add_argument("--micro-batch", type=int, default=2)
-    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (gradient accumulation)")
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--steps", type=int, default=5, help="timed steps per repeat")
-    p.add_argument("--repeats", type=int, default=1, help="timed windows of --steps steps each (median and 95%% CI over them)")
-    p.add_argument("--reduce-dtype", choices=REDUCE_DTYPES, default="auto", help="gradient-reduction dtype (auto: the training dtype)")
-    p.add_argument("--buckets", choices=BUCKET_POLICIES, default="default",
-                   help="default: each framework's bucket sizes; equal: DDP's 25 MiB for every framework")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    p.add_argument("--memory-budget-bytes", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights, the same on every rank")
-    p.add_argument("--comm-profile", action="store_true", help="profile one extra step for the share of time in communication")
-    p.add_argument("--placement", default="local")
-    p.add_argument("--shard-size", type=int, default=None,
-                   help="hsdp: ranks of one shard group; zero3_hpz: ranks of one secondary parameter partition "
-                        "(consecutive ranks; default: the ranks of one node)")
-    p.add_argument("--transport", choices=TRANSPORTS, default="default",
-                   help="the transport the job's environment selects (stored with the result; pcie = NVLink off)")
-    p.add_argument("--activation-checkpointing", choices=MODES, default="none", help="full: every block recomputed in backward")
-    p.add_argument("--optimizer", choices=WORKER_OPTIMIZERS, default="adamw", help="optimizer-state variant (contracts.optimizers)")
-    p.add_argument("--job-id", default=None)
+    p.add_argument("--spec", required=True, help="the training job's spec, whole: a results/plan/jobs/{id}.json or the "
+                                                 "file `shardscope train` / `shardscope job run` writes")
     p.add_argument("--cpu", action="store_true", help="force gloo on CPU even where CUDA exists")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
 
-def job_from_args(args: argparse.Namespace, world_size: int) -> TrainJob:
-    """The validated job of these flags (the launcher ran the same checks before torchrun)."""
-    return TrainJob(strategy=args.strategy, model=parse_model_spec(args.model), nproc=world_size, micro_batch=args.micro_batch,
-                    seq_len=args.seq_len, warmup=args.warmup, steps=args.steps, dtype=args.dtype,
-                    memory_budget_bytes=args.memory_budget_bytes, seed=args.seed, repeats=args.repeats,
-                    activation_checkpointing=args.activation_checkpointing, optimizer=args.optimizer,
-                    grad_accum=args.grad_accum)
+def read_spec(path: str, world_size: int) -> TrainingJob:
+    """The training job of the spec file at ``path``, read through :func:`job_from_dict` (every field checked there,
+    once); a ValueError naming the file when it is not a training job of this world size."""
+    job = job_from_dict(read_json(path))
+    if not isinstance(job, TrainingJob):
+        raise ValueError(f"{path}: a {job.KIND} job spec, not a training job")
+    if job.world_size != world_size:
+        raise ValueError(f"{path}: the spec's world_size {job.world_size} is not the {world_size} ranks torchrun started")
+    return job
 
 
 def _timed(ctx: DistContext, fn: Any, *args: Any) -> tuple[Any, float]:
@@ -128,50 +111,49 @@ def slowest_rank_s(local_s: list[float], ctx: DistContext) -> list[float]:
     return [float(t) for t in times.cpu()]
 
 
-def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
-    """Run warmup and timed steps; return the job document (complete on rank 0)."""
-    job = job_from_args(args, ctx.world_size)
-    model_name, cfg = job.model_name, job.config
-    dtype = DTYPES[args.dtype]
-    fair = FairSettings(reduce_dtype=args.reduce_dtype, buckets=args.buckets)
-    shard_size = args.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-    prepared = accumulating(prepare(args.strategy, cfg, ctx, dtype, args.micro_batch, optim=OptimConfig(states=args.optimizer),
-                                    seed=args.seed, fair=fair, shard_size=shard_size, grad_accum=args.grad_accum),
-                            args.grad_accum)
-    apply_checkpointing(prepared.model, args.activation_checkpointing)
-    rows = args.micro_batch * args.grad_accum  # this rank's sequences per optimizer step
+def train(job: TrainingJob, ctx: DistContext) -> dict[str, Any]:
+    """Run ``job``'s warmup and timed steps; return its result document (complete on rank 0)."""
+    model_name, cfg = job.resolved_model()
+    dtype = DTYPES[job.dtype]
+    fair = FairSettings(reduce_dtype=job.reduce_dtype, buckets=job.buckets)
+    shard_size = job.shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    prepared = accumulating(prepare(job.strategy, cfg, ctx, dtype, job.micro_batch, optim=OptimConfig(states=job.optimizer),
+                                    seed=job.seed, fair=fair, shard_size=shard_size, grad_accum=job.grad_accum),
+                            job.grad_accum)
+    apply_checkpointing(prepared.model, job.activation_checkpointing)
+    rows = job.micro_batch * job.grad_accum  # this rank's sequences per optimizer step
     # HSDP moves inside its group what FSDP over one shard group would; the ZeRO paper's volumes know FSDP
-    modeled_as = "fsdp" if args.strategy == "hsdp" else args.strategy
+    modeled_as = "fsdp" if job.strategy == "hsdp" else job.strategy
     local_s, losses, held, step_peaks = [], [], None, []
-    timed_steps = args.steps * args.repeats
+    timed_steps = job.steps * job.repeats
     reset_peak_memory(ctx)
     gc.collect()
     gc.disable()
     try:
-        for step in range(args.warmup + timed_steps):
-            tokens = synthetic_batch(cfg, rows, args.seq_len, step, ctx.rank, ctx.device)
-            loss, step_s, measured = timed_step(prepared, tokens, ctx, measure_held=step == args.warmup)
+        for step in range(job.warmup + timed_steps):
+            tokens = synthetic_batch(cfg, rows, job.seq_len, step, ctx.rank, ctx.device)
+            loss, step_s, measured = timed_step(prepared, tokens, ctx, measure_held=step == job.warmup)
             held = measured or held
-            if step >= args.warmup:
+            if step >= job.warmup:
                 local_s.append(step_s)
                 losses.append(float(loss.float().item()))
                 step_peaks.append(step_peak_bytes(ctx))
     finally:
         gc.enable()
-    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value, "repeat": i // args.steps, "peak_memory_bytes": peak_i}
+    step_rows = [{"step": i, "step_time_s": t, "loss": loss_value, "repeat": i // job.steps, "peak_memory_bytes": peak_i}
                  for i, (t, loss_value, peak_i) in enumerate(zip(slowest_rank_s(local_s, ctx), losses,
                                                                  largest_rank_bytes(step_peaks, ctx)))]
     peak = measured_peak(ctx)
-    memory = _tracked_memory(prepared, cfg, args, ctx)
-    extra_step = args.warmup + timed_steps
+    memory = _tracked_memory(prepared, cfg, job, ctx)
+    extra_step = job.warmup + timed_steps
     with PythonCallCounter() as host_calls:  # the untimed step that counts collectives also counts Python calls
-        comm_rows = count_step_collectives(prepared, synthetic_batch(cfg, rows, args.seq_len, extra_step, ctx.rank, ctx.device),
+        comm_rows = count_step_collectives(prepared, synthetic_batch(cfg, rows, job.seq_len, extra_step, ctx.rank, ctx.device),
                                            lambda: synchronize(ctx))
     comm_share = None
-    if args.comm_profile:
+    if job.comm_profile:
         from shardscope.training.comm_profile import comm_time_share
 
-        tokens = synthetic_batch(cfg, rows, args.seq_len, extra_step + 1, ctx.rank, ctx.device)
+        tokens = synthetic_batch(cfg, rows, job.seq_len, extra_step + 1, ctx.rank, ctx.device)
         try:
             comm_share = comm_time_share(prepared, tokens, ctx)
         except RuntimeError as exc:  # a profiler that cannot start (no CUPTI) leaves the share unmeasured
@@ -181,49 +163,49 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
                                       "peak_memory_reserved_bytes": peak["peak_memory_reserved_bytes"], "comm_time_share": comm_share,
                                       **memory})
     tokens_per_step = job.tokens_per_step
-    spread = summarize_repeats([r["step_time_s"] for r in step_rows], args.repeats, tokens_per_step)
+    spread = summarize_repeats([r["step_time_s"] for r in step_rows], job.repeats, tokens_per_step)
     median_s = spread["median_step_time_s"]
     tokens_per_s = tokens_per_step / median_s
     settings = prepared.settings or {}
     env = environment(ctx)
     peak_f = peak_flops(env["devices"][0] if ctx.is_cuda else None)
-    mfu = cfg.flops_per_token(args.seq_len) * tokens_per_s / (peak_f * ctx.world_size) if peak_f else None
+    mfu = cfg.flops_per_token(job.seq_len) * tokens_per_s / (peak_f * ctx.world_size) if peak_f else None
     max_peak = max(r["peak_memory_bytes"] for r in per_rank)
     # the budget against CUDA's peak on GPU; on CPU against the tensor tracker's peak (the RSS counts the runtime too)
     budget_peak, budget_what = ((max_peak, peak["peak_memory_method"]) if ctx.is_cuda else
                                 (max(r["tracked_peak_bytes"] for r in per_rank), "tracked tensor peak"))
-    over = args.memory_budget_bytes is not None and budget_peak > args.memory_budget_bytes
+    over = job.memory_budget_bytes is not None and budget_peak > job.memory_budget_bytes
     return {
         "schema": SCHEMA,
         "kind": "training",
         "job": {
-            "job_id": args.job_id or f"{args.strategy}-{model_name}-ws{ctx.world_size}-{args.placement}",
-            "strategy": args.strategy,
+            "job_id": job.job_id,
+            "strategy": job.strategy,
             "model": model_name,
             "model_config": cfg.to_dict(),
             "param_count": cfg.param_count(),
             "world_size": ctx.world_size,
-            "placement": args.placement,
-            "transport": args.transport,
-            "shard_size": shard_size if args.strategy in GROUPED_STRATEGIES else None,
-            "dtype": args.dtype,
-            "micro_batch": args.micro_batch,
-            "grad_accum": args.grad_accum,
+            "placement": job.placement,
+            "transport": job.transport,
+            "shard_size": shard_size if job.strategy in GROUPED_STRATEGIES else None,
+            "dtype": job.dtype,
+            "micro_batch": job.micro_batch,
+            "grad_accum": job.grad_accum,
             "global_batch": rows * ctx.world_size,
-            "seq_len": args.seq_len,
-            "warmup": args.warmup,
-            "steps": args.steps,
-            "repeats": args.repeats,
-            "memory_budget_bytes": args.memory_budget_bytes,
-            "seed": args.seed,
+            "seq_len": job.seq_len,
+            "warmup": job.warmup,
+            "steps": job.steps,
+            "repeats": job.repeats,
+            "memory_budget_bytes": job.memory_budget_bytes,
+            "seed": job.seed,
             "deepspeed_config": prepared.deepspeed_config,
-            "activation_checkpointing": args.activation_checkpointing,
-            "optimizer": args.optimizer,
+            "activation_checkpointing": job.activation_checkpointing,
+            "optimizer": job.optimizer,
         },
         "settings": settings,
         "env": dict(env, deepspeed=_deepspeed_version()),
         "outcome": "over_budget" if over else "ok",
-        "error": f"peak memory ({budget_what}) {budget_peak} B exceeds the budget of {args.memory_budget_bytes} B" if over else None,
+        "error": f"peak memory ({budget_what}) {budget_peak} B exceeds the budget of {job.memory_budget_bytes} B" if over else None,
         "summary": {
             "median_step_time_s": median_s,
             **{k: v for k, v in spread.items() if k != "median_step_time_s"},
@@ -237,8 +219,8 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
                                                if r["peak_memory_reserved_bytes"] is not None), default=None),
             "comm_time_share": _mean_or_none(r["comm_time_share"] for r in per_rank),
             "host_calls_per_step": host_calls.calls,
-            "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", args.dtype),
-                                     settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None, args.grad_accum),
+            "comm_bytes": comm_block(modeled_as, cfg.param_count(), settings.get("reduce_dtype", job.dtype),
+                                     settings.get("gather_dtype"), comm_rows if ctx.rank == 0 else None, job.grad_accum),
             "memory_categories": memory_categories(per_rank),
         },
         "steps": step_rows,
@@ -246,9 +228,9 @@ def train(args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
     }
 
 
-def _tracked_memory(prepared: Prepared, cfg: Any, args: argparse.Namespace, ctx: DistContext) -> dict[str, Any]:
+def _tracked_memory(prepared: Prepared, cfg: Any, job: TrainingJob, ctx: DistContext) -> dict[str, Any]:
     """This rank's memory by category from one extra, untimed step under the tensor tracker (and CUDA's counters)."""
-    tokens = synthetic_batch(cfg, args.micro_batch * args.grad_accum, args.seq_len, args.warmup + args.steps, ctx.rank, ctx.device)
+    tokens = synthetic_batch(cfg, job.micro_batch * job.grad_accum, job.seq_len, job.warmup + job.steps, ctx.rank, ctx.device)
     synchronize(ctx)
     tracked, held_then = tracked_step(prepared, tokens)
     synchronize(ctx)
@@ -288,10 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        ctx = init_distributed(prefer_gpu=not args.cpu)
+        job = read_spec(args.spec, int(os.environ.get("WORLD_SIZE", "1")))
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a timed-out NCCL collective aborts, not hangs
+        ctx = init_distributed(prefer_gpu=not args.cpu, timeout_s=job.timeout_s)
         if ctx.is_cuda:
             record_memory_history()
-        doc = train(args, ctx)
+        doc = train(job, ctx)
         if ctx.rank == 0:
             atomic_write_json(args.out, doc)
         dist.barrier()
