@@ -5,7 +5,7 @@
 The rules start every timed job through this guard so that a job that hangs (a rank that
 never joins, a wedged NCCL communicator that no watchdog catches) cannot hang the pipeline:
 after ``--wall-s`` seconds every process the command started (torchrun and its ranks, each
-in its own session; :mod:`shardscope.jobs.process_tree` finds them all) gets SIGTERM, then
+in its own session; :mod:`shardscope.process_tree` finds them all) gets SIGTERM, then
 SIGKILL ``--kill-after-s`` later, and the guard exits with status 124 (as coreutils ``timeout``
 does). It returns only when none of them is left, whatever the command's status. On any
 failure it prints one line naming the job and its log (and a rank seen stopped), and appends
@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from shardscope.jobs.process_tree import run_owned
+from shardscope.process_tree import run_owned
 
 #: Exit status of a command stopped at its wall-clock limit (coreutils ``timeout`` uses it too).
 TIMEOUT_EXIT = 124

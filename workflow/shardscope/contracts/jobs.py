@@ -251,7 +251,7 @@ class TrainingJob(Ranks):
 
 def _check_optimizer(job: TrainingJob) -> None:
     """The optimizer-state variant runs under the job's strategy and dtype (DeepSpeed's bf16 states: ZeRO-1/2/3, bf16)."""
-    from shardscope.costmodel.optimizer_states import check_optimizer
+    from shardscope.contracts.optimizers import check_optimizer
 
     try:
         check_optimizer(job.optimizer, job.strategy, job.dtype)

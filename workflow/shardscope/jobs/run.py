@@ -60,7 +60,7 @@ def run_collective(job: CollectiveJob, out: str, log: str) -> int:
     import shlex
 
     from shardscope.collectives.guard import run_guarded
-    from shardscope.jobs.process_tree import private_result, publish
+    from shardscope.process_tree import private_result, publish
 
     Path(out).unlink(missing_ok=True)
     with private_result(out) as staged:

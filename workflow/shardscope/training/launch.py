@@ -28,7 +28,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from shardscope.buildenv import environment_first_on_path, extensions_dir
 from shardscope.fileio import atomic_write_json, read_json
-from shardscope.jobs.process_tree import OwnedRun, private_result, publish, run_owned
+from shardscope.process_tree import OwnedRun, private_result, publish, run_owned
 from shardscope.training.outcome_files import SCHEMA
 
 if TYPE_CHECKING:
