@@ -275,21 +275,26 @@ SMALL_GQA = ModelConfig(n_layers=4, d_model=256, n_heads=8, n_kv_heads=4, d_ff=7
 
 @pytest.mark.parametrize(("strategy", "cfg", "seq", "checkpointing", "phase", "measured"), [
     # where T != h, so that a T·f activation gradient and an h·f weight gradient, T·V and V·h, differ
-    ("fsdp", SMALL_GQA, 64, "none", "backward", 18_751_492),  # 2nd block in backward: prefetch + previous reduce-scatter input
-    ("fsdp", SMALL_GQA, 128, "full", "backward", 18_358_276),
-    ("fsdp", PRESETS["tiny"], 128, "full", "backward", 5_114_884),  # 2 blocks: the last block's, prefetch beside it
-    ("ddp", SMALL_GQA, 64, "none", "backward", 3_145_732),  # the head's weight gradient beside the logits' gradient
-    ("ddp", PRESETS["tiny"], 64, "full", "backward", 327_684),  # equal moments: the first, down's weight gradient
-    ("ddp", PRESETS["tiny"], 128, "full", "backward", 1_179_652),  # silu output's and the product's gradients
-    ("zero1", PRESETS["tiny"], 128, "none", "backward", 2_001_966_604),
-    ("zero2", PRESETS["tiny"], 128, "none", "backward", 2_000_655_372),  # the bucket beside the head's second moment only
-    ("zero3", PRESETS["tiny"], 128, "full", "backward", 2_003_278_860),  # ZeRO-3's linear: the input's gradient first
+    ("fsdp", SMALL_GQA, 64, "none", "backward", 19_015_684),  # 2nd block in backward: prefetch + previous reduce-scatter input
+    ("fsdp", SMALL_GQA, 128, "full", "backward", 19_144_708),
+    ("fsdp", PRESETS["tiny"], 128, "full", "backward", 5_639_172),  # 2 blocks: the last block's, prefetch beside it
+    ("ddp", SMALL_GQA, 64, "none", "backward", 3_276_804),  # the head's weight gradient beside the logits' gradient
+    ("ddp", PRESETS["tiny"], 64, "full", "backward", 589_828),  # equal moments: the first, down's weight gradient
+    ("ddp", PRESETS["tiny"], 128, "full", "backward", 1_703_940),  # silu output's and the product's gradients
+    ("zero1", PRESETS["tiny"], 128, "none", "backward", 2_002_490_892),
+    ("zero2", PRESETS["tiny"], 128, "none", "backward", 2_001_703_948),  # the bucket beside the head's second moment only
+    ("zero3", PRESETS["tiny"], 128, "full", "backward", 2_003_541_004),  # ZeRO-3's linear: the input's gradient first
 ])
+@pytest.mark.xfail(strict=True, reason="re-measured with the corrected tracker (issue 33: an operator's outputs and "
+                   "the inputs it releases are alive together), which sees one or two more T·f (or T·h) gradients "
+                   "inside the MLP's backward than the model's moments, traced with the old tracker; the moments are "
+                   "to be re-traced (issue 31)")
 def test_buffers_at_the_peak_are_the_traced_moments(strategy: str, cfg: ModelConfig, seq: int, checkpointing: str, phase: str,
                                                     measured: int) -> None:
     """Buffers alive at the tracked peak, measured on 2 CPU ranks in fp32 at 2 sequences
-    (``benchmarks/memory_model_check.py``), against the modeled phase the run peaked in; the few
-    bytes apart are the loss's scalars (4 B each)."""
+    (``shardscope train --cpu --nproc 2 --micro-batch 2 --dtype float32``: the ``buffer_bytes`` of the
+    rank with the largest tracked peak), against the
+    modeled phase the run peaked in; the few bytes apart are the loss's scalars (4 B each)."""
     terms = predict_peak(strategy, cfg, 2, StepShape(2, seq, checkpointing=checkpointing), device="cpu")
     parts = max((p for name, p in terms.phases.items() if name.split("_")[0] == phase), key=lambda p: sum(p.values()))
     modeled = sum(v for k, v in parts.items() if k != "activations")

@@ -75,18 +75,18 @@ def memory_scale(topology: dict[str, Any], section: dict[str, Any], world_size: 
         cname, ccfg = resolve_model(candidate)
         step = StepAssumptions(micro_batch=micro_batch, seq_len=min(seq_len, ccfg.max_seq_len), dtype="bfloat16")
         sharded_terms, full_terms = job_peak("zero3", ccfg, world_size, step), job_peak("ddp", ccfg, world_size, step)
-        # what must fit the GPU: the reserved peak with the CUDA context and NCCL's buffers beside it (PeakTerms.fits)
-        sharded, full = sharded_terms.device_bytes, full_terms.device_bytes
+        sharded, full = sharded_terms.peak_bytes, full_terms.peak_bytes
         if sharded_terms.fits(usable):
             fit = "fits" if full_terms.fits(usable) else "does not fit (expect an oom row)"
             why = (f"{cname} ({ccfg.param_count() / 1e9:.2f} B parameters): sharded over {world_size} GPU(s) (ZeRO-3) "
-                   f"its whole modeled peak (reserved, with the CUDA context and NCCL's buffers) is "
-                   f"{_gib(sharded)} per GPU of the {_gib(usable)} usable; unsharded (DDP) "
+                   f"its whole modeled peak is {_gib(sharded)} per GPU ({_gib(sharded_terms.device_bytes)} with the CUDA "
+                   f"context and NCCL's buffers beside it, what must fit) of the {_gib(usable)} usable; unsharded (DDP) "
                    f"{_gib(full)}, which {fit}")
             if notes:
                 why = f"scaled down to {cname}: " + "; ".join(notes) + f". {why}"
             return Scale(candidate, cname, min(seq_len, ccfg.max_seq_len), micro_batch, strategies, why)
-        notes.append(f"{cname} would peak at {_gib(sharded)} per GPU even sharded over {world_size} GPU(s) (ZeRO-3), "
+        notes.append(f"{cname} would peak at {_gib(sharded_terms.device_bytes)} per GPU (with the CUDA context and "
+                     f"NCCL's buffers) even sharded over {world_size} GPU(s) (ZeRO-3), "
                      f"above the {_gib(usable)} usable of one GPU ({USABLE_FRACTION:.0%} of {_gib(memory)})")
     return "no memory-bound model is planned: " + "; ".join(notes)
 
