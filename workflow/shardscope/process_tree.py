@@ -43,11 +43,13 @@ def new_marker() -> str:
     return f"{os.getpid()}-{uuid.uuid4().hex}"
 
 
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants; False where the kernel or libc cannot."""
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the reaper of its orphaned descendants (or stop being one); False where the kernel or libc
+    cannot. :func:`run_owned` is one only while its launch runs, so a test process that launches jobs does not
+    adopt other tests' orphans afterwards."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -160,9 +162,9 @@ def run_owned(command: Sequence[str], *, env: dict[str, str] | None, stdout: IO[
     so a cancelled job leaves no rank behind. Raises ``OSError`` when the command cannot start.
     """
     marker = new_marker()
-    become_subreaper()
     proc = subprocess.Popen(list(command), stdout=stdout, stderr=subprocess.STDOUT if stdout is not None else None,
                             env={**(os.environ if env is None else env), MARKER_VAR: marker}, start_new_session=True)
+    become_subreaper()  # torchrun takes seconds to start a rank: none can be orphaned before this
     run = OwnedRun(returncode=0)
     previous = _end_on_termination(marker, grace_s)
     deadline = None if wall_s is None else time.monotonic() + wall_s
@@ -185,6 +187,7 @@ def run_owned(command: Sequence[str], *, env: dict[str, str] | None, stdout: IO[
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+        become_subreaper(False)
     return run
 
 
