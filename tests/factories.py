@@ -162,3 +162,15 @@ def query_db(db: Path, sql: str) -> list[tuple]:
 def file_digest(path: Path) -> str:
     """sha256 of a file, to prove a database was left byte-for-byte unchanged."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def worker_spec(folder: Path, *train_flags: str) -> Path:
+    """The spec file the training worker reads (``--spec``), built from ``shardscope train`` flags the way the
+    command builds it (:func:`shardscope.training.commands.training_spec`), for tests that start the worker
+    under torchrun themselves."""
+    from shardscope.cli import build_parser
+    from shardscope.training.commands import training_spec
+    from shardscope.training.launch import write_spec
+
+    job = training_spec(build_parser().parse_args(["train", *train_flags, "--out", "unused", "--log", "unused"]))
+    return write_spec(job, folder)

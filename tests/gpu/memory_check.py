@@ -57,13 +57,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def job_code(strategy: str, args: argparse.Namespace, out: Path, log: Path, cpu: bool, wrapper: Path | None) -> str:
     """The Python that launches one job through the pipeline's launcher (under ``wrapper`` instead of the worker module, if given)."""
-    code = "import sys; from shardscope.training import launch as L\n"
+    code = ("import sys; from shardscope.training import launch as L; from shardscope.cli import build_parser; "
+            "from shardscope.training.commands import training_spec\n")
     if wrapper is not None:  # the same torchrun command, running the capped worker script instead of -m shardscope.training
         code += (f"sys.path.insert(0, {str(wrapper.parent)!r}); from capped_worker import wrapped_command\n"
                  "orig = L.launch_command\n"
                  f"L.launch_command = lambda *a, **k: wrapped_command(orig(*a, **k), {str(wrapper)!r})\n")
-    code += ("sys.exit(L.launch(1, sys.argv[1:], {'job_id': None, 'strategy': %r, 'model': %r, 'placement': 'local'}, %r, %r, cpu=%r))"
-             % (strategy, args.model, str(out), str(log), cpu))
+    # the job spec as `shardscope train` builds it from the same flags, launched through the pipeline's launcher
+    code += ("job = training_spec(build_parser().parse_args(['train', '--nproc', '1', *sys.argv[1:], '--out', %r, '--log', %r]))\n"
+             "sys.exit(L.launch(job, %r, %r, cpu=%r))" % (str(out), str(log), str(out), str(log), cpu))
     return code
 
 

@@ -77,9 +77,9 @@ def test_bf16_states_halve_deepspeeds_optimizer_bytes(knob_runs: dict[str, dict[
 
 
 @pytest.mark.parametrize(("flags", "fragment"), [
-    (["--activation-checkpointing", "selective"], "--activation-checkpointing must be one of none, full, got 'selective'"),
-    (["--optimizer", "adamw_8bit"], "--optimizer must be one of adamw, adamw_bf16_states"),
-    (["--optimizer", "adamw_bf16_states"], "runs only under zero1, zero2, zero3 with --dtype bfloat16"),
+    (["--activation-checkpointing", "selective"], "--activation-checkpointing is 'selective'; expected one of none, full"),
+    (["--optimizer", "adamw_8bit"], "--optimizer is 'adamw_8bit'; expected one of adamw, adamw_bf16_states"),
+    (["--optimizer", "adamw_bf16_states"], "runs only under zero1, zero2, zero3 with dtype bfloat16"),
 ])
 def test_bad_knobs_stop_before_torchrun(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
                                         fragment: str) -> None:

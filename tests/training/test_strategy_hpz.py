@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import worker_spec
 
 from shardscope.costmodel.memory_check import compare_job
 from shardscope.costmodel.modeled import modeled_for_document
@@ -28,9 +29,11 @@ PSI = PRESETS["tiny"].param_count()
 def run_zero3(tmp: Path, strategy: str) -> dict[str, Any]:
     """The worker under torchrun on 4 CPU ranks, tiny model, fp32, 1 warmup + 2 steps, seed 7, --shard-size 2."""
     out = tmp / f"{strategy}.json"
+    spec = worker_spec(tmp, "--strategy", strategy, "--model", "tiny", "--nproc", "4", "--warmup", "1", "--steps", "2",
+                       "--seed", "7", *(["--shard-size", "2"] if strategy == "zero3_hpz" else []))
+    spec = spec.rename(tmp / f"{strategy}.spec.json")  # the two runs share the folder
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "-m", "shardscope.training",
-           "--strategy", strategy, "--model", "tiny", "--warmup", "1", "--steps", "2", "--seed", "7", "--cpu",
-           "--out", str(out), *(["--shard-size", "2"] if strategy == "zero3_hpz" else [])]
+           "--spec", str(spec), "--cpu", "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env = dict(env, SHARDSCOPE_THREADS_PER_RANK="1", DS_ACCELERATOR="cpu")
     proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=300, check=False)

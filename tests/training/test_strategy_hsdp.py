@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import worker_spec
 
 from shardscope.contracts.groups import hsdp_shard_size
 from shardscope.costmodel.modeled import modeled_for_document
@@ -25,9 +26,10 @@ PSI = PRESETS["tiny"].param_count()
 def run_hsdp(tmp: Path, shard_size: int) -> dict[str, Any]:
     """The worker under torchrun on 2 CPU ranks, tiny model, fp32, 1 warmup + 2 steps, seed 7."""
     out = tmp / f"hsdp-{shard_size}.json"
+    spec = worker_spec(tmp, "--strategy", "hsdp", "--shard-size", str(shard_size), "--model", "tiny", "--nproc", "2",
+                       "--warmup", "1", "--steps", "2", "--seed", "7")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "shardscope.training",
-           "--strategy", "hsdp", "--shard-size", str(shard_size), "--model", "tiny", "--warmup", "1", "--steps", "2",
-           "--seed", "7", "--cpu", "--out", str(out)]
+           "--spec", str(spec), "--cpu", "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     proc = subprocess.run(cmd, cwd=tmp, env=dict(env, SHARDSCOPE_THREADS_PER_RANK="1"), capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
