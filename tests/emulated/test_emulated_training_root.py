@@ -20,6 +20,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from factories import worker_spec
+
 from shardscope.emulated.launch import EmulatedJob, run_training
 from shardscope.emulated.presets import BUILTIN, SLOW_MBIT
 from shardscope.fileio import atomic_write_json
@@ -34,10 +36,13 @@ def train(prefix: str, tmp_path: Path, fabric: str, strategy: str, placement: st
     """One training job over ``fabric``'s ``placement``; returns its result document."""
     out = tmp_path / fabric / placement / f"{strategy}.json"
     job_id = f"emulated-{fabric}-{placement}-{strategy}"
-    worker = ["--strategy", strategy, "--model", "tiny", "--micro-batch", "2", "--seq-len", "64", "--warmup", "1",
-              "--steps", "3", "--dtype", "float32", "--placement", f"{placement}@{fabric}", "--job-id", job_id]
-    return run_training(EmulatedJob(BUILTIN[fabric], placement, prefix=prefix, timeout_s=240), worker,
-                        {"job_id": job_id, "strategy": strategy, "model": "tiny"}, str(out), str(out.with_suffix(".log")))
+    job = EmulatedJob(BUILTIN[fabric], placement, prefix=prefix, timeout_s=240)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = worker_spec(out.parent, "--strategy", strategy, "--model", "tiny", "--micro-batch", "2", "--seq-len", "64",
+                       "--warmup", "1", "--steps", "3", "--dtype", "float32", "--placement", f"{placement}@{fabric}",
+                       "--job-id", job_id, "--nproc", "1", "--nodes", str(len(job.hosts)))
+    return run_training(job, ["--spec", str(spec)], {"job_id": job_id, "strategy": strategy, "model": "tiny"}, str(out),
+                        str(out.with_suffix(".log")))
 
 
 def test_strategies_over_fast_and_capped_fabrics(prefix: str, ours: Callable[[], list[str]], tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def test_killing_the_agent_of_a_collective_job_leaves_no_rank_and_no_result(tmp_
     job = CollectiveJob(job_id=job_id, world_size=2, nproc_per_node=2, placement="local", op="all_reduce",
                         transport="default", dtype="float32", check=False, timeout_s=600, wall_s=300,
                         sweep=Sweep(min_bytes=1024, max_bytes=4 * 2**20, factor=2, warmup=1, iters=400),
-                        env={"SHARDSCOPE_THREADS_PER_RANK": "1", "OMP_NUM_THREADS": "1"})
+                        env={"OMP_NUM_THREADS": "1"})  # a plan job's env holds only what the planner writes
 
     def kill_the_agent() -> None:
         wait_for(lambda: [1] if len(agent_and_ranks(job_id)[1]) == 2 else [], timeout_s=60)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from shardscope.errors import UserError
@@ -103,12 +105,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise UserError(f"--strategy {args.strategy!r} is not a strategy; expected one of {', '.join(STRATEGIES)}")
     job = _job(args)
     job_id = args.job_id or f"emulated-{job.preset.name}-{job.placement}-{args.strategy}"
-    worker = ["--strategy", args.strategy, "--model", args.model, "--micro-batch", str(args.micro_batch),
-              "--seq-len", str(args.seq_len), "--warmup", str(args.warmup), "--steps", str(args.steps),
-              "--dtype", args.dtype, "--placement", job.placement_label, "--job-id", job_id]
+    flags = ["--strategy", args.strategy, "--model", args.model, "--micro-batch", str(args.micro_batch),
+             "--seq-len", str(args.seq_len), "--warmup", str(args.warmup), "--steps", str(args.steps),
+             "--dtype", args.dtype, "--placement", job.placement_label, "--job-id", job_id]
     if args.memory_budget_bytes:
-        worker += ["--memory-budget-bytes", str(args.memory_budget_bytes)]
-    doc = run_training(job, worker, {"job_id": job_id, "strategy": args.strategy, "model": args.model}, args.out, args.log)
+        flags += ["--memory-budget-bytes", str(args.memory_budget_bytes)]
+    with tempfile.TemporaryDirectory(prefix="shardscope-emulated-spec-") as folder:
+        spec = _training_spec_file(flags, len(job.hosts), Path(folder))
+        doc = run_training(job, ["--spec", str(spec)], {"job_id": job_id, "strategy": args.strategy,
+                                                        "model": args.model}, args.out, args.log)
     step = doc.get("summary", {}).get("median_step_time_s")
     print(f"{args.strategy} over {job.fabric_label} ({job.placement}): outcome {doc['outcome']}"
           + (f", median step {step * 1e3:.1f} ms" if step else "") + f"; {args.out}")
@@ -184,3 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"shardscope: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _training_spec_file(flags: list[str], ranks: int, folder: Path) -> Path:
+    """The spec the worker reads (``--spec``): the ``TrainingJob`` ``shardscope train`` builds from the same
+    ``flags``, one rank on each of the fabric's ``ranks`` hosts; its bounds are checked here, before any fabric."""
+    from shardscope.cli import build_parser
+    from shardscope.training.commands import training_spec
+    from shardscope.training.launch import write_spec
+
+    argv = ["train", *flags, "--nproc", "1", "--nodes", str(ranks), "--out", "unused", "--log", "unused"]
+    return write_spec(training_spec(build_parser().parse_args(argv)), folder)
