@@ -12,7 +12,8 @@ One row per strategy of :data:`shardscope.contracts.names.STRATEGIES`, in its or
   (HSDP is counted as FSDP over one shard group);
 * ``per_micro_batch``: whether (the gradient term, the parameter term) is moved after every
   micro-batch of an accumulated step, or once per optimizer step;
-* ``bf16_optimizer_states``: whether DeepSpeed's bf16 master weights and moments run under it.
+* ``bf16_optimizer_states``: whether DeepSpeed's bf16 master weights and moments run under it;
+* ``offload_holds``: which of (parameters, gradients, optimizer state) its CPU offload keeps on the host.
 
 Beside the table, the framework constants each of them is defined by, once: DDP's bucket, DeepSpeed's
 bucket, prefetch and reuse-distance defaults, and the bytes of each dtype. Adding a strategy means one
@@ -55,21 +56,28 @@ class StrategyFacts:
     """Whether (the gradient term, the parameter term) is moved after every micro-batch of an accumulated step."""
     bf16_optimizer_states: bool = False
     """Whether DeepSpeed's bf16 master weights and moments (``adamw_bf16_states``) run under this strategy."""
+    offload_holds: tuple[bool, bool, bool] = (False, False, True)
+    """Which of (its sharded parameters, gradients, optimizer state) its CPU offload keeps on the host: ZeRO-Offload
+    the optimizer state and, under ZeRO-2/3, the reduced gradient partition (``offload_optimizer``); FSDP's
+    ``CPUOffload``/``CPUOffloadPolicy`` all three (its only offload mode)."""
 
 
 _NONE, _STATES, _GRADS, _ALL = (False, False, False), (False, False, True), (False, True, True), (True, True, True)
+_HOST_GRADS, _HOST_ALL = (False, True, True), (True, True, True)
 
 #: The table: every strategy's facts.
 STRATEGY_FACTS: dict[str, StrategyFacts] = {
     "ddp": StrategyFacts("torch", _NONE, (2, 0), (2, 0), (False, False)),
-    "fsdp": StrategyFacts("torch", _ALL, (1, 2), (1, 2), (True, True)),
-    "fsdp_grad_op": StrategyFacts("torch", _GRADS, (1, 1), (1, 1), (True, True)),
+    "fsdp": StrategyFacts("torch", _ALL, (1, 2), (1, 2), (True, True), offload_holds=_HOST_ALL),
+    "fsdp_grad_op": StrategyFacts("torch", _GRADS, (1, 1), (1, 1), (True, True), offload_holds=_HOST_ALL),
     "zero0": StrategyFacts("deepspeed", _NONE, (2, 0), (2, 0), (False, False)),
     "zero1": StrategyFacts("deepspeed", _STATES, (1, 1), (2, 1), (False, False), bf16_optimizer_states=True),
-    "zero2": StrategyFacts("deepspeed", _GRADS, (1, 1), (2, 1), (True, False), bf16_optimizer_states=True),
-    "zero3": StrategyFacts("deepspeed", _ALL, (1, 2), (1, 2), (True, True), bf16_optimizer_states=True),
-    "hsdp": StrategyFacts("torch", _ALL, None, None, (True, True)),
-    "zero3_hpz": StrategyFacts("deepspeed", _ALL, (1, 2), (1, 2), (True, True)),
+    "zero2": StrategyFacts("deepspeed", _GRADS, (1, 1), (2, 1), (True, False), bf16_optimizer_states=True,
+                           offload_holds=_HOST_GRADS),
+    "zero3": StrategyFacts("deepspeed", _ALL, (1, 2), (1, 2), (True, True), bf16_optimizer_states=True,
+                           offload_holds=_HOST_GRADS),
+    "hsdp": StrategyFacts("torch", _ALL, None, None, (True, True), offload_holds=_HOST_ALL),
+    "zero3_hpz": StrategyFacts("deepspeed", _ALL, (1, 2), (1, 2), (True, True), offload_holds=_HOST_GRADS),
 }
 
 #: Per strategy: which of (parameters, gradients, optimizer state) are sharded.
@@ -81,6 +89,8 @@ IMPLEMENTATION_TERMS: dict[str, tuple[int, int]] = {s: f.implementation_terms fo
                                                     if f.implementation_terms}
 #: Per strategy: whether (the gradient term, the parameter term) is moved after every micro-batch.
 PER_MICRO_BATCH: dict[str, tuple[bool, bool]] = {s: f.per_micro_batch for s, f in STRATEGY_FACTS.items()}
+#: Per strategy: which of (parameters, gradients, optimizer state) its CPU offload keeps on the host.
+OFFLOAD_HOLDS: dict[str, tuple[bool, bool, bool]] = {s: f.offload_holds for s, f in STRATEGY_FACTS.items()}
 #: Strategies DeepSpeed runs with bf16 optimizer states.
 BF16_STATE_STRATEGIES = tuple(s for s, f in STRATEGY_FACTS.items() if f.bf16_optimizer_states)
 

@@ -221,7 +221,7 @@ def step_predictions(where: Setup, model: str | dict[str, Any], gpus: int, strat
     if bad or not strategies:
         raise UserError(f"unknown strategy {', '.join(bad) or '(none)'}; expected some of {', '.join(STRATEGIES)}")
     return name, cfg, [predict_step(s, name, cfg, gpus, where.peak_flops, where.timer, where.machine.memory_bytes,
-                                    assumptions, gpu=where.machine.spec,
+                                    assumptions, gpu=where.machine.spec, gpus_per_host=where.per_node,
                                     **_grouped(where, s, where.placement.members, gpus, shard_sizes))
                        for s in strategies]
 
@@ -503,4 +503,5 @@ def _step_on(where: Setup, placement: Placement, strategy: str, name: str, cfg: 
     machine = where.machine
     timer = CollectiveTimer(Job(machine, placement.members), where.timer.calibrations)
     return predict_step(strategy, name, cfg, gpus, where.peak_flops, timer, machine.memory_bytes, assumptions,
-                        gpu=machine.spec, **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s
+                        gpu=machine.spec, gpus_per_host=where.per_node,
+                        **_grouped(where, strategy, placement.members, gpus, shard_sizes)).step_time_s

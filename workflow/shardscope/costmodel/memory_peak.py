@@ -78,7 +78,7 @@ from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import STRATEGIES
 from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 # DeepSpeed's stage3_max_reuse_distance: a model smaller than it stays gathered from forward to backward
-from shardscope.contracts.strategies import SHARDED, uses_deepspeed
+from shardscope.contracts.strategies import OFFLOAD_HOLDS, SHARDED, uses_deepspeed
 from shardscope.contracts.strategies import ZERO3_MAX_REUSE_ELEMENTS as DEEPSPEED_REUSE_DISTANCE
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
@@ -129,8 +129,14 @@ class StepShape:
     dtype: str = "float32"
     attention: str = "sdpa"
     checkpointing: str = "none"
+    cast_share: float = 1.0
+    """Share of the weights held in fp32 that autocast casts to bf16 and caches for the forward (its weight-cast
+    cache): all of them when every weight trains; the trainable share when frozen weights are held in 16 bits and
+    need no cast (LoRA-style, :func:`shardscope.costmodel.answer.trainable_states`)."""
 
     def __post_init__(self) -> None:
+        if not 0 < self.cast_share <= 1:
+            raise ValueError(f"cast share must be in (0, 1], got {self.cast_share!r}")
         for name in ("micro_batch", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -170,6 +176,11 @@ def root_params(cfg: ModelConfig) -> int:
     return cfg.param_count() - cfg.n_layers * block_params(cfg)
 
 
+def _cast_cache(cfg: ModelConfig, shape: StepShape) -> int:
+    """Bytes of one block's bf16 weight copies in autocast's cast cache (the fp32 weights' share that is cast)."""
+    return int(2 * block_weights(cfg) * shape.cast_share)
+
+
 def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     """Bytes one block saves for backward (see the module docstring for the list)."""
     t, s = shape.tokens, shape.seq_len
@@ -178,7 +189,7 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> i
     if policy == "fp32":
         out, e = 4 * t * (9 * h + 3 * kv + 4 * f + a + 2) + 2 * 2 * s * (hd // 2) * 4, 4
     elif policy == "autocast":
-        out, e = t * (30 * h + 6 * kv + 8 * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2 + 2 * block_weights(cfg), 2
+        out, e = t * (30 * h + 6 * kv + 8 * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2 + _cast_cache(cfg, shape), 2
     else:
         out, e = t * (30 * h + 6 * kv + 8 * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
     if shape.attention == "eager":
@@ -195,7 +206,7 @@ def head_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> in
     if policy == "fp32":
         return 4 * t * (3 * h + 1 + v) + ids
     if policy == "autocast":
-        return t * (10 * h + 4 + 4 * v) + 2 * h * v + ids
+        return t * (10 * h + 4 + 4 * v) + int(2 * h * v * shape.cast_share) + ids
     return t * (12 * h + 4 + 4 * v) + ids
 
 
@@ -225,7 +236,7 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
     layers = cfg.n_layers
     if shape.checkpointing == "full":
         kept = residual_bytes(shape, cfg, policy)
-        cache = 2 * block_weights(cfg) if policy == "autocast" else 0
+        cache = _cast_cache(cfg, shape) if policy == "autocast" else 0
         recomputed = per_block + RECOMPUTE_EXTRA_INPUTS[policy] * kept
         forward_end, blocks = layers * (kept + cache) + head, layers * kept + recomputed
         head_backward = layers * kept + head  # autocast's cache is gone once forward's autocast region ends
@@ -575,9 +586,12 @@ def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states:
         optim -= (8 - optimizer.moment_bytes) * share
     if _keeps_master(strategy, dtype, states):  # a separate fp32 master copy, now in the assumption's bytes
         optim -= (4 - optimizer.master_bytes) * share
+    params, grads = int(held["param_bytes"]), int(held["grad_bytes"])
     if optimizer.offload == "cpu":
         optim = 0
-    return {"param_bytes": int(held["param_bytes"]), "grad_bytes": int(held["grad_bytes"]), "optim_bytes": max(int(optim), 0)}
+        host_params, host_grads, _ = OFFLOAD_HOLDS[strategy]  # what the strategy's CPU offload keeps on the host
+        params, grads = (0 if host_params else params), (0 if host_grads else grads)
+    return {"param_bytes": params, "grad_bytes": grads, "optim_bytes": max(int(optim), 0)}
 
 
 def _optim_sharded(strategy: str) -> bool:
@@ -804,7 +818,9 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if seq_len > cfg.max_seq_len:
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
-    shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention, checkpointing=checkpointing)
+    # frozen weights held in 16 bits (held given, or the trainable states) are not cast by autocast
+    shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
+                      checkpointing=checkpointing, cast_share=trainable_fraction)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
                         device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
                         basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction)

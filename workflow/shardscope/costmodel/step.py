@@ -70,6 +70,7 @@ from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
 from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS
 from shardscope.costmodel.hardware import GpuSpec
+from shardscope.costmodel.optimizer_step import optimizer_step_s
 
 #: A constant model FLOPs utilisation, for callers that want one (``--mfu``): PaLM reports 46.2% MFU training 540B
 #: on TPU v4 (Chowdhery et al. 2022, Table 3). The step model's default is the curve of :func:`achieved_mfu`.
@@ -284,6 +285,8 @@ class StepPrediction:
     memory_runtime_bytes: int = 0
     """Device memory outside the allocator at the peak (CUDA context, NCCL buffers; 0 on the allocated basis):
     "fits" compares ``memory_total_bytes`` plus these with the usable memory (:meth:`PeakTerms.fits`)."""
+    optimizer_time_s: float = 0.0
+    """The optimizer's update (on the GPU or offloaded), included in the compute time."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -295,7 +298,7 @@ class StepPrediction:
     def to_row(self) -> dict[str, Any]:
         """The ``strategies`` row of the predictions document."""
         row = {k: v for k, v in asdict(self).items()
-               if k not in ("messages", "host_time_s", "mfu", "memory_runtime_bytes")}
+               if k not in ("messages", "host_time_s", "mfu", "memory_runtime_bytes", "optimizer_time_s")}
         row["method"] = "modeled"
         return row
 
@@ -587,7 +590,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
                  recorded: list[RecordedCollective] | tuple[RecordedCollective, ...] | None = None,
                  host_calls: int | None = None, island_time: Callable[[str, int], float] | None = None,
                  shard_group: int | None = None, replica_time: Callable[[str, int], float] | None = None,
-                 gpu: GpuSpec | None = None) -> StepPrediction:
+                 gpu: GpuSpec | None = None, gpus_per_host: int | None = None) -> StepPrediction:
     """Modeled step of ``strategy`` on ``gpus`` GPUs; ``collective_time(op, size_bytes)`` times one call.
 
     ``recorded``: the bytes a measured run of the same job moved per step (:func:`recorded_messages`);
@@ -598,7 +601,10 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     ``replica_time`` those across the replica groups (hsdp's all-reduce); default: ``collective_time``.
     ``shard_group`` is an hsdp job's shard group or a zero3_hpz job's partition (its messages and memory).
     ``gpu``: the GPU's spec, for the compute curve (:func:`compute_mfu`). One step is ``a.grad_accum``
-    micro-batches of ``a.micro_batch`` sequences; a recorded run's collectives are taken as one step's.
+    micro-batches of ``a.micro_batch`` sequences; a recorded run's collectives are taken as one step's. The
+    optimizer's update runs once per step on the GPU, or on the host with ``a.offload_optimizer="cpu"``, whose
+    ``gpus_per_host`` ranks (default: all ``gpus``) share its CPU (:mod:`shardscope.costmodel.optimizer_step`); it
+    is part of the compute time.
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
@@ -607,7 +613,12 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     tokens = a.micro_batch * seq
     mfu = compute_mfu(cfg, a, peak_flops, gpu)
     micro_compute = cfg.flops_per_token(seq) * tokens / (peak_flops * mfu) * work_factor(a)
-    compute = micro_compute * a.grad_accum
+    element = 4 if a.dtype == "float32" else 2
+    update = optimizer_step_s(strategy, cfg, gpus, gpu, dtype=a.dtype, trainable_fraction=a.trainable_fraction,
+                              offload=a.offload_optimizer, ranks_per_host=gpus_per_host or gpus,
+                              grad_bytes=a.gradient_bytes, param_bytes=element, micro_batches=a.grad_accum,
+                              shard_group=shard_group)
+    compute = micro_compute * a.grad_accum + update
     if gpus < 2:
         messages: list[Message] = []
     elif recorded:
@@ -645,4 +656,4 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
                           exposed_comm_time_s=exposed, memory_total_bytes=int(memory["total_bytes"]),
                           memory_available_bytes=available, fits=fits, tokens_per_step=tokens * gpus * a.grad_accum,
                           messages=tuple(step_messages), host_time_s=host, mfu=mfu,
-                          memory_runtime_bytes=terms.runtime_bytes)
+                          memory_runtime_bytes=terms.runtime_bytes, optimizer_time_s=update)

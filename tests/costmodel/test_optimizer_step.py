@@ -1,0 +1,101 @@
+"""The optimizer's update in the modeled step, and what offload moves off the GPU (modeled numbers throughout)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shardscope.contracts.models import PRESETS
+from shardscope.contracts.peak_flops import peak_flops
+from shardscope.contracts.strategies import OFFLOAD_HOLDS, STRATEGY_FACTS
+from shardscope.costmodel.hardware import spec_for_name
+from shardscope.costmodel.memory_peak import OptimizerAssumption, block_weights, model_states, whole_peak
+from shardscope.costmodel.optimizer_step import (ADAM_BYTES_PER_PARAM, CLIP_BYTES_PER_PARAM, CPU_ADAM_PARAMS_PER_S,
+                                                 STREAM_SHARE, optimizer_step_s, updated_params)
+from shardscope.costmodel.step import StepAssumptions, predict_step
+
+H100 = spec_for_name("NVIDIA H100 80GB HBM3")
+CFG = PRESETS["mistral-7b"]
+
+
+def _step(strategy, a, gpus=8, gpu=H100, per_host=None):
+    return predict_step(strategy, "mistral-7b", CFG, gpus, peak_flops("NVIDIA H100 80GB HBM3"),
+                        lambda op, size: size / 100e9, 80 * 2**30, a, gpu=gpu, gpus_per_host=per_host)
+
+
+def test_an_update_reads_and_writes_each_parameter_once_at_the_stream_share_of_the_bandwidth():
+    seconds = optimizer_step_s("ddp", CFG, 8, H100, dtype="bfloat16")
+    bytes_moved = CFG.param_count() * (ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM)
+    assert seconds == pytest.approx(bytes_moved / (3350e9 * STREAM_SHARE))
+
+
+def test_sharding_the_optimizer_state_divides_the_update_by_the_ranks():
+    assert updated_params("zero1", CFG, 8) == pytest.approx(CFG.param_count() / 8)
+    assert updated_params("ddp", CFG, 8) == CFG.param_count()
+    assert updated_params("hsdp", CFG, 16, shard_group=8) == pytest.approx(CFG.param_count() / 8)
+    ddp = optimizer_step_s("ddp", CFG, 8, H100, dtype="bfloat16")
+    fsdp = optimizer_step_s("fsdp", CFG, 8, H100, dtype="bfloat16")
+    assert fsdp == pytest.approx(ddp / 8)
+    # DeepSpeed also writes its 16-bit copy of the partition
+    assert optimizer_step_s("zero1", CFG, 8, H100, dtype="bfloat16") > fsdp
+
+
+def test_only_the_trainable_share_is_updated():
+    full = optimizer_step_s("ddp", CFG, 1, H100, dtype="bfloat16")
+    lora = optimizer_step_s("ddp", CFG, 1, H100, dtype="bfloat16", trainable_fraction=0.01)
+    assert lora == pytest.approx(full * 0.01)
+
+
+def test_no_update_term_on_cpu_or_without_a_spec():
+    cpu = replace(H100, family="CPU (gloo)")
+    assert optimizer_step_s("ddp", CFG, 2, cpu, dtype="float32") == 0.0
+    assert optimizer_step_s("ddp", CFG, 2, None, dtype="float32") == 0.0
+
+
+def test_the_update_is_part_of_the_compute_time_once_per_optimizer_step():
+    one = _step("ddp", StepAssumptions(micro_batch=1, seq_len=2048))
+    four = _step("ddp", StepAssumptions(micro_batch=1, seq_len=2048, grad_accum=4))
+    assert one.optimizer_time_s > 0
+    assert four.optimizer_time_s == pytest.approx(one.optimizer_time_s)
+    assert one.step_time_s == pytest.approx(one.compute_time_s + one.exposed_comm_time_s)
+    forward_backward = one.compute_time_s - one.optimizer_time_s
+    assert four.compute_time_s == pytest.approx(4 * forward_backward + one.optimizer_time_s)
+    # so accumulating spreads one update over more tokens: tokens per second grow
+    assert four.tokens_per_step / four.step_time_s > one.tokens_per_step / one.step_time_s
+    assert "optimizer_time_s" not in one.to_row()
+
+
+def test_offloading_the_optimizer_costs_the_host_update_and_the_pcie_copies():
+    on_gpu = _step("zero2", StepAssumptions(micro_batch=4, seq_len=2048))
+    offload = _step("zero2", StepAssumptions(micro_batch=4, seq_len=2048, offload_optimizer="cpu"))
+    assert offload.optimizer_time_s > 10 * on_gpu.optimizer_time_s
+    params = CFG.param_count() / 8
+    assert offload.optimizer_time_s > params * 8 / CPU_ADAM_PARAMS_PER_S["deepspeed"]  # 8 ranks share one host
+    # two hosts of four ranks: each host's CPU updates half as many partitions
+    split = _step("zero2", StepAssumptions(micro_batch=4, seq_len=2048, offload_optimizer="cpu"), per_host=4)
+    assert split.optimizer_time_s < offload.optimizer_time_s
+    # FSDP steps torch's CPU AdamW, slower than DeepSpeed's CPU-Adam
+    fsdp = _step("fsdp", StepAssumptions(micro_batch=4, seq_len=2048, offload_optimizer="cpu"))
+    assert fsdp.optimizer_time_s > offload.optimizer_time_s
+
+
+def test_offload_holds_what_each_frameworks_offload_moves_to_the_host():
+    assert set(OFFLOAD_HOLDS) == set(STRATEGY_FACTS)
+    cpu = OptimizerAssumption(offload="cpu")
+    zero2 = model_states("zero2", CFG, 8, "bfloat16", "implementation", cpu)
+    assert zero2["optim_bytes"] == 0 and zero2["grad_bytes"] == 0 and zero2["param_bytes"] > 0
+    zero1 = model_states("zero1", CFG, 8, "bfloat16", "implementation", cpu)
+    assert zero1["optim_bytes"] == 0 and zero1["grad_bytes"] > 0
+    fsdp = model_states("fsdp", CFG, 8, "bfloat16", "implementation", cpu)
+    assert fsdp == {"param_bytes": 0, "grad_bytes": 0, "optim_bytes": 0}
+
+
+def test_frozen_weights_held_in_16_bits_are_not_cast_by_autocast():
+    """DDP under autocast caches a bf16 copy of every fp32 weight through the forward; LoRA's frozen weights are
+    held in bf16 already, so only the trainable share is cast."""
+    full = whole_peak("ddp", CFG, 1, 1024, 1, dtype="bfloat16")
+    lora = whole_peak("ddp", CFG, 1, 1024, 1, dtype="bfloat16", trainable_fraction=0.001)
+    cache = CFG.n_layers * 2 * block_weights(CFG) + 2 * CFG.vocab_size * CFG.d_model
+    forward = full.phases["forward"]["activations"] - lora.phases["forward"]["activations"]
+    assert forward == pytest.approx(cache * 0.999, rel=1e-3)

@@ -1,0 +1,106 @@
+"""Modeled time of the optimizer's update once per optimizer step, on the GPU or offloaded to the host.
+
+The forward and backward passes scale with the tokens of a step; the optimizer's update does not: it touches
+every parameter the rank updates once per optimizer step, whatever the batch. It is memory-bound (Adam does a
+few FLOPs per byte), so its time is bytes over bandwidth, and a strategy that shards the optimizer state
+updates only its ``1/N`` of the parameters. Two consequences the step model would otherwise miss: a larger
+micro-batch (or more accumulation) spreads one update over more tokens, and ZeRO-1/2/3 and FSDP update ``N``
+times fewer parameters per GPU than DDP.
+
+- **On the GPU** (AdamW, fp32 master weights and moments): per updated parameter the kernel reads the fp32
+  parameter, its gradient and both moments and writes the parameter and both moments back
+  (:data:`ADAM_BYTES_PER_PARAM`, 28 B), the gradient-norm clipping every framework applies by default reads the
+  gradient once more (4 B), and where DeepSpeed keeps the model's weights in 16 bits beside its fp32 master copy
+  it writes that copy too (:data:`HALF_COPY_BYTES`). The bandwidth is the GPU's datasheet figure times
+  :data:`STREAM_SHARE`.
+- **Offloaded to the host** (``offload_optimizer="cpu"``): the update runs on the CPU, every rank of a host
+  sharing its cores, at DeepSpeed's CPU-Adam rate for ZeRO and at torch's CPU AdamW rate for FSDP
+  (:data:`CPU_ADAM_PARAMS_PER_S`), and the rank's gradients cross PCIe to the host and its updated parameters
+  back (:func:`shardscope.costmodel.hardware.pcie_effective_gbps`). FSDP's CPU offload (``CPUOffload``,
+  ``CPUOffloadPolicy``) keeps the sharded parameters on the host as well, so every all-gather first copies the
+  rank's fp32 shard to the GPU, in forward and again in backward. The copies are counted as exposed: DeepSpeed
+  and FSDP overlap part of them, so this is the slow side of the truth (stated, not measured here).
+
+Every number is modeled. On a CPU machine the step model leaves the update to the measured calibration (the
+update's time is inside the measured steps it is fitted to), so this term applies to GPUs only.
+"""
+
+from __future__ import annotations
+
+from shardscope.contracts.models import ModelConfig
+from shardscope.contracts.strategies import OFFLOAD_HOLDS, PER_MICRO_BATCH, SHARDED, uses_deepspeed
+from shardscope.costmodel.hardware import GpuSpec, pcie_effective_gbps
+
+#: Bytes AdamW moves per updated parameter with fp32 master weights and moments: reads of the parameter, its
+#: gradient and the two moments, writes of the parameter and the two moments (7 x 4 B; torch.optim.AdamW's and
+#: DeepSpeed's FusedAdam update, ``torch/optim/adamw.py`` / ``csrc/adam/multi_tensor_adam.cu``).
+ADAM_BYTES_PER_PARAM = 28
+#: Bytes of gradient-norm clipping per updated parameter: one more read of the gradient (``clip_grad_norm_``,
+#: DeepSpeed's ``gradient_clipping``, the Hugging Face Trainer's ``max_grad_norm=1.0`` default).
+CLIP_BYTES_PER_PARAM = 4
+#: Bytes per updated parameter of writing the 16-bit model weights from DeepSpeed's fp32 master partition after the
+#: update (its ``_update_model_bf16_weights`` / fp16 copy); torch autocast and FSDP2 keep one fp32 copy and cast at
+#: use, so they write none.
+HALF_COPY_BYTES = 2
+#: Share of the datasheet memory bandwidth an element-wise multi-tensor kernel sustains: an assumption, of the order
+#: a STREAM triad reaches on HBM GPUs (about 0.9 of the datasheet figure) less the launch gaps of a multi-tensor
+#: update over many parameter tensors.
+STREAM_SHARE = 0.8
+#: Parameters per second one host updates with the optimizer offloaded: DeepSpeed's CPU-Adam took 8.2 s and torch's
+#: CPU Adam 56 s for the optimizer step of an 11.6B-parameter GPT-2 (deepspeedai/DeepSpeed#735, 2021-02), the host's
+#: cores shared by the ranks on it. FSDP's CPU offload steps torch's optimizer on the host's tensors.
+CPU_ADAM_PARAMS_PER_S = {"deepspeed": 11.6e9 / 8.2, "torch": 11.6e9 / 56.0}
+
+
+def updated_params(strategy: str, cfg: ModelConfig, gpus: int, trainable_fraction: float = 1.0,
+                   shard_group: int | None = None) -> float:
+    """Parameters one rank's optimizer updates: the trainable ones, divided by the ranks that shard the optimizer
+    state (all ``gpus``; HSDP's shard group), all of them where the state is replicated (DDP, ZeRO-0)."""
+    trainable = cfg.param_count() * trainable_fraction
+    if not SHARDED[strategy][2]:
+        return trainable
+    return trainable / max(1, shard_group if strategy == "hsdp" and shard_group else gpus)
+
+
+def gpu_update_s(strategy: str, params: float, gpu: GpuSpec, dtype: str) -> float:
+    """Seconds of one AdamW update of ``params`` parameters on ``gpu`` (memory-bound, :data:`STREAM_SHARE` of its
+    datasheet bandwidth; 0 where the table has no bandwidth for it)."""
+    bandwidth = gpu.memory_bandwidth_gbps
+    if not bandwidth:
+        return 0.0
+    per_param = ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM
+    if uses_deepspeed(strategy) and dtype != "float32":
+        per_param += HALF_COPY_BYTES
+    return params * per_param / (bandwidth * 1e9 * STREAM_SHARE)
+
+
+def offload_update_s(strategy: str, params: float, gpu: GpuSpec, ranks_per_host: int, grad_bytes: int,
+                     param_bytes: int, micro_batches: int) -> float:
+    """Seconds the offloaded update adds to one optimizer step of one rank: the host's CPU update of every rank on
+    it (:data:`CPU_ADAM_PARAMS_PER_S`), the rank's gradients to the host and its parameters back over its PCIe link,
+    and, where the parameters live on the host (the strategy's ``offload_holds``), their copy to the GPU before each
+    all-gather and the gradients' copy back in every micro-batch."""
+    rate = CPU_ADAM_PARAMS_PER_S["deepspeed" if uses_deepspeed(strategy) else "torch"]
+    cpu = params * max(1, ranks_per_host) / rate
+    pcie = pcie_effective_gbps(gpu.pcie_generation) * 1e9
+    if OFFLOAD_HOLDS[strategy][0]:
+        gathers = 1 if strategy == "fsdp_grad_op" else 2
+        copies = micro_batches * params * (4 * gathers + 4)
+    else:  # ZeRO-2/3 move each micro-batch's gradients to the host as they are reduced, ZeRO-1 once per step
+        copies = params * (grad_bytes * (micro_batches if PER_MICRO_BATCH[strategy][0] else 1) + param_bytes)
+    return cpu + copies / pcie
+
+
+def optimizer_step_s(strategy: str, cfg: ModelConfig, gpus: int, gpu: GpuSpec | None, *, dtype: str,
+                     trainable_fraction: float = 1.0, offload: str = "none", ranks_per_host: int | None = None,
+                     grad_bytes: int = 2, param_bytes: int = 2, micro_batches: int = 1,
+                     shard_group: int | None = None) -> float:
+    """Seconds of the optimizer's update in one optimizer step of ``strategy`` on ``gpus`` GPUs (0 on a CPU machine
+    or without a GPU spec: see the module docstring). ``ranks_per_host``: the job's ranks on one host, which share its
+    CPU when the update is offloaded (default: all ``gpus``)."""
+    if gpu is None or gpu.family.startswith("CPU"):
+        return 0.0
+    params = updated_params(strategy, cfg, gpus, trainable_fraction, shard_group)
+    if offload == "cpu":
+        return offload_update_s(strategy, params, gpu, ranks_per_host or gpus, grad_bytes, param_bytes, micro_batches)
+    return gpu_update_s(strategy, params, gpu, dtype)
