@@ -22,7 +22,8 @@ and class come from the topology's ``nics`` (those next to a GPU), its ``network
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,7 +170,8 @@ class Machine:
             return float("inf"), "local"
         best: tuple[float, str] = (float("inf"), "nvlink")
         for side in self._cuts(members):
-            other = [g for g in members if g not in side]
+            on_side = set(side)
+            other = [g for g in members if g not in on_side]
             capacity = self.cut_gbps(side, other, use_nvlink)
             if capacity[0] < best[0]:
                 best = capacity
@@ -181,6 +183,9 @@ class Machine:
 
     def _switch_groups(self, members: Sequence[int]) -> list[list[int]]:
         """Members behind a common PCIe switch: connected components of the ``PIX``/``PXB`` paths among them."""
+        index = _pair_index(self, members)
+        if index is not None:
+            return index.components(list(members), _SAME_SWITCH)
         left, groups = list(members), []
         while left:
             group, frontier = [left.pop(0)], None
@@ -227,6 +232,17 @@ class Machine:
         return self.network_gbps(gpus_per_node) / max(1, gpus_per_node)
 
 
+def _memoized(name: str, machine: Machine, nodes: list[int],
+              compute: Callable[[], list[list[int]]]) -> list[list[int]]:
+    """``compute()``, remembered per machine and member list (the machine is frozen: the same members always get the
+    same groups); a fresh copy each time, so no caller can change what the next one gets."""
+    memo = machine.__dict__.setdefault(f"_{name}_memo", {})
+    key = tuple(nodes)
+    if key not in memo:
+        memo[key] = compute()
+    return [list(group) for group in memo[key]]
+
+
 def nvl_groups(machine: Machine, members: Sequence[int] | None = None) -> list[list[int]]:
     """NVL groups: sets of GPUs every pair of which is NVLinked (maximal cliques of the NVLink graph).
 
@@ -237,6 +253,11 @@ def nvl_groups(machine: Machine, members: Sequence[int] | None = None) -> list[l
     nodes = list(members) if members is not None else list(machine.gpus)
     if machine.fabric == "nvswitch":
         return [sorted(nodes)]
+    return _memoized("nvl_groups", machine, nodes, lambda: _cliques(machine, nodes))
+
+
+def _cliques(machine: Machine, nodes: list[int]) -> list[list[int]]:
+    """:func:`nvl_groups`, computed: the maximal cliques of the NVLink graph among ``nodes``."""
     index = _pair_index(machine, nodes)
     if index is not None:
         inside = set(nodes)
@@ -263,6 +284,11 @@ def nvl_groups(machine: Machine, members: Sequence[int] | None = None) -> list[l
 def socket_groups(machine: Machine, members: Sequence[int] | None = None) -> list[list[int]]:
     """GPUs grouped by CPU socket: connected components of the pairs whose path is not ``SYS``."""
     nodes = list(members) if members is not None else list(machine.gpus)
+    return _memoized("socket_groups", machine, nodes, lambda: _socket_components(machine, nodes))
+
+
+def _socket_components(machine: Machine, nodes: list[int]) -> list[list[int]]:
+    """:func:`socket_groups`, computed."""
     index = _pair_index(machine, nodes)
     near = index.same_socket(nodes, machine.fabric == "nvswitch") if index is not None else None
     groups: list[list[int]] = []
@@ -327,15 +353,43 @@ class _PairIndex:
                 total += gbps
         return total
 
-    def codes_all_in(self, side: list[int], other: list[int], allowed: tuple[str, ...]) -> bool:
-        """Whether every pair across the cut has a path code in ``allowed`` (False for an empty cut)."""
+    def allowed(self, codes: tuple[str, ...]) -> Any:
+        """The boolean matrix of GPU pairs whose path code is one of ``codes`` (built once per tuple)."""
         import numpy as np
 
+        matrix = self._allowed.get(codes)
+        if matrix is None:
+            matrix = self._allowed[codes] = np.isin(self.codes, [i for i, name in enumerate(self.names) if name in codes])
+        return matrix
+
+    def components(self, nodes: list[int], codes: tuple[str, ...]) -> list[list[int]]:
+        """Connected components of the pairs among ``nodes`` whose path code is one of ``codes``, each sorted, in the
+        order of their first member in ``nodes``."""
+        import numpy as np
+
+        at = np.array([self.position[g] for g in nodes], dtype=np.int64)
+        near = self.allowed(codes)[np.ix_(at, at)]
+        left = np.ones(len(nodes), dtype=bool)
+        groups = []
+        for start in range(len(nodes)):
+            if not left[start]:
+                continue
+            group = np.zeros(len(nodes), dtype=bool)
+            group[start], frontier = True, group.copy()
+            frontier[start] = True
+            left[start] = False
+            while frontier.any():
+                frontier = near[frontier].any(axis=0) & left
+                left &= ~frontier
+                group |= frontier
+            groups.append(sorted(nodes[i] for i in np.flatnonzero(group)))
+        return groups
+
+    def codes_all_in(self, side: list[int], other: list[int], allowed: tuple[str, ...]) -> bool:
+        """Whether every pair across the cut has a path code in ``allowed`` (False for an empty cut)."""
         if not side or not other:
             return False
-        matrix = self._allowed.get(allowed)
-        if matrix is None:
-            matrix = self._allowed[allowed] = np.isin(self.codes, [i for i, name in enumerate(self.names) if name in allowed])
+        matrix = self.allowed(allowed)
         rows = matrix[[self.position[g] for g in side]]
         return bool(rows[:, [self.position[g] for g in other]].all())
 
@@ -344,8 +398,7 @@ class _PairIndex:
         import numpy as np
 
         at = np.array([self.position[g] for g in nodes], dtype=np.int64)
-        self.codes_all_in(nodes[:1], nodes[:1], ("SYS", "SOC"))  # builds the SYS/SOC matrix
-        far = self._allowed[("SYS", "SOC")][np.ix_(at, at)]
+        far = self.allowed(("SYS", "SOC"))[np.ix_(at, at)]
         joined = ~far | (True if nvswitch else self.nvlinked[np.ix_(at, at)])
         order = {g: i for i, g in enumerate(nodes)}
         return lambda g: [nodes[j] for j in np.flatnonzero(joined[order[g]])]
@@ -356,7 +409,7 @@ def _pair_index(machine: Machine, members: Iterable[int]) -> _PairIndex | None:
     index = machine.__dict__.get("_pair_index")
     if index is None:
         index = machine.__dict__.setdefault("_pair_index", _PairIndex(machine))
-    return index if all(g in index.position for g in members) else None
+    return index if index.position.keys() >= set(members) else None
 
 
 def _nv_count(link: Mapping[str, Any]) -> int:
@@ -378,6 +431,11 @@ def _classify(gpus: tuple[int, ...], link_docs: list[Mapping[str, Any]], gpu_doc
     return classify_fabric(list(gpus), links, budgets)
 
 
+#: Machines built in this process, by their document and overrides (:func:`build_machine`); a few at most.
+_BUILT: dict[tuple[Any, ...], Machine] = {}
+_BUILT_MAX = 8
+
+
 def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_bytes: int | None = None,
                   nic_gbps: float | None = None, source: str = "topology", nics: int | None = None) -> Machine:
     """A :class:`Machine` from a topology.json document, with optional user overrides.
@@ -386,7 +444,30 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
     ``memory_bytes`` the GPU memory; ``nic_gbps`` the NIC line rate; ``nics`` the NICs per node
     a multi-node job can use. Never fails on a well-formed topology: unknown values fall back to
     documented assumptions, noted in ``notes``.
+
+    The same document with the same overrides gives the same (frozen) machine, built once per process: a plan asks
+    for it per world size, strategy and panel, and the machine's caches (its pair index, rings and groups) are what
+    keep a 1,024-GPU plan near-linear.
     """
+    import json
+
+    try:
+        key: tuple[Any, ...] | None = (json.dumps(doc, sort_keys=True), gpu_name, memory_bytes, nic_gbps, source, nics)
+    except (TypeError, ValueError):  # not a JSON document (a test's own mapping): build it, remember nothing
+        key = None
+    if key is not None and key in _BUILT:
+        return _BUILT[key]
+    machine = _build_machine(doc, gpu_name, memory_bytes, nic_gbps, source, nics)
+    if key is not None:
+        if len(_BUILT) >= _BUILT_MAX:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = machine
+    return machine
+
+
+def _build_machine(doc: Mapping[str, Any], gpu_name: str | None, memory_bytes: int | None, nic_gbps: float | None,
+                   source: str, nics: int | None) -> Machine:
+    """:func:`build_machine`, built."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("gpus", []), list):
         raise UserError(f"{source}: not a topology.json document (expected an object with a 'gpus' list)")
     if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or nics < 1):
@@ -430,9 +511,11 @@ def build_machine(doc: Mapping[str, Any], gpu_name: str | None = None, memory_by
                     switch[end] = max(switch[end], count * spec.nvlink_gbps)
         else:
             codes[(a, b)] = str(link.get("code") or "SYS").upper()
-    missing = [(a, b) for a, b in itertools.combinations(gpus, 2) if (a, b) not in nvlink and (a, b) not in codes]
+    listed = set(gpus)
+    known = {(a, b) for a, b in (*nvlink, *codes) if a != b and a in listed and b in listed}
+    missing = math.comb(len(listed), 2) - len(known)  # counted, not listed: a 1,024-GPU board has 523,776 pairs
     if missing and fabric != "nvswitch":
-        notes.append(f"{len(missing)} GPU pair(s) have no path in the topology; NODE assumed (SYS across NUMA nodes)")
+        notes.append(f"{missing} GPU pair(s) have no path in the topology; NODE assumed (SYS across NUMA nodes)")
     numa = {int(g["index"]): g.get("numa_node") if isinstance(g.get("numa_node"), int) else None for g in gpu_docs}
     pcie: dict[int, float] = {}
     for g in gpu_docs:

@@ -45,12 +45,30 @@ def _candidates(machine: Machine, n: int) -> list[tuple[int, ...]]:
     gpus = list(machine.gpus)
     if math.comb(len(gpus), n) <= MAX_SUBSETS:
         return list(itertools.combinations(gpus, n))
-    seeds: list[list[int]] = nvl_groups(machine) + socket_groups(machine) + [gpus]
+    seeds: list[list[int]] = _one_of_each_kind(machine, nvl_groups(machine)) + socket_groups(machine) + [gpus]
     out = set()
     for seed in seeds:
-        order = seed + [g for g in gpus if g not in seed]
+        in_seed = set(seed)
+        order = seed + [g for g in gpus if g not in in_seed]
         out.add(tuple(sorted(order[:n])))
     return sorted(out)
+
+
+def _kind(machine: Machine, group: list[int]) -> tuple[object, ...]:
+    """What a seed group is made of: its size, its NUMA nodes and the links inside it (codes and NVLink counts)."""
+    inside = sorted((machine.code(a, b), machine.nv(a, b)) for a, b in itertools.combinations(group, 2))
+    return len(group), tuple(sorted({machine.numa.get(g, -1) for g in group})), tuple(inside)
+
+
+def _one_of_each_kind(machine: Machine, groups: list[list[int]]) -> list[list[int]]:
+    """The lowest-indexed group of each kind (:func:`_kind`): on a large board of alike NVLink pairs or quads,
+    every group of one kind seeds an equivalent candidate, the lowest-indexed one the best of them (its other
+    members follow it in index order, so it splits no further group), and 512 alike pairs need not be scored
+    512 times."""
+    seen: dict[tuple[object, ...], list[int]] = {}
+    for group in groups:
+        seen.setdefault(_kind(machine, group), group)
+    return list(seen.values())
 
 
 def _make(machine: Machine, members: tuple[int, ...], use_nvlink: bool) -> Placement:

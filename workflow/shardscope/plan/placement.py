@@ -75,6 +75,10 @@ class Shape:
     slowest_link: str | None  # the code of the farthest pair
 
 
+#: Largest GPU set :meth:`View.shape` scores pair by pair in Python; larger ones go through the pair matrices.
+SMALL_SET = 16
+
+
 class View:
     """The parts of ``topology.json`` placements are chosen from, with per-pair values precomputed."""
 
@@ -91,6 +95,8 @@ class View:
             (a, b): _pair(links.get((a, b))) for a, b in itertools.combinations(self.gpus, 2)
         }
         self._matrices: tuple[Any, Any] | None = None
+        self._position = {g: i for i, g in enumerate(self.gpus)}
+        self._narrow: tuple[Any, Any] | None = None
 
     def matrices(self) -> tuple[Any, Any]:
         """(distance, NVLinks) of every GPU pair as two square numpy arrays, rows and columns in ``gpus`` order."""
@@ -110,6 +116,16 @@ class View:
             self._matrices = (dist, nvl)
         return self._matrices
 
+    def _narrow_matrices(self) -> tuple[Any, Any]:
+        """:meth:`matrices` in the narrowest integer types that hold them (distances 0-6, NVLink counts), so that
+        the sub-matrix of a large set is cheap to gather."""
+        if self._narrow is None:
+            import numpy as np
+
+            dist, nvl = self.matrices()
+            self._narrow = (dist.astype(np.int8), nvl.astype(np.int16 if nvl.max(initial=0) < 2**15 else np.int64))
+        return self._narrow
+
     def distance(self, a: int, b: int) -> int:
         """0 for NVLink, 1…5 for PIX…SYS, 6 when unknown."""
         return self.pairs[(min(a, b), max(a, b))][0]
@@ -119,21 +135,43 @@ class View:
         return self.pairs[(min(a, b), max(a, b))][1]
 
     def shape(self, devices: tuple[int, ...]) -> Shape:
-        """The :class:`Shape` of a GPU set (``devices`` sorted)."""
-        values = [self.pairs[pair] for pair in itertools.combinations(devices, 2)]
+        """The :class:`Shape` of a GPU set (``devices`` sorted), from the pair matrices: O(n^2) array work, not
+        Python steps, so a plan of a 1,024-GPU board scores its thousands of candidate sets in well under a second.
+
+        The slowest link is the farthest pair's, fewest NVLinks on ties, the first such pair in
+        ``itertools.combinations`` order.
+        """
+        import numpy as np
+
         numa = [self.numa[g] for g in devices if g in self.numa]
         counts = [numa.count(n) for n in set(numa)]
-        slowest = max(values, key=lambda v: (v[0], -v[1]), default=(0, 0, None))
+        worst, total, nvlinks, non_nvlink, slowest = 0, 0, 0, 0, None
+        if 1 < len(devices) <= SMALL_SET:  # a few pairs: Python is faster than building the arrays
+            values = [self.pairs[pair] for pair in itertools.combinations(devices, 2)]
+            worst, _, slowest = max(values, key=lambda v: (v[0], -v[1]))
+            total, nvlinks = sum(v[0] for v in values), sum(v[1] for v in values)
+            non_nvlink = sum(1 for v in values if v[0] != NVLINK_DISTANCE)
+        elif len(devices) > 1:
+            dist, nvl = self._narrow_matrices()
+            at = np.array([self._position[g] for g in devices], dtype=np.int64)
+            d, v = dist[np.ix_(at, at)], nvl[np.ix_(at, at)]  # symmetric, zero on the diagonal: each pair twice
+            worst = int(d.max())
+            farthest = np.triu(d == worst, 1)  # row-major upper triangle: the order of itertools.combinations
+            first = int(np.flatnonzero(farthest & (v == v[farthest].min()))[0])
+            row, column = divmod(first, len(devices))
+            slowest = self.pairs[(devices[row], devices[column])][2]
+            total, nvlinks = int(d.sum(dtype=np.int64)) // 2, int(v.sum(dtype=np.int64)) // 2
+            non_nvlink = int(np.count_nonzero(d != NVLINK_DISTANCE)) // 2
         return Shape(
             devices=devices,
             islands=len({self.island[g] for g in devices}),
             numa_nodes=len(counts),
             most_per_numa=max(counts, default=0),
-            non_nvlink_pairs=sum(1 for v in values if v[0] != NVLINK_DISTANCE),
-            worst=slowest[0],
-            total=sum(v[0] for v in values),
-            nvlinks=sum(v[1] for v in values),
-            slowest_link=slowest[2],
+            non_nvlink_pairs=non_nvlink,
+            worst=worst,
+            total=total,
+            nvlinks=nvlinks,
+            slowest_link=slowest,
         )
 
 
@@ -223,8 +261,9 @@ def candidate_sets(view: View, n: int) -> Iterable[tuple[int, ...]]:
     groupings = [view.island, view.numa] if view.numa else [view.island]
     for grouping in groupings:
         groups = _groups(view.gpus, grouping)
+        depth = max(len(g) for g in groups)
         for shift in range(len(groups)):
-            found.add(_round_robin(groups[shift:] + groups[:shift], n))
+            found.add(_round_robin(groups[shift:] + groups[:shift], n, depth))
     found.add(tuple(view.gpus[:n]))
     return sorted(found)
 
@@ -261,17 +300,35 @@ def _grown_sets(view: View, n: int) -> set[tuple[int, ...]]:
     Each row holds one seed's set and, per GPU, its summed distance and NVLinks to the set, updated
     by the added GPU's row (O(G) per step, not O(G * n)). The next GPU depends only on the set, so
     seeds whose sets have become equal are merged; on machines built of equal groups most are, and
-    the cost falls from O(G^2 n^2) Python steps to about O(G^2 log n) array work.
+    the cost falls from O(G^2 n^2) Python steps to about O(G^2 log n) array work. The growth does not
+    depend on ``n`` either, so a view keeps it: asked for n after m < n, it goes on from m's sets.
     """
+    import numpy as np
+
+    state = view.__dict__.get("_growth")
+    if state is None or state[0] > n:
+        dist, nvl = view.matrices()
+        state = (1, np.eye(len(view.gpus), dtype=bool), dist.copy(), nvl.copy())
+    size, chosen, sum_dist, sum_nvl = state
+    chosen, sum_dist, sum_nvl = _grow_all(view, chosen, sum_dist, sum_nvl, n - size)
+    view.__dict__["_growth"] = (n, chosen, sum_dist, sum_nvl)
+    gpus = np.array(view.gpus)
+    return {tuple(int(g) for g in gpus[row]) for row in chosen}
+
+
+def _grow_all(view: View, chosen: Any, sum_dist: Any, sum_nvl: Any, steps: int) -> tuple[Any, Any, Any]:
+    """``steps`` more GPUs added to every set of ``chosen`` (rows), equal sets merged (see :func:`_grown_sets`);
+    new arrays, the given ones untouched."""
     import numpy as np
 
     dist, nvl = view.matrices()
     count = len(view.gpus)
-    chosen = np.eye(count, dtype=bool)
-    sum_dist, sum_nvl = dist.copy(), nvl.copy()
-    weight = n * int(nvl.max(initial=0)) + 1  # -sum_nvl never outweighs one unit of distance
+    chosen, sum_dist, sum_nvl = chosen.copy(), sum_dist.copy(), sum_nvl.copy()
+    # -sum_nvl never outweighs one unit of distance: the weight bounds the NVLinks of any set of the board (the same
+    # for every n, so that one growth serves every n)
+    weight = count * int(nvl.max(initial=0)) + 1
     order = np.arange(count, dtype=np.int64)
-    for _ in range(n - 1):
+    for _ in range(steps):
         key = (sum_dist * weight - sum_nvl) * count + order
         key[chosen] = np.iinfo(np.int64).max
         pick = key.argmin(axis=1)
@@ -283,8 +340,7 @@ def _grown_sets(view: View, n: int) -> set[tuple[int, ...]]:
         if len(first) < len(chosen):
             first.sort()
             chosen, sum_dist, sum_nvl = chosen[first], sum_dist[first], sum_nvl[first]
-    gpus = np.array(view.gpus)
-    return {tuple(int(g) for g in gpus[row]) for row in chosen}
+    return chosen, sum_dist, sum_nvl
 
 
 def _groups(gpus: list[int], grouping: dict[int, int]) -> list[list[int]]:
@@ -295,11 +351,13 @@ def _groups(gpus: list[int], grouping: dict[int, int]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _round_robin(groups: list[list[int]], n: int) -> tuple[int, ...]:
-    """One GPU from each group in turn until n are picked."""
+def _round_robin(groups: list[list[int]], n: int, depth_limit: int | None = None) -> tuple[int, ...]:
+    """One GPU from each group in turn until n are picked (``depth_limit``: the largest group's size, if known)."""
     picked: list[int] = []
-    for depth in range(max(len(g) for g in groups)):
+    for depth in range(depth_limit if depth_limit is not None else max(len(g) for g in groups)):
         for group in groups:
-            if depth < len(group) and len(picked) < n:
+            if len(picked) == n:
+                return tuple(sorted(picked))
+            if depth < len(group):
                 picked.append(group[depth])
     return tuple(sorted(picked))
