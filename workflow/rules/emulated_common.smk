@@ -1,7 +1,7 @@
 """Emulated fabrics: the collective and training workers over presets of capped links (config `emulated`).
 Emulated training jobs are ordinary planned training jobs (rule train, `shardscope job run`) whose spec names the fabric.
 
-Off unless `emulated.enabled: true`. Each preset's hosts are network namespaces joined by veth
+On with `emulated.enabled: true`, and with `auto` (the default) on a machine without GPUs. Each preset's hosts are network namespaces joined by veth
 links that `tc` caps (shardscope.emulated); results go to results/emulated/{preset}/ labelled
 `fabric: emulated:<preset>`, and `emulated_results` lists them for the collect rule. The planner
 decides which jobs run (plan.json `emulated`): without root, `ip` or `tc` it plans none and

@@ -74,17 +74,24 @@ def peer_section(plan: dict[str, Any], settings: dict[str, Any], machine: Machin
 EmulatedTarget = tuple[str, str, tuple[int, ...], dict[str, Any]]
 
 
-def emulated_section(config: dict[str, Any], machine: MachineProbe,
-                     skipped: list[dict[str, str]]) -> tuple[list[dict[str, Any]], list[EmulatedTarget]]:
+def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: list[dict[str, str]],
+                     on_gpu: bool = False) -> tuple[list[dict[str, Any]], list[EmulatedTarget]]:
     """The emulated-fabric collective jobs (each preset, placement and op of config ``emulated``), and
     every (preset, placement) that training jobs may run on (the planner picks their strategies).
 
-    Nothing when the stage is off. Presets this machine cannot build (no root, no ``ip``/``tc``,
+    Nothing when the stage is off. ``enabled: auto`` (the default) runs it on a machine without GPUs, where
+    it is the only way to see a fabric's effect, and not on a GPU node (``on_gpu``), which measures its real
+    fabrics; ``skipped`` says so. Presets this machine cannot build (no root, no ``ip``/``tc``,
     no netem for delayed links) are left out and ``skipped`` says why; an unknown preset name
     is a :class:`UserError` naming ``emulated.presets``.
     """
     section = config.get("emulated") or {}
-    if section.get("enabled") is not True:
+    enabled = section.get("enabled")
+    if enabled == "auto" and on_gpu:
+        skipped.append({"stage": "emulated", "reason": "emulated fabrics not run (emulated.enabled: auto): a GPU node "
+                                                       "measures its real fabrics; set it to true to run them too"})
+        return [], []
+    if enabled not in (True, "auto"):
         return [], []
     from shardscope.emulated.presets import all_presets
 

@@ -85,7 +85,7 @@ def planner_config(config: dict[str, Any]) -> dict[str, Any]:
     disabled ``emulated`` section only ``enabled`` (its presets and timeouts plan nothing then)."""
     subset = {key: config[key] for key in PLANNER_KEYS if key in config}
     emulated = subset.get("emulated")
-    if isinstance(emulated, dict) and emulated.get("enabled") is not True:
+    if isinstance(emulated, dict) and emulated.get("enabled") not in (True, "auto"):
         subset["emulated"] = {"enabled": False}
     return subset
 
@@ -342,7 +342,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         scales.append({"scale": "memory", "planned": False, "reason": scale})
     wanted = condition_strategies(config)
     skipped: list[dict[str, str]] = []
-    emulated_jobs, emulated_training = emulated_section(config, machine, skipped)
+    emulated_jobs, emulated_training = emulated_section(config, machine, skipped, on_gpu)
     if on_gpu:
         found = gpu_conditions(topology, sizes, train_sizes, set(wanted))
     else:
