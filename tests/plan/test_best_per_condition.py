@@ -18,7 +18,7 @@ from shardscope.errors import UserError
 from shardscope.plan.machine import MachineProbe
 from shardscope.plan.planner import make_plan
 from shardscope.plan.searches import memory_key
-from shardscope.plan.summary import estimate, max_trials
+from shardscope.plan.summary import estimate, max_trials, trials_if_right
 from shardscope.topology.detect import detect_cpu_only
 from shardscope.topology.parse import parse_file
 from factories import default_config
@@ -78,7 +78,11 @@ def test_nvl_pairs_every_condition_trains_each_searched_strategy_at_its_best(con
     assert len(plan["search"]) < len(plan["best"])
     _check_one_search_per_memory_group(plan)
     est = estimate(plan)
-    assert est.search_jobs == sum(max_trials(s["micro_batches"]) for s in plan["search"]) + len(plan["best"])
+    # a GPU node's searches start at the memory model's micro-batch: counted as when the model is right, bounded
+    assert all(s["start_micro_batch"] in s["micro_batches"] for s in plan["search"])
+    assert est.search_jobs == sum(trials_if_right(s) for s in plan["search"]) + len(plan["best"])
+    assert est.search_bound == sum(max_trials(s["micro_batches"], s["start_micro_batch"])
+                                   for s in plan["search"]) + len(plan["best"])
 
 
 def plan_model(plan: dict[str, Any], job_id: str) -> tuple[str, int]:

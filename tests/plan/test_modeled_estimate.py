@@ -15,8 +15,9 @@ import yaml
 from shardscope.plan.machine import MachineProbe
 from shardscope.plan.modeled_time import GPU_JOB_START_SECONDS, modeled_seconds
 from shardscope.plan.planner import make_plan
-from shardscope.plan.summary import CPU_FIXED_SECONDS, estimate, max_trials, summarize
+from shardscope.plan.summary import CPU_FIXED_SECONDS, estimate, max_trials, summarize, trials_if_right
 from shardscope.topology.parse import parse_file
+from shardscope.topology.detect import detect_cpu_only
 from factories import default_config_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,14 +88,38 @@ def test_a_job_the_model_says_does_not_fit_costs_only_its_start(config: dict[str
 
 def test_the_searches_add_their_trials_and_best_runs(config: dict[str, Any]) -> None:
     topo = topology("nvswitch")
+    config["training"]["search"] = None
     base = estimate(make_plan(topo, config, NO_PEER), topo)
     config["training"]["search"] = {"limit": 16, "strategies": ["ddp", "zero3"]}
     plan = make_plan(topo, config, NO_PEER)
     searched = estimate(plan, topo)
-    assert searched.search_jobs == sum(max_trials(e["micro_batches"]) for e in plan["search"]) + len(plan["best"]) > 0
+    # on a GPU node every search starts at the memory model's micro-batch: counted as when the model is right
+    assert searched.search_jobs == sum(trials_if_right(e) for e in plan["search"]) + len(plan["best"]) > 0
+    assert searched.search_bound == sum(max_trials(e["micro_batches"], e["start_micro_batch"])
+                                        for e in plan["search"]) + len(plan["best"])
     assert base.seconds is not None and searched.seconds is not None
     assert searched.seconds > base.seconds + searched.search_jobs * GPU_JOB_START_SECONDS
-    assert "at most (modeled by the cost model" in searched.sentence()
+    assert f"if the memory model's micro-batches are right (at most {searched.search_bound} if not)" \
+        in searched.sentence()
+
+
+def test_the_default_search_on_a_gpu_node_starts_at_the_modeled_micro_batch_and_stays_under_an_hour(
+        config: dict[str, Any]) -> None:
+    """Issue 32 item 8: training.search auto (the default) compares each strategy at its own best micro-batch on a
+    GPU node, from the memory model's largest that fits, and the 8-GPU plan's estimate stays under an hour."""
+    config["training"]["search"] = "auto"
+    for name in ("nvswitch", "nvl_pairs", "dgx1", "pcie_2numa"):
+        topo = topology(name)
+        plan = make_plan(topo, config, NO_PEER)
+        searched = {e["strategy"] for e in plan["search"]}
+        assert searched == set(config["training"]["strategies"])
+        assert {e["job_id"].split("-ws")[0].split("-", 1)[1] for e in plan["search"]} == {config["gpu"]["model"]}
+        assert all(e["start_micro_batch"] in e["micro_batches"] for e in plan["search"])
+        est = estimate(plan, topo)
+        assert est.seconds is not None and est.seconds < 3600, est.sentence()
+    cpu = make_plan(detect_cpu_only().topology.to_dict(), config, NO_PEER)
+    assert cpu["search"] == [] and "searches on GPU nodes only" in cpu["training_conditions"][0]["best_microbatch"][
+        "reason"]
 
 
 def test_an_unknown_gpu_gets_no_estimate_and_says_why(config: dict[str, Any]) -> None:

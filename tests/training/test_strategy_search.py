@@ -53,6 +53,26 @@ def test_a_sharded_strategy_with_more_room_finds_a_larger_micro_batch() -> None:
     assert search_largest(fits_below(11, "over_budget")[1], 64)["best_micro_batch"] == 11  # ZeRO-3 under the same
 
 
+def test_a_search_from_the_modeled_micro_batch_costs_two_trials_when_the_model_is_right() -> None:
+    candidates = [1, 2, 4, 8, 16, 32, 64]
+    right = search_largest(lambda m: "ok" if m <= 8 else "oom", candidates, start=8)
+    assert [t["micro_batch"] for t in right["trials"]] == [8, 16] and right["best_micro_batch"] == 8
+    high = search_largest(lambda m: "ok" if m <= 2 else "oom", candidates, start=8)  # the model too optimistic
+    assert [t["micro_batch"] for t in high["trials"]] == [8, 2, 4] and high["best_micro_batch"] == 2
+    low = search_largest(lambda m: "ok" if m <= 32 else "oom", candidates, start=8)  # too pessimistic
+    assert [t["micro_batch"] for t in low["trials"]] == [8, 16, 32, 64] and low["best_micro_batch"] == 32
+    top = search_largest(lambda m: "ok", candidates, start=64)
+    assert [t["micro_batch"] for t in top["trials"]] == [64]
+    none = search_largest(lambda m: "oom", candidates, start=4)
+    assert none["best_micro_batch"] is None and [t["micro_batch"] for t in none["trials"]] == [4, 1]
+    for k in range(0, 65):  # from any start, the answer of the search from the smallest
+        fits = lambda m, k=k: "ok" if m <= k else "oom"  # noqa: E731
+        assert all(search_largest(fits, candidates, start=s)["best_micro_batch"]
+                   == search_largest(fits, candidates)["best_micro_batch"] for s in candidates)
+    with pytest.raises(ValueError, match="one of the candidates"):
+        search_largest(lambda m: "ok", candidates, start=3)
+
+
 def test_a_failed_trial_stops_the_search_and_says_so() -> None:
     found = search_largest(lambda m: "ok" if m < 4 else "failed", 64)
     assert found["best_micro_batch"] == 2 and "micro-batch 4 ended with outcome 'failed'" in found["reason"]
@@ -66,7 +86,7 @@ def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pyt
     plan = make_plan(detect_cpu_only().topology.to_dict(), config, MachineProbe(which=lambda n: None))
     assert plan["search"] == [{"job_id": "zero3-tiny-ws2-local", "strategy": "zero3", "limit": 8, "global_batch": 16,
                                "per_rank_batch": 8, "micro_batches": [1, 2, 4, 8], "activation_checkpointing": "none",
-                               "best_job_id": "zero3-tiny-ws2-local-best", "best_placement": "local@best_microbatch",
+                               "start_micro_batch": None, "best_job_id": "zero3-tiny-ws2-local-best", "best_placement": "local@best_microbatch",
                                "trials_under": "default", "serves": ["zero3-tiny-ws2-local"]}]
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     trials = tmp_path / "trials"

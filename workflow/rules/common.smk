@@ -236,7 +236,8 @@ def memory_budget_args():
 
 
 def search_results(wildcards=None):
-    """The summary of every micro-batch search the plan lists (config training.search; none when null)."""
+    """The summary of every micro-batch search the plan lists (config training.search; none when null, and with auto
+    none on CPU)."""
     return [f"{RESULTS}/search/{entry['job_id']}.json" for entry in plan_doc().get("search", [])]
 
 

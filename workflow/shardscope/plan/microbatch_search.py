@@ -13,17 +13,22 @@ from typing import Any
 
 #: Trial outcomes that mean "does not fit" (the search goes lower); ``ok`` fits; anything else stops it.
 NOT_FITTING = ("oom", "over_budget")
-METHOD = ("doubling from the smallest micro-batch, then bisection, over the divisors of the per-rank batch up to the "
-          "limit; each trial with the gradient accumulation to the global batch; a trial fits when its outcome is ok")
+METHOD = ("doubling from the smallest micro-batch (on a GPU node: from the memory model's largest that fits, then the "
+          "next one up), then bisection, over the divisors of the per-rank batch up to the limit; each trial with the "
+          "gradient accumulation to the global batch; a trial fits when its outcome is ok")
 
 
-def search_largest(trial: Callable[[int], str], candidates: int | Sequence[int]) -> dict[str, Any]:
+def search_largest(trial: Callable[[int], str], candidates: int | Sequence[int],
+                   start: int | None = None) -> dict[str, Any]:
     """Doubling, then bisection, over ``candidates``: the largest micro-batch whose trial is ``ok``.
 
     ``candidates`` are the micro-batches that may be tried, ascending (an int ``n`` means 1..n).
     Doubling goes from the smallest to the smallest candidate of at least twice the last one (the
     largest candidate at the end); once a trial does not fit, bisection halves the candidates between
-    the largest that fitted and the smallest that did not. ``trial(m)`` runs (or reads back)
+    the largest that fitted and the smallest that did not. ``start`` (one of the candidates: the memory
+    model's largest that fits) is tried first instead: if it fits, the next candidate up is tried, then
+    doubling goes on from there; if it does not, bisection runs below it. So a right model costs two
+    trials (its micro-batch fits, the next one does not). ``trial(m)`` runs (or reads back)
     micro-batch ``m`` and returns its outcome. Returns the outcomes in the order tried, ``best``
     (None when even the smallest does not fit, or a trial failed first) and ``reason`` (one sentence).
     """
@@ -41,13 +46,19 @@ def search_largest(trial: Callable[[int], str], candidates: int | Sequence[int])
             tried[values[i]] = trial(values[i])
         return tried[values[i]]
 
-    fits, too_big, i = -1, None, 0
+    if start is not None and start not in values:
+        raise ValueError(f"search start must be one of the candidates {values!r}, got {start!r}")
+    fits, too_big, i = -1, None, values.index(start) if start is not None else 0
+    step_up = start is not None  # after the start fits: the next candidate, then doubling
     while True:
         outcome = run(i)
         if outcome == "ok":
             fits = i
             if i == len(values) - 1:
                 break
+            if step_up:
+                i, step_up = i + 1, False
+                continue
             i = next((j for j in range(i + 1, len(values)) if values[j] >= 2 * values[i]), len(values) - 1)
         elif outcome in NOT_FITTING:
             too_big = i

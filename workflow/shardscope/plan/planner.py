@@ -70,7 +70,7 @@ from shardscope.plan.machine import MachineProbe, emulated_section, emulated_siz
 from shardscope.plan.multinode import cluster_shape, multinode_section
 from shardscope.plan.placement import Placement, describe, placements
 from shardscope.plan.scales import Scale, memory_scale
-from shardscope.plan.searches import search_section
+from shardscope.plan.searches import search_memory_bytes, search_section
 from shardscope.plan.specs import collective_settings, job_entry, refine_wall_limits, training_settings
 
 __all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
@@ -380,7 +380,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
         "hsdp": hsdp,
         "hpz": hpz,
     }
-    plan["search"], plan["best"] = search_section(config, training, conditions)
+    plan["search"], plan["best"] = search_section(config, training, conditions, search_memory_bytes(topology), on_gpu)
     if shape is not None:
         plan["multi_node"] = multinode_section(topology, config, shape, _job_env(topology, "default"), model_name,
                                                shared_collective, shared_training)

@@ -15,6 +15,7 @@ the search's margin is the trial that did not fit.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from shardscope.errors import UserError
@@ -32,9 +33,22 @@ def memory_key(job: dict[str, Any], global_batch: int) -> str:
     return json.dumps({**kept, "global_batch": global_batch}, sort_keys=True)
 
 
-def _settings(config: dict[str, Any]) -> tuple[int, int | None, set[str], str | None] | None:
-    """Config ``training.search`` checked: limit, global batch, strategies, checkpointing (None when the key is null)."""
-    section = config["training"].get("search")
+#: What ``training.search: auto`` searches on a GPU node: every strategy of the communication-bound scale (the ``gpu``
+#: section's model) at one global batch of ``limit`` sequences per rank. The memory-bound scale keeps its
+#: configured micro-batch: its question is which strategy fits at all, and its trials would each cost minutes.
+AUTO_SEARCH = {"limit": 64}
+
+
+def _settings(config: dict[str, Any], on_gpu: bool = False
+              ) -> tuple[int, int | None, set[str], str | None, str | None] | None:
+    """Config ``training.search`` checked: limit, global batch, strategies, checkpointing and the one model searched
+    (None: every model), or None when the key is null (``auto``: :data:`AUTO_SEARCH` on a GPU node, else null)."""
+    section = config["training"].get("search", "auto")
+    only_model = None
+    if section == "auto":
+        if not on_gpu:
+            return None
+        section, only_model = AUTO_SEARCH, (config.get("gpu") or {}).get("model")
     if not section:
         return None
     from shardscope.contracts.names import CHECKPOINTING_MODES
@@ -47,7 +61,7 @@ def _settings(config: dict[str, Any]) -> tuple[int, int | None, set[str], str | 
     if mode is not None and mode not in CHECKPOINTING_MODES:
         raise UserError(f"config key training.search.activation_checkpointing: {mode!r} is not a known value; "
                         f"expected one of {', '.join(CHECKPOINTING_MODES)}")
-    return limit, given, set(section.get("strategies") or config["training"]["strategies"]), mode
+    return limit, given, set(section.get("strategies") or config["training"]["strategies"]), mode, only_model
 
 
 def _label(condition: dict[str, Any]) -> str:
@@ -68,8 +82,44 @@ def _sizing(job: dict[str, Any], per_rank: int, global_batch: int, config: dict[
     return text
 
 
-def search_section(config: dict[str, Any], training: list[dict[str, Any]],
-                   conditions: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def search_memory_bytes(topology: dict[str, Any]) -> int | None:
+    """The GPU memory a search's modeled start is sized for: the smallest the probe saw, else the datasheet memory of
+    the GPU the topology names (the cost model's spec, as advise assumes it), else None."""
+    from shardscope.plan.scales import gpu_memory_bytes
+
+    probed = gpu_memory_bytes(topology)
+    if probed is not None or not topology.get("gpus"):
+        return probed
+    from shardscope.costmodel.hardware import infer_spec
+
+    return infer_spec(topology).memory_bytes
+
+
+def modeled_start(job: dict[str, Any], candidates: list[int], checkpointing: str, memory_bytes: int | None) -> int | None:
+    """The memory model's largest of ``candidates`` whose whole peak (:func:`shardscope.costmodel.answer.job_peak`,
+    the one answer advise and ``memory`` give) fits ``memory_bytes``, where a GPU search starts (the smallest when
+    none fits); None where the GPU's memory is not known (the search starts at the smallest)."""
+    if memory_bytes is None:
+        return None
+    from shardscope.contracts.models import resolve_model
+    from shardscope.costmodel.answer import job_peak, largest_fitting
+    from shardscope.costmodel.step import DEFAULT_USABLE_FRACTION, StepAssumptions
+
+    _, cfg = resolve_model(job.get("model_spec") or job["model"])
+    usable = int(memory_bytes * DEFAULT_USABLE_FRACTION)
+    step = StepAssumptions(seq_len=min(int(job["seq_len"]), cfg.max_seq_len), dtype=job["dtype"],
+                           checkpointing=checkpointing)
+
+    def fits(mb: int) -> bool:
+        return job_peak(job["strategy"], cfg, int(job["world_size"]), replace(step, micro_batch=mb),
+                        job.get("shard_size")).fits(usable)
+
+    return largest_fitting(fits, candidates) or candidates[0]
+
+
+def search_section(config: dict[str, Any], training: list[dict[str, Any]], conditions: list[dict[str, Any]],
+                   memory_bytes: int | None = None, on_gpu: bool = False
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The searches (plan.json ``search``) and the best-micro-batch runs (``best``) of config ``training.search``;
     both empty when the key is null. Also writes each planned condition's ``best_microbatch`` statement.
 
@@ -79,17 +129,21 @@ def search_section(config: dict[str, Any], training: list[dict[str, Any]],
     micro-batches tried are the divisors of the per-rank batch up to ``limit``. One search serves every job of
     its memory-equal group (:func:`memory_key`), whatever the condition. A bound that is not a positive integer,
     or a global batch that does not split evenly over a job's ranks, is a :class:`UserError` naming the key
-    (before any job runs)."""
-    settings = _settings(config)
+    (before any job runs). On a GPU node (``on_gpu``) ``training.search: auto`` (the default) searches every strategy
+    of the communication-bound scale (:data:`AUTO_SEARCH`), and each search starts at the memory model's largest
+    micro-batch that fits ``memory_bytes`` (:func:`modeled_start`): two trials when the model is right."""
+    settings = _settings(config, on_gpu)
     planned = [c for c in conditions if c.get("planned")]
     if settings is None:
+        why = ("config training.search is auto, which searches on GPU nodes only: on CPU the jobs run at the configured "
+               "micro-batch only" if config["training"].get("search", "auto") == "auto" else
+               "config training.search is null: the jobs run at the configured micro-batch only")
         for condition in planned:
-            condition["best_microbatch"] = {"planned": False, "reason": "config training.search is null: the jobs run "
-                                                                        "at the configured micro-batch only"}
+            condition["best_microbatch"] = {"planned": False, "reason": why}
         return [], []
     from shardscope.contracts.names import BEST_MICROBATCH_SUFFIX
 
-    limit, given, wanted, mode = settings
+    limit, given, wanted, mode, only_model = settings
     by_id = {j["job_id"]: j for j in training}
     searches: dict[str, dict[str, Any]] = {}
     best: list[dict[str, Any]] = []
@@ -97,7 +151,7 @@ def search_section(config: dict[str, Any], training: list[dict[str, Any]],
         mine, sizing = [], ""
         for job_id in condition["jobs"]:
             job = by_id[job_id]
-            if job["strategy"] not in wanted:
+            if job["strategy"] not in wanted or (only_model is not None and job["model"] != only_model):
                 continue
             n = job["world_size"]
             global_batch = limit * n if given is None else given
@@ -113,8 +167,12 @@ def search_section(config: dict[str, Any], training: list[dict[str, Any]],
                     "per_rank_batch": per_rank,
                     "micro_batches": [m for m in range(1, min(limit, per_rank) + 1) if per_rank % m == 0],
                     "activation_checkpointing": mode or job.get("activation_checkpointing", "none"),
+                    "start_micro_batch": None,
                     "best_job_id": f"{job_id}-best", "best_placement": f"{job['placement']}{BEST_MICROBATCH_SUFFIX}",
                     "trials_under": _label(condition), "serves": []}
+            if on_gpu and search["start_micro_batch"] is None:
+                search["start_micro_batch"] = modeled_start(job, search["micro_batches"],
+                                                            search["activation_checkpointing"], memory_bytes)
             if any(b["job_id"] == job_id for b in best):
                 continue  # a job two conditions share (an id planned already) trains at its best once
             search["serves"].append(job_id)

@@ -41,16 +41,24 @@ class Estimate:
     basis: str
     search_jobs: int = 0
     """At most this many micro-batch search trials and best-micro-batch runs besides ``jobs`` (an upper bound:
-    how many trials a search takes depends on where its micro-batch stops fitting)."""
+    how many trials a search takes depends on where its micro-batch stops fitting); where every search starts at
+    the memory model's micro-batch, as many as it takes when the model is right."""
+    search_bound: int | None = None
+    """Where the searches start at the memory model's micro-batch: the most trials and runs they can take when it is
+    wrong (``search_jobs`` and ``seconds`` count the trials when it is right); None: ``search_jobs`` is the bound."""
 
     def sentence(self) -> str:
         """``12 jobs; estimated wall-clock on this node about 9 min (basis)``."""
-        jobs = f"{self.jobs} jobs" + (f" and at most {self.search_jobs} micro-batch search trials and best-micro-batch runs"
-                                      if self.search_jobs else "")
+        if self.search_bound is not None and self.search_jobs:
+            jobs = (f"{self.jobs} jobs and {self.search_jobs} micro-batch search trials and best-micro-batch runs if "
+                    f"the memory model's micro-batches are right (at most {self.search_bound} if not)")
+        else:
+            jobs = f"{self.jobs} jobs" + (f" and at most {self.search_jobs} micro-batch search trials and "
+                                          "best-micro-batch runs" if self.search_jobs else "")
         if self.seconds is None:
             return f"{jobs}; no estimated wall-clock: {self.basis}"
         return f"{jobs}; estimated wall-clock on this node about {self.seconds / 60:.0f} min" + (
-            " at most" if self.search_jobs else "") + f" ({self.basis})"
+            " at most" if self.search_jobs and self.search_bound is None else "") + f" ({self.basis})"
 
 
 def job_kind(job: Mapping[str, Any]) -> str:
@@ -70,27 +78,41 @@ def estimate(plan: Mapping[str, Any], topology: Mapping[str, Any] | None = None)
     without a topology no time is claimed.
     """
     jobs = [job for job in planned_jobs(dict(plan)) if isinstance(job, dict)]
-    searched = [(entry, max_trials(entry["micro_batches"])) for entry in plan.get("search") or []]
-    searched += [(entry, 1) for entry in plan.get("best") or []]  # one run per condition at its search's best
+    searches = plan.get("search") or []
+    started = bool(searches) and all(entry.get("start_micro_batch") for entry in searches)
+    bests = [(entry, 1) for entry in plan.get("best") or []]  # one run per condition at its search's best
+    bound = sum(max_trials(e["micro_batches"], e.get("start_micro_batch")) for e in searches) + len(bests)
+    searched = [(e, trials_if_right(e) if started else max_trials(e["micro_batches"])) for e in searches] + bests
     extra = sum(n for _, n in searched)
+    limit = bound if started else None
     if plan.get("device") != "cpu":
         if topology is None:
-            return Estimate(len(jobs), None, "no topology was given for the cost model to price the jobs", extra)
+            return Estimate(len(jobs), None, "no topology was given for the cost model to price the jobs", extra, limit)
         from shardscope.plan.modeled_time import modeled_seconds
 
         seconds, basis = modeled_seconds(plan, topology, searched, CPU_FIXED_SECONDS)
-        return Estimate(len(jobs), seconds, basis, extra)
+        return Estimate(len(jobs), seconds, basis, extra, limit)
     seconds = CPU_FIXED_SECONDS + sum(CPU_JOB_SECONDS[job_kind(job)] for job in jobs)
     seconds += sum(n * CPU_JOB_SECONDS[job_kind(entry)] for entry, n in searched)
-    return Estimate(len(jobs), seconds, CPU_BASIS, extra)
+    return Estimate(len(jobs), seconds, CPU_BASIS, extra, limit)
 
 
-def max_trials(candidates: list[int]) -> int:
-    """The most trials a micro-batch search over ``candidates`` can take, wherever its micro-batch stops fitting."""
+def max_trials(candidates: list[int], start: int | None = None) -> int:
+    """The most trials a micro-batch search over ``candidates`` (from ``start``) can take, wherever its micro-batch
+    stops fitting."""
     from shardscope.plan.microbatch_search import search_largest
 
-    return max(len(search_largest(lambda m, k=k: "ok" if m <= k else "oom", candidates)["trials"])
+    return max(len(search_largest(lambda m, k=k: "ok" if m <= k else "oom", candidates, start)["trials"])
                for k in [0, *candidates])
+
+
+def trials_if_right(entry: Mapping[str, Any]) -> int:
+    """The trials a search from the memory model's micro-batch takes when the model is right: that one fits and the
+    next one up does not (one trial where it is the largest candidate)."""
+    from shardscope.plan.microbatch_search import search_largest
+
+    start = entry["start_micro_batch"]
+    return len(search_largest(lambda m: "ok" if m <= start else "oom", entry["micro_batches"], start)["trials"])
 
 
 def _counted(values: Iterable[Any]) -> str:

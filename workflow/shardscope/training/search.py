@@ -144,7 +144,7 @@ def run_search(plan_path: str, job_id: str, out: str, trials: str, log: str) -> 
         docs[m] = read_json(path)
         return str(docs[m].get("outcome"))
 
-    found = search_largest(trial, entry["micro_batches"])
+    found = search_largest(trial, entry["micro_batches"], entry.get("start_micro_batch"))
     for row in found["trials"]:
         m = row["micro_batch"]
         row.update(_trial_row(docs[m], specs[m], paths[m]))
@@ -156,7 +156,7 @@ def run_search(plan_path: str, job_id: str, out: str, trials: str, log: str) -> 
                "env": _environment(list(docs.values())),
                "limit": entry["limit"], "global_batch": entry["global_batch"], "per_rank_batch": entry["per_rank_batch"],
                "micro_batches": entry["micro_batches"], "activation_checkpointing": entry["activation_checkpointing"],
-               "method": METHOD, **found,
+               "start_micro_batch": entry.get("start_micro_batch"), "method": METHOD, **found,
                "best_grad_accum": entry["per_rank_batch"] // best if best else None, "best_job_id": entry["best_job_id"]}
     atomic_write_json(out, summary)
     return summary
