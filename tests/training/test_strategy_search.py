@@ -86,7 +86,8 @@ def test_trials_on_disk_are_read_back_not_rerun(tmp_path: Path, monkeypatch: pyt
     plan = make_plan(detect_cpu_only().topology.to_dict(), config, MachineProbe(which=lambda n: None))
     assert plan["search"] == [{"job_id": "zero3-tiny-ws2-local", "strategy": "zero3", "limit": 8, "global_batch": 16,
                                "per_rank_batch": 8, "micro_batches": [1, 2, 4, 8], "activation_checkpointing": "none",
-                               "start_micro_batch": None, "best_job_id": "zero3-tiny-ws2-local-best", "best_placement": "local@best_microbatch",
+                               "start_micro_batch": None, "best_job_id": "zero3-tiny-ws2-local-best",
+                               "best_placement": "local@best_microbatch",
                                "trials_under": "default", "serves": ["zero3-tiny-ws2-local"]}]
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     trials = tmp_path / "trials"

@@ -95,7 +95,8 @@ def search_memory_bytes(topology: dict[str, Any]) -> int | None:
     return infer_spec(topology).memory_bytes
 
 
-def modeled_start(job: dict[str, Any], candidates: list[int], checkpointing: str, memory_bytes: int | None) -> int | None:
+def modeled_start(job: dict[str, Any], candidates: list[int], checkpointing: str,
+                  memory_bytes: int | None) -> int | None:
     """The memory model's largest of ``candidates`` whose whole peak (:func:`shardscope.costmodel.answer.job_peak`,
     the one answer advise and ``memory`` give) fits ``memory_bytes``, where a GPU search starts (the smallest when
     none fits); None where the GPU's memory is not known (the search starts at the smallest)."""
@@ -135,8 +136,8 @@ def search_section(config: dict[str, Any], training: list[dict[str, Any]], condi
     settings = _settings(config, on_gpu)
     planned = [c for c in conditions if c.get("planned")]
     if settings is None:
-        why = ("config training.search is auto, which searches on GPU nodes only: on CPU the jobs run at the configured "
-               "micro-batch only" if config["training"].get("search", "auto") == "auto" else
+        why = ("config training.search is auto, which searches on GPU nodes only: on CPU the jobs run at the "
+               "configured micro-batch only" if config["training"].get("search", "auto") == "auto" else
                "config training.search is null: the jobs run at the configured micro-batch only")
         for condition in planned:
             condition["best_microbatch"] = {"planned": False, "reason": why}
