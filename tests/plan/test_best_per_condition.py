@@ -134,12 +134,19 @@ def test_a_condition_without_a_searched_strategy_says_why(config: dict[str, Any]
         make_plan(parse_file(TOPO / "10-8x-h100-nvl-nv12-pairs-node-sys-2nics.txt").to_dict(), config, NO_PEER)
 
 
-def test_the_default_config_plans_no_search_and_says_so() -> None:
+def test_the_default_config_plans_no_search_on_cpu_and_says_so() -> None:
     doc = default_config()
+    assert doc["training"]["search"] == "auto"
     plan = make_plan(detect_cpu_only().topology.to_dict(), copy.deepcopy(doc), MachineProbe(which=lambda n: None))
     assert plan["search"] == [] and plan["best"] == []
     assert [j["job_id"] for j in plan["training"]] == [f"{s}-tiny-ws2-local" for s in doc["training"]["strategies"]]
     (default,) = [c for c in plan["training_conditions"] if c["planned"]]
-    assert default["best_microbatch"] == {"planned": False, "reason": "config training.search is null: the jobs run at "
-                                                                      "the configured micro-batch only"}
+    assert default["best_microbatch"] == {"planned": False, "reason": "config training.search is auto, which searches "
+                                                                      "on GPU nodes only: on CPU the jobs run at the "
+                                                                      "configured micro-batch only"}
+    doc["training"]["search"] = None
+    (default,) = [c for c in make_plan(detect_cpu_only().topology.to_dict(), doc,
+                                       MachineProbe(which=lambda n: None))["training_conditions"] if c["planned"]]
+    assert default["best_microbatch"]["reason"] == ("config training.search is null: the jobs run at the configured "
+                                                    "micro-batch only")
     json.dumps(plan)  # plan.json stays JSON
