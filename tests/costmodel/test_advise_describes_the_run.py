@@ -113,6 +113,22 @@ def test_a_model_nothing_holds_is_an_answer(capsys: pytest.CaptureFixture[str]) 
     assert no_fit["smallest_peak_bytes"] == min(_peaks(doc).values()) and no_fit["gpus_needed"] > 1
     code, out, _ = _run(capsys, "advise", "--model", "mistral-7b", "--gpus", "1", *H100)
     assert code == 0 and "the smallest peak is" in out and "would need" in out
+    assert f"would need {no_fit['gpus_needed']} GPUs ({no_fit['strategy_needed']})" in out
+
+
+def test_the_gpus_a_model_would_need_are_the_fewest_any_strategy_fits_on() -> None:
+    """Not the GPU count of the strategy with the smallest peak here: ZeRO-2 keeps every parameter and activation,
+    so it can be the smallest on one GPU and never fit, where FSDP fits on 16."""
+    from shardscope.contracts.models import PRESETS
+    from shardscope.costmodel.answer import job_peak, smallest_holding
+    from shardscope.costmodel.step import StepAssumptions
+
+    cfg, a, usable = PRESETS["mistral-7b"], StepAssumptions(micro_batch=1, seq_len=4096), 52 * 10**9
+    strategies = ["ddp", "fsdp", "zero1", "zero2", "zero3"]
+    no_fit = smallest_holding(strategies, cfg, 1, a, usable)
+    n, chosen = no_fit["gpus_needed"], no_fit["strategy_needed"]
+    assert n and job_peak(chosen, cfg, n, a).fits(usable)
+    assert not any(job_peak(s, cfg, n // 2, a).fits(usable) for s in strategies)
 
 
 def test_unknown_gpu_is_a_note_not_an_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -372,8 +372,8 @@ def _holding_clause(no_fit: Mapping[str, Any] | None) -> str:
     """What would hold a model nothing fits: the smallest peak, the GPUs it needs, offload or checkpointing."""
     if not no_fit:
         return "use more GPUs, activation checkpointing, a smaller micro-batch or offload"
-    ways = [f"{no_fit['gpus_needed']} GPUs" if no_fit["gpus_needed"]
-            else f"no GPU count up to 4096 ({no_fit['strategy']})"]
+    ways = [f"{no_fit['gpus_needed']} GPUs ({no_fit['strategy_needed']})" if no_fit["gpus_needed"]
+            else "no GPU count up to 4096"]
     if no_fit["fits_with_offload"]:
         ways.append(f"{no_fit['fits_with_offload']} with the optimizer offloaded to the CPU")
     if no_fit["fits_with_checkpointing"]:

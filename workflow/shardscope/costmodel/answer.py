@@ -137,23 +137,26 @@ def best_micro_batch(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumpti
 def smallest_holding(strategies: list[str], cfg: ModelConfig, gpus: int, a: StepAssumptions, usable_bytes: int,
                      shard_sizes: dict[str, int] | None = None, most_gpus: int = 4096) -> dict[str, Any]:
     """What a model that no strategy holds would need: the smallest peak (which strategy, at which micro-batch), the
-    GPU count (doubling ``gpus``, at most ``most_gpus``) at which that strategy fits, and which strategy fits here with
-    the optimizer offloaded to the CPU or with full activation checkpointing instead (None: none does)."""
+    fewest GPUs (doubling ``gpus``, at most ``most_gpus``) at which any strategy fits and which one (the strategy with
+    the smallest peak here need not be the one that shards best: ZeRO-2 keeps every parameter), and which strategy
+    fits here with the optimizer offloaded to the CPU or with full activation checkpointing instead (None: none
+    does)."""
     def peak(s: str, n: int, step: StepAssumptions) -> PeakTerms:
         group = (shard_sizes or {}).get(s)
         return job_peak(s, cfg, n, step, group if group and n % group == 0 else None)
 
     peaks = {s: peak(s, gpus, a) for s in strategies}
     best = min(peaks, key=lambda s: peaks[s].device_bytes)
-    needed, n = None, gpus
+    needed, needed_by, n = None, None, gpus
     while needed is None and n < most_gpus:
         n *= 2
-        if peak(best, n, a).fits(usable_bytes):
-            needed = n
+        needed_by = next((s for s in sorted(strategies, key=lambda s: peaks[s].device_bytes)
+                          if peak(s, n, a).fits(usable_bytes)), None)
+        needed = n if needed_by else None
     offloaded = {s: peak(s, gpus, replace(a, offload_optimizer="cpu")).device_bytes for s in strategies}
     recomputed = {s: peak(s, gpus, replace(a, checkpointing="full")).device_bytes for s in strategies}
     return {"smallest_peak_bytes": peaks[best].peak_bytes, "strategy": best, "micro_batch": a.micro_batch,
-            "gpus": gpus, "usable_bytes": usable_bytes, "gpus_needed": needed,
+            "gpus": gpus, "usable_bytes": usable_bytes, "gpus_needed": needed, "strategy_needed": needed_by,
             "fits_with_offload": min(offloaded, key=offloaded.__getitem__)
             if min(offloaded.values()) <= usable_bytes and a.offload_optimizer == "none" else None,
             "fits_with_checkpointing": min(recomputed, key=recomputed.__getitem__)
