@@ -57,7 +57,9 @@ def test_the_default_gpu_plan_is_modeled_under_an_hour(node: str, config: dict[s
     starts = est.jobs * GPU_JOB_START_SECONDS + CPU_FIXED_SECONDS
     assert starts < est.seconds < 3600, est.sentence()  # the jobs' modeled work adds to their assumed starts
     assert "modeled by the cost model, not measured" in est.basis and f"{GPU_JOB_START_SECONDS:.0f} s start" in est.basis
-    assert est.sentence().startswith(f"{est.jobs} jobs; estimated wall-clock on this node about ")
+    # the default searches each strategy's micro-batch on a GPU node (training.search: auto), said beside the jobs
+    assert est.sentence().startswith(f"{est.jobs} jobs and {est.search_jobs} micro-batch search trials")
+    assert "estimated wall-clock on this node about " in est.sentence()
     assert est.sentence() in summarize(plan, NODES[node][0], est)
 
 
