@@ -127,3 +127,36 @@ def test_a_pair_whose_confidence_intervals_overlap_is_within_the_noise() -> None
     assert (r["within_noise"], r["pairs_ranked"], r["agree"], r["disagree"]) == (1, 2, 2, [])
     assert ranking_agreement([{**row, "ci95": None} for row in rows])["disagree"] == [
         "tiny on 2: measured ddp faster than zero2, modeled the reverse"]
+
+
+def test_the_reports_ledger_pairs_only_the_current_plans_runs(tmp_path: Path) -> None:
+    """Issue 32 item 3: a strategy removed from the config leaves the report's ledger as it leaves its figures. An
+    earlier plan measured ddp and zero3, the current one ddp and fsdp: with the collect manifest, zero3 is not
+    paired; without a selection (or --runs all) every stored run is."""
+    from shardscope.paper.ledger import ledger_section
+    from shardscope.results.ledger import stored_ledger
+    from shardscope.results.selection import select_runs
+    from shardscope.results.sources import open_results
+
+    gpu = preset("hgx-h100")
+    steps = strategy_rows(advise(gpu, "tiny", 2, strategies=("ddp", "fsdp", "zero3")), topology_hash(gpu))
+    prediction = tmp_path / "predictions.json"
+    prediction.write_text(json.dumps(predictions_document(gpu, build_machine(gpu), (), steps,
+                                                          created_at="2026-11-29T00:00:00+00:00")))
+    db, manifest = tmp_path / "results" / "shardscope.duckdb", tmp_path / "results" / "db" / "collect.json"
+    old = write_docs(tmp_path / "old", [training_doc("ddp", step_time_s=0.02), training_doc("zero3", step_time_s=0.05)])
+    collect(db, [*old, str(prediction)], manifest=str(manifest))
+    new = write_docs(tmp_path / "new", [training_doc("ddp", step_time_s=0.03, measured_at="2026-12-01T00:00:00+00:00"),
+                                        training_doc("fsdp", step_time_s=0.04)])
+    collect(db, [*new, str(prediction)], manifest=str(manifest))
+    current = select_runs(db).inputs
+    assert current is not None
+    with open_results(db, None, current) as con:
+        now = {g.group: g.pairs for g in stored_ledger(con, "all_runs").training}
+    with open_results(db) as con:
+        ever = {g.group: g.pairs for g in stored_ledger(con, "all_runs").training}
+    assert now == {"ddp": 1, "fsdp": 1, "overall": 2} and ever == {"ddp": 2, "fsdp": 1, "zero3": 1, "overall": 4}
+    assert "zero3" not in ledger_section(db, current)["training"]
+    assert "zero3" in ledger_section(db)["training"]
+    with pytest.raises(ValueError, match="runs must be one of"):
+        stored_ledger(None, "runs; DROP TABLE runs")

@@ -248,7 +248,7 @@ def report_context(db: str | os.PathLike[str], figures_dir: str | os.PathLike[st
         "unjudged_cpu": bool((ours["verdict"] == "unknown").any() and (ours["fabric"] == "cpu").any()),
         "emulated": tables.emulated_sentences(slowdown),
         "has_modeled_steps": not modeled_steps.empty,
-        "ledger": ledger_section(db),
+        "ledger": ledger_section(db, selection.inputs),
         "doctor": doctor.to_dict("records"),
         "recommendations": _recommendations(speed),
         "ranking": {"ranked": has_peers(ranking), "answer": answer_ranking(ranking),

@@ -47,6 +47,9 @@ def _calibration_text(stored: dict[str, Any]) -> dict[str, str]:
                 f"{(stored.get('call_overhead_s') or 0.0) * 1e3:.2f} ms per collective call and "
                 f"{(stored.get('host_call_s') or 0.0) * 1e6:.2f} us of host work per recorded Python call, fitted on "
                 f"{len(stored['run_ids'])} measured runs (calibration {stored['calibration_id']}, {stored['created_at']})")
+    if "shown_of" in stored and len(stored["strategies"]) < stored["shown_of"]:
+        sentence += (f"; the table shows the {len(stored['strategies'])} of them that are runs of the current plan, as "
+                     "the rest of the report does")
     frame = pd.DataFrame([{"strategy": r["strategy"], "measured s": r["measured_s"], "modeled s": r["modeled_s"],
                            "error": r["modeled_s"] / r["measured_s"] - 1, "held out s": r["held_out_s"],
                            "held-out error": r["held_out_s"] / r["measured_s"] - 1, "bytes on the wire": r["wire_bytes"]}
@@ -57,19 +60,25 @@ def _calibration_text(stored: dict[str, Any]) -> dict[str, str]:
             "ranking": ranking_sentence(detail.get("ranking") or {}) or ""}
 
 
-def ledger_section(db: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ledger of ``db`` for the report template: tables per op and strategy, the ranking, the stored calibrations, the notes."""
+def ledger_section(db: str | os.PathLike[str], current: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The ledger of ``db`` for the report template: tables per op and strategy, the ranking, the stored calibrations,
+    the notes; over the runs of ``current`` (a :class:`~shardscope.results.selection.RunSelection`'s inputs: the
+    current plan's runs) when given, as the rest of the report, else every run."""
     from markupsafe import Markup
 
     from shardscope.paper.context import markdown_table
     from shardscope.results.calibrations import latest_collective_check, latest_step_calibration
     from shardscope.results.ledger import ErrorSummary, stored_ledger
-    from shardscope.results.store import connect_readonly
+    from shardscope.results.sources import open_results
 
-    with connect_readonly(db) as con:
-        book = stored_ledger(con)
+    with open_results(db, None, current) as con:
+        book = stored_ledger(con, "all_runs")
         stored = latest_step_calibration(con)
         checks, calibrated_on = latest_collective_check(con)
+        shown = None if current is None else {r for (r,) in con.execute("SELECT run_id FROM all_runs").fetchall()}
+    if stored and shown is not None:
+        stored = {**stored, "strategies": [r for r in stored["strategies"] if r["run_id"] in shown],
+                  "shown_of": len(stored["run_ids"])}
     calibrated = [ErrorSummary(r["op_group"], r["pairs"], r["median_ratio"], r["median_error"], r["worst_error"],
                                r["worst_ratio"]) for r in checks]
     notes = list(book.notes)

@@ -34,7 +34,7 @@ _COLLECTIVE_PAIRS = """
     WITH measured AS (
         SELECT c.op, c.world_size, c.size_bytes, c.busbw_gbps, coalesce(r.transport, 'default') AS transport,
                r.topology_hash, r.run_id
-        FROM collectives c JOIN runs r ON r.run_id = c.run_id
+        FROM collectives c JOIN {runs} r ON r.run_id = c.run_id
         WHERE r.source = 'measured' AND c.busbw_gbps > 0),
     paired AS (
         SELECT m.op, m.world_size, m.size_bytes, m.transport, m.busbw_gbps AS measured, p.busbw_gbps AS modeled,
@@ -51,7 +51,7 @@ _TRAINING_PAIRS = """
         SELECT t.strategy, t.model, t.world_size, t.median_step_time_s AS measured, p.step_time_s AS modeled, t.run_id,
                row_number() OVER (PARTITION BY t.run_id
                                   ORDER BY (p.topology_hash = r.topology_hash) DESC NULLS LAST, p.run_id) AS pick
-        FROM training_runs t JOIN runs r ON r.run_id = t.run_id
+        FROM training_runs t JOIN {runs} r ON r.run_id = t.run_id
         JOIN strategy_predictions p ON p.strategy = t.strategy AND p.model = t.model AND p.gpus = t.world_size
         WHERE r.source = 'measured' AND t.outcome = 'ok' AND t.median_step_time_s > 0)
     SELECT strategy, model, world_size, measured, modeled FROM paired WHERE pick = 1
@@ -134,18 +134,26 @@ def ranking_agreement(rows: Sequence[Mapping[str, Any]], noise: float = RANKING_
             "noise": noise}
 
 
-def stored_ledger(con: Any) -> Ledger:
-    """The :class:`Ledger` of the stored pairs of a results database opened read-only (no calibrated check)."""
+#: The relations :func:`stored_ledger` may take its runs from: every stored run, or the ``all_runs`` view that
+#: :func:`shardscope.results.sources.open_results` makes (the current plan's runs when it is given a selection).
+LEDGER_RUNS = ("runs", "all_runs")
+
+
+def stored_ledger(con: Any, runs: str = "runs") -> Ledger:
+    """The :class:`Ledger` of the stored pairs of a results database opened read-only (no calibrated check), over
+    the measured runs of ``runs`` (one of :data:`LEDGER_RUNS`: the report passes ``all_runs``, its run selection)."""
+    if runs not in LEDGER_RUNS:
+        raise ValueError(f"runs must be one of {', '.join(LEDGER_RUNS)}, got {runs!r}")
     tables = {name for (name,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     notes = []
     collective_rows: list[dict[str, Any]] = []
     training_rows: list[dict[str, Any]] = []
     if {"collectives", "collective_predictions", "runs"} <= tables:
-        cur = con.execute(_COLLECTIVE_PAIRS)
+        cur = con.execute(_COLLECTIVE_PAIRS.format(runs=runs))
         names = [d[0] for d in cur.description]
         collective_rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     if {"training_runs", "strategy_predictions", "runs"} <= tables:
-        cur = con.execute(_TRAINING_PAIRS)
+        cur = con.execute(_TRAINING_PAIRS.format(runs=runs))
         names = [d[0] for d in cur.description]
         training_rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     if not collective_rows:
