@@ -359,7 +359,8 @@ class _PairIndex:
 
         matrix = self._allowed.get(codes)
         if matrix is None:
-            matrix = self._allowed[codes] = np.isin(self.codes, [i for i, name in enumerate(self.names) if name in codes])
+            wanted = [i for i, name in enumerate(self.names) if name in codes]
+            matrix = self._allowed[codes] = np.isin(self.codes, wanted)
         return matrix
 
     def components(self, nodes: list[int], codes: tuple[str, ...]) -> list[list[int]]:

@@ -149,7 +149,8 @@ def cpu_skips(wanted: set[str], emulated_problem: str | None) -> list[Skipped]:
     why = "CPU processes on one host share one fabric, and " + (
         emulated_problem.rstrip(".") if emulated_problem
         else "no emulated (preset, placement) of config emulated stands for this condition "
-             "(emulated.enabled must be true, or auto on a machine without GPUs; built-in presets: fast and pcie_like, nvl_groups' in_group and across_groups)")
+             "(emulated.enabled must be true, or auto on a machine without GPUs; built-in presets: fast and "
+             "pcie_like, nvl_groups' in_group and across_groups)")
     return [Skipped(name, why) for name in CONDITIONS[1:] if name in wanted]
 
 
