@@ -1,6 +1,6 @@
 """Diagnosis: verdicts of the measured sweeps and the node's doctor findings, loaded by collect.
 
-Rule verdicts judges every planned collective job against the detected topology
+Rule verdicts judges every planned collective job, emulated ones included, against the detected topology
 (`shardscope verdict`: plateau busbw, size to 90%, latency floor, the busbw the links should
 give, ok/low/suspicious/unknown); rule nccl_tests_verdicts does the same for the nccl-tests
 peer runs, in their own document so that a peer run is never pooled with our job on the same
@@ -28,7 +28,7 @@ localrules:
 rule verdicts:
     input:
         topology=rules.topology.output.json,
-        results=collective_results,
+        results=judged_collective_results,
     output:
         json=VERDICTS,
     log:
