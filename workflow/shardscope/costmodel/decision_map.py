@@ -41,7 +41,7 @@ FABRIC_PRESET: dict[str, str] = {
     "nvlink_islands": "h100-nvl-pairs", "nvlink_partial": "h100-nvl-pairs", "pcie": "pcie-l40s",
 }
 #: The panels modeled always; a GPU machine's own fabric class is modeled beside them.
-PANEL_PRESETS = ("nvswitch", "pcie")
+PANEL_PRESETS = ("nvswitch", "nvlink_islands", "pcie")
 PANEL_TITLES = {"nvswitch": "NVSwitch", "pcie": "PCIe", "nvlink_islands": "NVLink islands",
                 "nvlink_partial": "partial NVLink", "nvlink_mesh": "NVLink mesh"}
 

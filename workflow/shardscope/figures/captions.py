@@ -386,22 +386,25 @@ def answer_ranking(df: pd.DataFrame) -> str:
 
 
 def answer_decision(df: pd.DataFrame) -> str:
-    """Per panel at 80 GB per GPU: up to which size each strategy is recommended, and what each preset gets (ties
-    named); the measured order of a panel's fabric where the database has one, and each measured run drawn."""
+    """Per panel at 80 GB per GPU: up to which size each strategy is recommended (the sweep's shapes, the regions
+    drawn), and what each preset gets (ties named); the measured order of a panel's fabric where the database has
+    one, and each measured run drawn."""
     cells = df[df["method"] == "modeled"] if "method" in df else df
     if cells.empty:
         return "No decision map stored: the predictions stage writes it (`shardscope predict plan`, then collect)."
     parts = []
     for _, sub in cells.groupby("panel", sort=False):
         at80 = sub[sub["gpu_memory_gb"] == 80].sort_values("n_params")
+        # the regions are the sweep's shapes (as drawn); each preset's own pick is said apart below
+        sweep = at80[at80["preset"].isna()] if at80["preset"].isna().any() else at80
         ranges = []
-        for _, group in at80.groupby((at80["strategy"] != at80["strategy"].shift()).cumsum(), sort=False):
+        for _, group in sweep.groupby((sweep["strategy"] != sweep["strategy"].shift()).cumsum(), sort=False):
             name = group["strategy"].iloc[0]
             if name != "none":
                 low, high = format_params(group["n_params"].min()), format_params(group["n_params"].max())
                 ranges.append(f"{strategy_name(name)} at {low}" if low == high else f"{strategy_name(name)} from {low} to {high}")
-        if at80["strategy"].eq("none").any():
-            ranges.append(f"nothing fits from {format_params(at80.loc[at80['strategy'] == 'none', 'n_params'].min())}")
+        if sweep["strategy"].eq("none").any():
+            ranges.append(f"nothing fits from {format_params(sweep.loc[sweep['strategy'] == 'none', 'n_params'].min())}")
         picks = at80[at80["preset"].notna()]
         presets = ", ".join(f"{p} ({format_params(n)}) {label}" for p, n, label in zip(picks["preset"], picks["n_params"], picks["pick"]))
         measured = sub["measured_order"].dropna() if "measured_order" in sub else pd.Series(dtype=object)

@@ -73,8 +73,10 @@ def _title(sub: pd.DataFrame) -> str:
 def draw_decision_map(df: pd.DataFrame) -> plt.Figure:
     """One panel per fabric: rows are GPU memories, columns parameter counts, colour the strategy recommended.
 
-    A dot marks a cell whose recommendation is a tie (the least memory of the tied strategies is
-    shown); a diamond a measured run (the strategy that measured fastest), labelled measured.
+    The regions are the sweep's Llama-like shapes; each preset (its own architecture at its own size) is a dashed
+    line with a square per memory row in the colour of its own pick. A dot marks a cell whose recommendation is a
+    tie (the least memory of the tied strategies is shown); a diamond a measured run (the strategy that measured
+    fastest), labelled measured.
     """
     cells = df[df["method"] == "modeled"] if "method" in df else df
     if cells.empty:
@@ -86,7 +88,11 @@ def draw_decision_map(df: pd.DataFrame) -> plt.Figure:
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.3 * len(panels) + 1.6), sharex=True, squeeze=False)
     legend: dict[str, tuple[str, tuple[float, ...]]] = {}
     for ax, panel in zip(axes[:, 0], panels):
-        sub = cells[cells["panel"] == panel]
+        whole = cells[cells["panel"] == panel]
+        # regions from the sweep's Llama-like shapes alone; a preset (another architecture at its own size) is drawn
+        # as marks on its line, so that its own answer never cuts a one-column stripe through the regions
+        sweep = whole[whole["preset"].isna()] if "preset" in whole else whole
+        sub = sweep if not sweep.empty else whole
         params = np.sort(sub["n_params"].unique()).astype(float)
         memories = sorted(float(m) for m in sub["gpu_memory_gb"].unique())
         grid = sub.pivot(index="gpu_memory_gb", columns="n_params", values="strategy").reindex(index=memories)
@@ -102,12 +108,18 @@ def draw_decision_map(df: pd.DataFrame) -> plt.Figure:
         ax.set_yticks(np.arange(len(memories)) + 0.5, [f"{m:g} GB" for m in memories])
         ax.set_ylabel("memory per GPU")
         ax.set_title(_title(sub), fontsize="medium", loc="left")
-        for n, name in sub.dropna(subset=["preset"]).drop_duplicates("n_params")[["n_params", "preset"]].itertuples(index=False):
+        named = whole.dropna(subset=["preset"]) if "preset" in whole else whole.iloc[0:0]
+        for n, name in named.drop_duplicates("n_params")[["n_params", "preset"]].itertuples(index=False):
             ax.axvline(n, color="black", lw=0.8, ls="--")
             ax.annotate(name, (n, len(memories)), xytext=(2, -10), textcoords="offset points", fontsize="x-small",
                         rotation=0, ha="left", va="top", color="black",
                         bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8})
-        for strategy in dict.fromkeys(sub["strategy"]):
+        if sub is not whole and not named.empty:  # each preset's own pick, a square on its line per memory row
+            rows = [memories.index(float(m)) + 0.5 for m in named["gpu_memory_gb"] if float(m) in memories]
+            kept = named[[float(m) in memories for m in named["gpu_memory_gb"]]]
+            ax.scatter(kept["n_params"], rows, marker="s", s=44, zorder=5, linewidths=0.9, edgecolors="black",
+                       c=[STRATEGY_COLORS.get(s, "grey") for s in kept["strategy"]])
+        for strategy in dict.fromkeys(whole["strategy"]):
             label = "nothing fits" if strategy == "none" else strategy_name(strategy)
             legend.setdefault(label, (strategy, STRATEGY_COLORS.get(strategy, "grey")))
     last = axes[-1, 0]
