@@ -12,6 +12,10 @@ VERDICTS = f"{RESULTS}/diagnose/verdicts.json"
 NCCL_TESTS_VERDICTS = f"{RESULTS}/diagnose/verdicts-nccl-tests.json"
 DOCTOR = f"{RESULTS}/diagnose/doctor.json"
 
+#: Input function of rule verdicts: every planned collective job's result and every emulated one's (their plateau,
+#: size to 90% of it and latency floor; the verdict is unknown, as for every CPU sweep).
+judged_collective_results = lambda wildcards: collective_results(wildcards) + emulated_results(wildcards)
+
 #: Input function of the collect rule: the diagnosis documents this plan has something to judge for.
 diagnose_results = lambda wildcards: (
     ([VERDICTS] if collective_results(wildcards) else [])

@@ -24,12 +24,6 @@ def emulated_results(wildcards=None):
     ]
 
 
-def judged_collective_results(wildcards=None):
-    """The collective results rule verdicts judges: every planned collective job's and every emulated one's (their
-    plateau, size to 90% of it and latency floor; the verdict is unknown, as for every CPU sweep)."""
-    return collective_results(wildcards) + emulated_results(wildcards)
-
-
 def emulated_training_results(wildcards=None):
     """The result files of the planned training jobs that run over an emulated fabric."""
     return [f"{RESULTS}/training/{job['job_id']}.json" for job in plan_doc()["training"] if job.get("emulated")]
