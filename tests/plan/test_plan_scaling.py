@@ -91,3 +91,17 @@ def test_one_seed_of_each_kind_places_as_every_seed_would(monkeypatch: pytest.Mo
     monkeypatch.setattr(costmodel_placement, "_one_of_each_kind", lambda machine, groups: groups)
     every = replace(build_machine(doc))
     assert {n: costmodel_placement.best_placement(every, n) for n in kinds} == kinds
+
+
+def test_a_cut_of_a_large_ring_answers_as_the_plain_cut() -> None:
+    """The ring's own index (its members' order and rows, built once per ring) gives the plain cut's capacity."""
+    from shardscope.costmodel.machine import _pair_index, _RingIndex
+
+    machine = build_machine(_islands(40, 4))
+    members = [g for g in machine.gpus if g % 3 != 1][:20]
+    ring = _RingIndex(_pair_index(machine, members), members)
+    sides = [(g,) for g in members] + [tuple(members[i:i + 4]) for i in range(0, 20, 4)] + [tuple(members[:10])]
+    for side in sides:
+        other = [g for g in members if g not in side]
+        for nv in (True, False):
+            assert machine.cut_gbps(side, other, nv, ring) == machine.cut_gbps(side, other, nv), side

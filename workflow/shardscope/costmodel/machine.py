@@ -122,27 +122,35 @@ class Machine:
         """Whether two GPUs talk over NVLink (directly, or through the NVSwitch)."""
         return self.fabric == "nvswitch" or self.nv(a, b) > 0
 
-    def cut_gbps(self, side: Iterable[int], other: Iterable[int], use_nvlink: bool = True) -> tuple[float, str]:
-        """(capacity in GB/s from ``side`` to ``other``, ``"nvlink"`` or ``"pcie"``) — see the module docstring."""
+    def cut_gbps(self, side: Iterable[int], other: Iterable[int], use_nvlink: bool = True,
+                 ring: _RingIndex | None = None) -> tuple[float, str]:
+        """(capacity in GB/s from ``side`` to ``other``, ``"nvlink"`` or ``"pcie"``) — see the module docstring.
+
+        ``ring``: the members of the ring ``side`` and ``other`` split (their order and array positions, built once
+        per ring by :meth:`_ring`), so that a cut of a large ring costs no per-cut index of ``other``; the same
+        answer, added in the same order."""
         a_side, b_side = list(side), list(other)
-        index = _pair_index(self, a_side + b_side)
+        index = _pair_index(self, a_side + b_side) if ring is None else ring.index
         if use_nvlink:
             if self.fabric == "nvswitch":
-                nv = min(sum(self.switch_gbps[g] for g in a_side), sum(self.switch_gbps[g] for g in b_side))
+                switch = self.switch_gbps.__getitem__
+                nv = min(sum(map(switch, a_side)), sum(map(switch, b_side)))
             elif index is not None:
-                nv = index.nvlink_across(a_side, b_side)
+                nv = index.nvlink_across(a_side, b_side, None if ring is None else ring.order_without(a_side))
             else:
                 nv = sum(self.nv(a, b) for a in a_side for b in b_side)
             if nv > 0:
                 return nv, "nvlink"
         if index is not None:
-            through_cpu, all_sys = index.codes_all_in(a_side, b_side, _THROUGH_CPU), index.codes_all_in(
-                a_side, b_side, ("SYS", "SOC"))
+            at = None if ring is None else ring.positions_without(a_side)
+            through_cpu = index.codes_all_in(a_side, b_side, _THROUGH_CPU, at)
+            all_sys = index.codes_all_in(a_side, b_side, ("SYS", "SOC"), at)
         else:
             codes = [self.code(a, b) for a in a_side for b in b_side]
             through_cpu, all_sys = all(c in _THROUGH_CPU for c in codes), bool(codes) and all(c in ("SYS", "SOC") for c in codes)
         factor = INTEL_P2P_FACTOR if self.intel_cpu and through_cpu else 1.0
-        capacity = factor * min(sum(self.pcie_gbps[g] for g in a_side), sum(self.pcie_gbps[g] for g in b_side))
+        pcie = self.pcie_gbps.__getitem__
+        capacity = factor * min(sum(map(pcie, a_side)), sum(map(pcie, b_side)))
         if all_sys:
             capacity = min(capacity, self.inter_socket_gbps)
         return capacity, "pcie"
@@ -169,10 +177,12 @@ class Machine:
         if len(members) < 2:
             return float("inf"), "local"
         best: tuple[float, str] = (float("inf"), "nvlink")
+        index = _pair_index(self, members) if len(members) > EXACT_CUT_LIMIT else None
+        ring = _RingIndex(index, members) if index is not None else None
         for side in self._cuts(members):
             on_side = set(side)
             other = [g for g in members if g not in on_side]
-            capacity = self.cut_gbps(side, other, use_nvlink)
+            capacity = self.cut_gbps(side, other, use_nvlink, ring)
             if capacity[0] < best[0]:
                 best = capacity
         if not p2p and best[1] == "pcie":
@@ -344,9 +354,10 @@ class _PairIndex:
             if a in self.position:
                 self.nvlinked[self.position[a], [self.position[b] for b in peers if b in self.position]] = True
 
-    def nvlink_across(self, side: list[int], other: list[int]) -> float:
-        """Summed NVLink GB/s between ``side`` and ``other``, added in the order of the pairwise loop it replaces."""
-        at = {b: i for i, b in enumerate(other)}
+    def nvlink_across(self, side: list[int], other: list[int], at: Mapping[int, int] | None = None) -> float:
+        """Summed NVLink GB/s between ``side`` and ``other``, added in the order of the pairwise loop it replaces.
+        ``at``: ``other``'s members with their order (any map whose order is ``other``'s), when the caller has it."""
+        at = {b: i for i, b in enumerate(other)} if at is None else at
         total = 0.0
         for a in side:
             for _, gbps in sorted((at[b], gbps) for b, gbps in self.linked.get(a, {}).items() if b in at):
@@ -386,13 +397,16 @@ class _PairIndex:
             groups.append(sorted(nodes[i] for i in np.flatnonzero(group)))
         return groups
 
-    def codes_all_in(self, side: list[int], other: list[int], allowed: tuple[str, ...]) -> bool:
-        """Whether every pair across the cut has a path code in ``allowed`` (False for an empty cut)."""
+    def codes_all_in(self, side: list[int], other: list[int], allowed: tuple[str, ...],
+                     other_positions: Any = None) -> bool:
+        """Whether every pair across the cut has a path code in ``allowed`` (False for an empty cut);
+        ``other_positions``: ``other``'s rows of the matrices, when the caller has them."""
         if not side or not other:
             return False
         matrix = self.allowed(allowed)
         rows = matrix[[self.position[g] for g in side]]
-        return bool(rows[:, [self.position[g] for g in other]].all())
+        columns = [self.position[g] for g in other] if other_positions is None else other_positions
+        return bool(rows[:, columns].all())
 
     def same_socket(self, nodes: list[int], nvswitch: bool) -> Any:
         """A function: the members of ``nodes`` joined to a GPU by NVLink or by a path other than ``SYS``/``SOC``."""
@@ -403,6 +417,51 @@ class _PairIndex:
         joined = ~far | (True if nvswitch else self.nvlinked[np.ix_(at, at)])
         order = {g: i for i, g in enumerate(nodes)}
         return lambda g: [nodes[j] for j in np.flatnonzero(joined[order[g]])]
+
+
+class _RingIndex:
+    """The members of one ring, for the cuts of it (:meth:`Machine.cut_gbps`): their order and matrix rows, so that
+    the other side of a small cut of a large ring is the members less the cut, not a new index per cut."""
+
+    def __init__(self, index: _PairIndex, members: Sequence[int]) -> None:
+        import numpy as np
+
+        self.index = index
+        self.members = list(members)
+        self.order = {g: i for i, g in enumerate(self.members)}
+        self.positions = np.array([index.position[g] for g in self.members], dtype=np.int64)
+
+    def order_without(self, side: Sequence[int]) -> dict[int, int]:
+        """The members not in ``side`` with their order (an ``at`` for :meth:`_PairIndex.nvlink_across`)."""
+        if len(side) == 1:
+            (g,) = side
+            return _Without(self.order, g)
+        gone = set(side)
+        return {g: i for g, i in self.order.items() if g not in gone}
+
+    def positions_without(self, side: Sequence[int]) -> Any:
+        """The matrix rows of the members not in ``side``, in their order."""
+        import numpy as np
+
+        keep = np.ones(len(self.members), dtype=bool)
+        keep[[self.order[g] for g in side]] = False
+        return self.positions[keep]
+
+
+class _Without(dict):
+    """A read-only view of an order map less one key (``in`` and ``[]`` only: what nvlink_across asks)."""
+
+    def __init__(self, order: dict[int, int], gone: int) -> None:
+        super().__init__()
+        self._order, self._gone = order, gone
+
+    def __contains__(self, key: object) -> bool:
+        return key != self._gone and key in self._order
+
+    def __getitem__(self, key: int) -> int:
+        if key == self._gone:
+            raise KeyError(key)
+        return self._order[key]
 
 
 def _pair_index(machine: Machine, members: Iterable[int]) -> _PairIndex | None:
