@@ -178,7 +178,12 @@ def _quote(text: str) -> str:
 def _tables_and_views() -> list[str]:
     """CREATE TABLE and VIEW statements alone (no comments)."""
     statements = [f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key VARCHAR PRIMARY KEY, value VARCHAR)",
-                  f"INSERT OR REPLACE INTO {META_TABLE} VALUES ('schema', {_quote(SCHEMA_VERSION)})"]
+                  f"INSERT OR REPLACE INTO {META_TABLE} VALUES ('schema', {_quote(SCHEMA_VERSION)})",
+                  # its table comment records the DDL's digest (upgrade); its columns say what they hold
+                  f"COMMENT ON COLUMN {META_TABLE}.key IS 'what the row records about the database (schema: its "
+                  "layout version)'",
+                  f"COMMENT ON COLUMN {META_TABLE}.value IS 'the value of key (schema: the layout version, e.g. "
+                  f"{SCHEMA_VERSION})'"]
     for table in TABLES:
         cols = ", ".join(f"{name} {sql}" for name, sql in column_types(table).items())
         statements.append(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
