@@ -147,11 +147,11 @@ def smallest_holding(strategies: list[str], cfg: ModelConfig, gpus: int, a: Step
 
     peaks = {s: peak(s, gpus, a) for s in strategies}
     best = min(peaks, key=lambda s: peaks[s].device_bytes)
+    by_peak = sorted(strategies, key=lambda s: peaks[s].device_bytes)
     needed, needed_by, n = None, None, gpus
     while needed is None and n < most_gpus:
         n *= 2
-        needed_by = next((s for s in sorted(strategies, key=lambda s: peaks[s].device_bytes)
-                          if peak(s, n, a).fits(usable_bytes)), None)
+        needed_by = next((s for s in by_peak if peak(s, n, a).fits(usable_bytes)), None)
         needed = n if needed_by else None
     offloaded = {s: peak(s, gpus, replace(a, offload_optimizer="cpu")).device_bytes for s in strategies}
     recomputed = {s: peak(s, gpus, replace(a, checkpointing="full")).device_bytes for s in strategies}

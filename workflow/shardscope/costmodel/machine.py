@@ -136,7 +136,7 @@ class Machine:
                 switch = self.switch_gbps.__getitem__
                 nv = min(sum(map(switch, a_side)), sum(map(switch, b_side)))
             elif index is not None:
-                nv = index.nvlink_across(a_side, b_side, None if ring is None else ring.order_without(a_side))
+                nv = index.nvlink_across(a_side, b_side, None if ring is None else ring.order)
             else:
                 nv = sum(self.nv(a, b) for a in a_side for b in b_side)
             if nv > 0:
@@ -354,13 +354,15 @@ class _PairIndex:
             if a in self.position:
                 self.nvlinked[self.position[a], [self.position[b] for b in peers if b in self.position]] = True
 
-    def nvlink_across(self, side: list[int], other: list[int], at: Mapping[int, int] | None = None) -> float:
+    def nvlink_across(self, side: list[int], other: list[int], ring_order: Mapping[int, int] | None = None) -> float:
         """Summed NVLink GB/s between ``side`` and ``other``, added in the order of the pairwise loop it replaces.
-        ``at``: ``other``'s members with their order (any map whose order is ``other``'s), when the caller has it."""
-        at = {b: i for i, b in enumerate(other)} if at is None else at
+        ``ring_order``: the order of the ring that ``side`` and ``other`` split, when the caller has it (``other`` is
+        then its members less ``side``, in the same order)."""
+        at, gone = ({b: i for i, b in enumerate(other)}, ()) if ring_order is None else (ring_order, set(side))
         total = 0.0
         for a in side:
-            for _, gbps in sorted((at[b], gbps) for b, gbps in self.linked.get(a, {}).items() if b in at):
+            for _, gbps in sorted((at[b], gbps) for b, gbps in self.linked.get(a, {}).items()
+                                  if b in at and b not in gone):
                 total += gbps
         return total
 
@@ -387,9 +389,8 @@ class _PairIndex:
             if not left[start]:
                 continue
             group = np.zeros(len(nodes), dtype=bool)
-            group[start], frontier = True, group.copy()
-            frontier[start] = True
-            left[start] = False
+            group[start], left[start] = True, False
+            frontier = group.copy()
             while frontier.any():
                 frontier = near[frontier].any(axis=0) & left
                 left &= ~frontier
@@ -431,14 +432,6 @@ class _RingIndex:
         self.order = {g: i for i, g in enumerate(self.members)}
         self.positions = np.array([index.position[g] for g in self.members], dtype=np.int64)
 
-    def order_without(self, side: Sequence[int]) -> dict[int, int]:
-        """The members not in ``side`` with their order (an ``at`` for :meth:`_PairIndex.nvlink_across`)."""
-        if len(side) == 1:
-            (g,) = side
-            return _Without(self.order, g)
-        gone = set(side)
-        return {g: i for g, i in self.order.items() if g not in gone}
-
     def positions_without(self, side: Sequence[int]) -> Any:
         """The matrix rows of the members not in ``side``, in their order."""
         import numpy as np
@@ -446,22 +439,6 @@ class _RingIndex:
         keep = np.ones(len(self.members), dtype=bool)
         keep[[self.order[g] for g in side]] = False
         return self.positions[keep]
-
-
-class _Without(dict):
-    """A read-only view of an order map less one key (``in`` and ``[]`` only: what nvlink_across asks)."""
-
-    def __init__(self, order: dict[int, int], gone: int) -> None:
-        super().__init__()
-        self._order, self._gone = order, gone
-
-    def __contains__(self, key: object) -> bool:
-        return key != self._gone and key in self._order
-
-    def __getitem__(self, key: int) -> int:
-        if key == self._gone:
-            raise KeyError(key)
-        return self._order[key]
 
 
 def _pair_index(machine: Machine, members: Iterable[int]) -> _PairIndex | None:

@@ -615,7 +615,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     micro_compute = cfg.flops_per_token(seq) * tokens / (peak_flops * mfu) * work_factor(a)
     element = 4 if a.dtype == "float32" else 2
     update = optimizer_step_s(strategy, cfg, gpus, gpu, dtype=a.dtype, trainable_fraction=a.trainable_fraction,
-                              offload=a.offload_optimizer, ranks_per_host=gpus_per_host or gpus,
+                              offload=a.offload_optimizer, ranks_per_host=gpus_per_host,
                               grad_bytes=a.gradient_bytes, param_bytes=element, micro_batches=a.grad_accum,
                               shard_group=shard_group)
     compute = micro_compute * a.grad_accum + update
