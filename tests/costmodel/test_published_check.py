@@ -179,13 +179,19 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: them to let a change in. One was loosened, said here: the optimizer's update (costmodel/optimizer_step.py) took the
 #: defaults' worst speed ratio from x1.10 to x1.15 (the TITAN RTX NVLink-vs-P2P-off pair, whose fabric effect the
 #: model already draws too small, diluted by the fp32 update both runs pay) while held-out pairwise order went from
-#: 56% to 80% and its worst ratio from x21.7 to x2.95.
+#: 56% to 80% and its worst ratio from x21.7 to x2.95. Two more, by a physical fix: a float32 step is priced at the
+#: GPU's fp32 CUDA-core peak, not its 16-bit tensor one (a TITAN RTX has 16.3 TFLOP/s of fp32 beside 130.5 of fp16
+#: tensor math; costmodel/step.py dtype_peak_flops). Held-out top-1 went from 4/8 to 5/8 and pairwise from 43 to 44 of
+#: 54; the defaults' worst ratio from x1.14 to x1.24 (the same NVLink-vs-P2P-off pair: with fp32 compute 8x longer
+#: the all-reduce hides behind it, where the run shows it exposed) and held-out median from x1.73 to x1.85 (the T5
+#: case, whose assumed 128-token sequences would need 18.4 fp32 TFLOP/s, above the card's peak: its real, padded-to-
+#: the-batch sequences are shorter, so its fp16 speed-up is overhead-bound, which the model does not see).
 PINNED: dict[str, dict[str, float]] = {
-    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.05, "ratio_worst": 1.15, "memory_median": 0.2,
+    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.05, "ratio_worst": 1.25, "memory_median": 0.2,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 1, "absolute_median": 1.05, "absolute_worst": 1.07},
-    "held_out": {"top1": 0.5, "pairwise": 0.79, "ratio_median": 1.74, "ratio_worst": 2.95, "memory_median": 0.22,
+    "held_out": {"top1": 0.62, "pairwise": 0.81, "ratio_median": 1.86, "ratio_worst": 2.95, "memory_median": 0.22,
                  "memory_worst": 0.45, "oom_fit": 2, "false_oom": 8, "absolute_median": 1.14, "absolute_worst": 4.3},
-    "all": {"top1": 0.55, "pairwise": 0.8, "ratio_median": 1.62, "ratio_worst": 2.95, "memory_median": 0.21,
+    "all": {"top1": 0.66, "pairwise": 0.81, "ratio_median": 1.62, "ratio_worst": 2.95, "memory_median": 0.21,
             "memory_worst": 0.7, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.09, "absolute_worst": 4.3},
 }
 

@@ -301,3 +301,49 @@ def test_framework_host_work_by_default_on_a_gpu_costs_what_the_gpu_does_not_hid
     calibrated = predict_step("ddp", "gpt2-small", small, 8, 989.4e12, lambda op, size: 1e-5, None,
                               StepAssumptions(seq_len=1024, host_call_s=5e-6), gpu=h100)
     assert calibrated.host_time_s == pytest.approx(modeled_host_calls("ddp", small) * 5e-6)
+
+
+def test_a_float32_step_runs_on_the_cuda_cores_not_the_16_bit_tensor_peak() -> None:
+    """TITAN RTX: 16.3 fp32 TFLOP/s beside 130.5 fp16 tensor ones. A float32 run's matmuls are priced at the fp32
+    rate (its MFU is of that peak), a bfloat16 one at the tensor peak; a CPU keeps its own measured peak."""
+    from dataclasses import replace
+
+    from shardscope.contracts.peak_flops import float32_peak_flops
+    from shardscope.costmodel.hardware import spec_for_name
+    from shardscope.costmodel.step import compute_mfu, dtype_peak_flops
+
+    titan = spec_for_name("NVIDIA TITAN RTX")
+    assert dtype_peak_flops(130.5e12, "float32", titan) == 16.3e12
+    assert dtype_peak_flops(130.5e12, "bfloat16", titan) == 130.5e12
+    assert dtype_peak_flops(1e12, "float32", None) == 1e12
+    steps = {}
+    for dtype in ("float32", "bfloat16"):
+        a = StepAssumptions(micro_batch=8, seq_len=512, dtype=dtype)
+        pred = predict_step("ddp", "llama-1b", CFG, 1, 130.5e12, lambda op, size: 0.0, None, a, gpu=titan)
+        compute = pred.compute_time_s - pred.optimizer_time_s
+        peak = dtype_peak_flops(130.5e12, dtype, titan)
+        assert compute == pytest.approx(CFG.flops_per_token(512) * 8 * 512 / (peak * compute_mfu(CFG, a, peak, titan)))
+        steps[dtype] = compute
+    assert steps["float32"] > 5 * steps["bfloat16"]
+    # a GPU the fp32 table lacks takes its architecture's share of the 16-bit peak it was given
+    unknown = replace(titan, reference_name=None, arch="ampere")
+    assert dtype_peak_flops(100e12, "float32", unknown) == float32_peak_flops(None, 100e12, "ampere") == 6.25e12
+
+
+def test_ddp_all_reduces_the_input_embedding_last_in_a_bucket_of_its_own_that_nothing_hides() -> None:
+    """The Reducer buckets parameters in reverse order, so the embedding (the first parameter) is reduced last, once
+    backward reaches the lookup; its all-reduce is exposed whole, the equal buckets before it hide behind backward."""
+    from dataclasses import replace
+
+    a = StepAssumptions(micro_batch=4, seq_len=1024)
+    messages = messages_for("ddp", CFG, a)
+    embedding = CFG.vocab_size * CFG.d_model * a.gradient_bytes
+    assert messages[-1].size_bytes == embedding and messages[-1].count == 1
+    assert sum(m.size_bytes * m.count for m in messages) == PSI * a.gradient_bytes
+    assert all(m.size_bytes <= a.ddp_bucket_bytes for m in messages[:-1])
+    long_compute = replace(a, overlap=None, mfu=0.01)  # the schedule's overlap, a backward longer than every bucket
+    step = predict_step("ddp", "llama-1b", CFG, 2, 1e15, lambda op, size: size / 10e9, None, long_compute)
+    assert step.exposed_comm_time_s == pytest.approx(embedding / 10e9, rel=0.05)
+    frozen = messages_for("ddp", CFG, StepAssumptions(trainable_fraction=0.01))
+    assert all(m.size_bytes <= a.ddp_bucket_bytes for m in frozen)
+

@@ -70,11 +70,48 @@ _PEAKS: tuple[tuple[str, float], ...] = (
 )
 
 
-def peak_flops(device_name: str | None) -> float | None:
-    """Peak dense 16-bit FLOP/s of the named GPU, or ``None`` when it is not known."""
+#: Dense fp32 FLOP/s on the CUDA cores (non-tensor; AMD: fp32 vector), per GPU, from the same datasheets and white
+#: papers. A float32 run's matmuls run here: TF32 tensor math is off by default for matmuls since PyTorch 1.12
+#: (``torch.backends.cuda.matmul.allow_tf32 = False``), and Volta/Turing have none.
+_FP32_PEAKS: tuple[tuple[str, float], ...] = (
+    ("GB300", 80e12), ("B300", 75e12), ("GB200", 80e12), ("B200", 75e12),
+    ("GH200", 67e12), ("H200", 67e12), ("H100 NVL", 60e12), ("H100 PCIe", 51e12), ("H100", 67e12),
+    ("H800", 67e12), ("H20", 44e12), ("A800", 19.5e12), ("A100", 19.5e12),
+    ("RTX PRO 6000", 125e12), ("RTX 6000 Ada", 91.1e12), ("L40S", 91.6e12), ("L40", 90.5e12), ("L20", 59.8e12),
+    ("A10G", 31.2e12), ("A10", 31.2e12), ("L4", 30.3e12), ("V100", 15.7e12), ("T4", 8.1e12),
+    ("RTX 4090", 82.6e12), ("RTX 5090", 104.8e12), ("RTX 3090", 35.6e12), ("3090", 35.6e12),
+    ("RTX 2080 Ti", 13.4e12), ("TITAN RTX", 16.3e12), ("Quadro RTX 8000", 16.3e12), ("Quadro RTX 6000", 16.3e12),
+    ("A30", 10.3e12), ("RTX 4080", 48.7e12), ("RTX 3080", 29.8e12), ("MI100", 23.1e12), ("A6000", 38.7e12),
+    ("A5000", 27.8e12), ("A40", 37.4e12), ("P100", 9.3e12), ("GTX 1080", 11.3e12), ("1080", 11.3e12),
+    ("MI325X", 163.4e12), ("MI300X", 163.4e12), ("MI300A", 122.6e12), ("MI250X", 47.9e12), ("MI250", 45.3e12),
+    ("MI210", 22.6e12),
+)
+
+#: fp32 over dense 16-bit peak per architecture, for a GPU whose own fp32 rate the table lacks (a ``--peak-tflops``
+#: device): the ratio of that generation's datacenter part above (V100 15.7/125, TITAN RTX 16.3/130.5, A100
+#: 19.5/312, A10 31.2/125, L40S 91.6/362, H100 67/989.4, B200 75/2250, MI300X 163.4/1307.4, P100 9.3/18.7).
+FP32_SHARE_BY_ARCH: dict[str, float] = {
+    "pascal": 0.5, "volta": 0.126, "turing": 0.125, "ampere": 0.0625, "ga10x": 0.25, "ada": 0.25,
+    "hopper": 0.068, "blackwell": 0.033, "cdna": 0.125,
+}
+
+
+def _lookup(table: tuple[tuple[str, float], ...], device_name: str | None) -> float | None:
     if not device_name:
         return None
-    for key, flops in _PEAKS:
-        if key in device_name:
-            return flops
-    return None
+    return next((flops for key, flops in table if key in device_name), None)
+
+
+def float32_peak_flops(device_name: str | None, peak16: float, arch: str = "unknown") -> float:
+    """Dense fp32 FLOP/s of a GPU whose dense 16-bit peak is ``peak16``: the table's value where the device is known,
+    else ``peak16`` times its architecture's fp32 share (:data:`FP32_SHARE_BY_ARCH`; 1/8 for an unknown one).
+
+    A float32 step is priced at this rate: without tensor-core math its matmuls run on the CUDA cores, 4-30x
+    slower than the 16-bit peak a mixed-precision run reaches.
+    """
+    return _lookup(_FP32_PEAKS, device_name) or peak16 * FP32_SHARE_BY_ARCH.get(arch, 0.125)
+
+
+def peak_flops(device_name: str | None) -> float | None:
+    """Peak dense 16-bit FLOP/s of the named GPU, or ``None`` when it is not known."""
+    return _lookup(_PEAKS, device_name)

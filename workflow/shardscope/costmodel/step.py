@@ -65,9 +65,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from shardscope.contracts.names import OPS
 from shardscope.contracts.models import ModelConfig
-from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
+from shardscope.contracts.names import GROUPED_STRATEGIES, OPS, STRATEGIES
+from shardscope.contracts.peak_flops import float32_peak_flops
 from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS
 from shardscope.costmodel.hardware import GpuSpec
 from shardscope.costmodel.optimizer_step import optimizer_step_s
@@ -346,6 +346,22 @@ def _buckets(op: str, total_bytes: int, bucket: int, phase: str, per_micro_step:
     return out + ([Message(op, rest, 1, phase, per_micro_step=per_micro_step)] if rest else [])
 
 
+def ddp_buckets(cfg: ModelConfig, a: StepAssumptions, grads: int) -> list[Message]:
+    """torch DDP's all-reduces of one step's ``grads`` bytes, in the order the Reducer issues them.
+
+    Its buckets hold parameters in reverse registration order, so the input embedding (``vocab x width``, the
+    first parameter, tied or not) is in the last one, and its gradient is complete only when backward reaches the
+    embedding lookup, its very last op: that bucket is all-reduced with no compute left to hide it. An embedding
+    larger than ``bucket_cap_mb`` fills that bucket alone (the Reducer closes a bucket once a parameter takes it
+    past the cap); the rest go in equal buckets before it. A frozen embedding (LoRA-style) sends nothing.
+    """
+    embedding = cfg.vocab_size * cfg.d_model * a.gradient_bytes if a.trainable_fraction >= 1 else 0
+    if embedding <= a.ddp_bucket_bytes or embedding >= grads:
+        return _buckets("all_reduce", grads, a.ddp_bucket_bytes, "backward", per_micro_step=False)
+    return (_buckets("all_reduce", grads - embedding, a.ddp_bucket_bytes, "backward", per_micro_step=False)
+            + [Message("all_reduce", embedding, 1, "backward", per_micro_step=False)])
+
+
 def deepspeed_overlap_comm(strategy: str, a: StepAssumptions) -> bool:
     """DeepSpeed's ``overlap_comm`` for ``strategy``: the assumption's, else DeepSpeed's default (on for stage 3 only:
     ``DeepSpeedZeroConfig``'s validator sets it to ``stage == 3`` when unset)."""
@@ -377,7 +393,7 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int 
     e, g = a.comm_bytes, a.gradient_bytes
     grads, params = int(cfg.param_count() * a.trainable_fraction) * g, cfg.param_count() * e
     if strategy == "ddp":  # gradients synchronised in the last micro-batch only (no_sync before it)
-        return _buckets("all_reduce", grads, a.ddp_bucket_bytes, "backward", per_micro_step=False)
+        return ddp_buckets(cfg, a, grads)
     if strategy == "zero0":
         return _buckets("all_reduce", grads, a.deepspeed_bucket_elements * g, zero_gradient_phase(strategy, a),
                         per_micro_step=False)
@@ -560,6 +576,15 @@ def compute_mfu(cfg: ModelConfig, a: StepAssumptions, peak_flops: float, gpu: Gp
     return achieved_mfu(tokens, cfg.d_model, peak_flops, gpu.memory_bandwidth_gbps if gpu else None, arch, element)
 
 
+def dtype_peak_flops(peak_flops: float, dtype: str, gpu: GpuSpec | None) -> float:
+    """The peak a ``dtype`` step's matmuls run at on ``gpu``, given its dense 16-bit peak: the fp32 CUDA-core rate
+    for a float32 run on a GPU (:func:`~shardscope.contracts.peak_flops.float32_peak_flops`), else ``peak_flops``
+    itself (16-bit runs; CPUs, whose peak is measured in the run's own dtype; no GPU named)."""
+    if dtype != "float32" or gpu is None or gpu.family.startswith("CPU"):
+        return peak_flops
+    return min(peak_flops, float32_peak_flops(gpu.reference_name, peak_flops, gpu.arch))
+
+
 def modeled_host_calls(strategy: str, cfg: ModelConfig) -> int:
     """Python function calls one micro-batch of ``strategy`` makes on ``cfg`` (:data:`HOST_CALLS`: fixed + per
     block)."""
@@ -611,6 +636,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     a = a or StepAssumptions()
     seq = a.seq_len_for(cfg)
     tokens = a.micro_batch * seq
+    peak_flops = dtype_peak_flops(peak_flops, a.dtype, gpu)
     mfu = compute_mfu(cfg, a, peak_flops, gpu)
     micro_compute = cfg.flops_per_token(seq) * tokens / (peak_flops * mfu) * work_factor(a)
     element = 4 if a.dtype == "float32" else 2
