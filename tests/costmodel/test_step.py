@@ -347,3 +347,13 @@ def test_ddp_all_reduces_the_input_embedding_last_in_a_bucket_of_its_own_that_no
     frozen = messages_for("ddp", CFG, StepAssumptions(trainable_fraction=0.01))
     assert all(m.size_bytes <= a.ddp_bucket_bytes for m in frozen)
 
+
+
+def test_advise_says_which_peak_a_float32_ranking_is_priced_at() -> None:
+    from shardscope.costmodel.advise import advise
+    from shardscope.costmodel.presets import preset
+
+    doc = preset("hgx-h100")
+    notes = advise(doc, "llama-1b", 8, assumptions=StepAssumptions(dtype="float32")).notes
+    assert any("fp32 CUDA-core peak, 67 TFLOP/s" in n for n in notes)
+    assert not any("fp32 CUDA-core" in n for n in advise(doc, "llama-1b", 8).notes)

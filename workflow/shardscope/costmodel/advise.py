@@ -32,7 +32,7 @@ from shardscope.costmodel.placement import (
     best_placement,
     compare_groups,
 )
-from shardscope.costmodel.step import StepAssumptions, StepPrediction, predict_step
+from shardscope.costmodel.step import StepAssumptions, StepPrediction, dtype_peak_flops, predict_step
 from shardscope.errors import UserError
 from shardscope.contracts.models import ModelConfig, resolve_model
 from shardscope.contracts.peak_flops import peak_flops
@@ -424,6 +424,10 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
                   calibrations=calibrations, source=source, nics=nics, transport=transport,
                   assume_unknown=assume_unknown)
     notes = where.machine.notes
+    if assumptions.dtype == "float32":
+        fp32 = dtype_peak_flops(where.peak_flops, "float32", where.machine.spec)
+        notes += (f"float32: matmuls priced at the fp32 CUDA-core peak, {fp32 / 1e12:g} TFLOP/s, not the 16-bit "
+                  f"tensor {where.peak_flops / 1e12:g} (PyTorch leaves TF32 matmuls off by default)",)
     if strategies is None:
         strategies = DEFAULT_STRATEGIES
         if where.shard_size or shard_sizes:
