@@ -169,3 +169,20 @@ def test_without_p2p_gpus_behind_one_switch_share_its_uplink() -> None:
     from shardscope.costmodel.collectives import Job, peak_busbw_gbps
 
     assert peak_busbw_gbps("all_reduce", Job(machine, (0, 1), nvlink=False)) == pytest.approx(pool / 4)
+
+
+@pytest.mark.parametrize(("gpu", "peer"), [("NVIDIA GeForce RTX 4090", False), ("NVIDIA GeForce RTX 3090", False),
+                                          ("NVIDIA GeForce RTX 2080 Ti", False), ("NVIDIA RTX A6000", True),
+                                          ("NVIDIA L40S", True)])
+def test_geforce_boards_have_no_pcie_peer_access_so_their_rings_are_host_staged(gpu: str, peer: bool) -> None:
+    """A GeForce ring over PCIe reaches what a P2P-off ring reaches (NCCL's SHM transport); a workstation or data
+    centre board keeps peer-to-peer; NVLink-bridged GeForce pairs still talk over NVLink."""
+    from shardscope.costmodel.collectives import Job, job_bandwidths
+
+    m = build_machine(synthetic_topology(gpu_name=gpu, gpus=4, layout="pcie", sockets=1))
+    default, forced_off = (job_bandwidths(Job(m, (0, 1, 2, 3), nvlink=nv)).bus_gbps for nv in (True, False))
+    assert m.spec.pcie_peer_access is peer
+    assert (default == forced_off) is not peer
+    assert any("no PCIe peer-to-peer" in n for n in m.notes) is not peer
+    bridged = build_machine(synthetic_topology(gpu_name=gpu, gpus=2, nvlinks=4, layout="pairs", sockets=1))
+    assert job_bandwidths(Job(bridged, (0, 1))).link == "nvlink"

@@ -150,7 +150,9 @@ def job_bandwidths(job: Job) -> Bandwidths:
     machine = job.machine
     if machine.fabric == "cpu":
         return Bandwidths(CPU_GLOO_GBPS, CPU_GLOO_GBPS, "cpu", "cpu", 0.0, 0.0)
-    intra, intra_link = machine.ring_gbps(job.members, use_nvlink=job.nvlink, p2p=job.nvlink)
+    # a GPU without PCIe peer access (GeForce) stages its PCIe traffic through host memory, as P2P off does
+    intra, intra_link = machine.ring_gbps(job.members, use_nvlink=job.nvlink,
+                                          p2p=job.nvlink and machine.spec.pcie_peer_access)
     bus, link = intra, intra_link
     if job.nodes > 1:
         net = machine.network_gbps(len(job.members))

@@ -98,6 +98,16 @@ MEMORY_BANDWIDTH_GBPS: dict[str, float] = {
 }
 
 
+#: GPU families with no PCIe peer-to-peer under NVIDIA's driver: GeForce boards of the Turing, Ampere and Ada
+#: generations. ``cudaDeviceCanAccessPeer`` is false between them over PCIe ("the 2080ti has never supported p2p",
+#: NVIDIA/nccl-tests#117; "Device=0 CANNOT Access Peer Device=1" on 8 x RTX 3090, NVIDIA/nccl#1127; the RTX 4090's
+#: stock driver has none, tinygrad's open-gpu-kernel-modules patch adds it), so NCCL stages their PCIe traffic
+#: through host memory (its SHM transport) as ``NCCL_P2P_DISABLE=1`` would; an NVLink bridge (2080 Ti, 3090) still
+#: carries peer traffic. The RTX 3080 and 4080 share their generation's GeForce driver policy (assumed); the TITAN
+#: RTX and RTX 5090 are left out (no public record either way here).
+NO_PCIE_PEER_ACCESS = frozenset({"RTX 2080 Ti", "RTX 3080", "RTX 3090", "RTX 4080", "RTX 4090"})
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """What the cost model needs to know about one GPU model."""
@@ -126,6 +136,11 @@ class GpuSpec:
             raise ValueError(f"GPU memory must be positive, got {self.memory_bytes!r}")
         if self.nic_gbps <= 0:
             raise ValueError(f"NIC line rate must be positive, got {self.nic_gbps!r}")
+
+    @property
+    def pcie_peer_access(self) -> bool:
+        """Whether two of these GPUs can reach each other's memory over PCIe (:data:`NO_PCIE_PEER_ACCESS`)."""
+        return self.family not in NO_PCIE_PEER_ACCESS
 
     @property
     def nvlink_gbps(self) -> float:

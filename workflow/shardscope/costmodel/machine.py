@@ -561,6 +561,9 @@ def _build_machine(doc: Mapping[str, Any], gpu_name: str | None, memory_bytes: i
         pcie[int(g["index"])] = pcie_effective_gbps(int(gen), int(width))
     if gpu_docs and not any(g.get("pcie_generation") for g in gpu_docs):
         notes.append(f"PCIe generation not in the topology: Gen{spec.pcie_generation} x16 assumed ({pcie_effective_gbps(spec.pcie_generation):g} GB/s)")
+    if len(gpus) > 1 and not spec.pcie_peer_access:
+        notes.append(f"{spec.family}: no PCIe peer-to-peer (NVIDIA's driver has none on GeForce boards), so NCCL "
+                     "stages PCIe traffic through host memory")
     socket_bw, intel, why = cpu_inter_socket(dict(doc.get("cpu") or {}), spec.pcie_generation)
     if "assumed" in why and any(codes.get(p) in ("SYS", "SOC") for p in codes):
         notes.append(f"{why}: {socket_bw:g} GB/s between sockets")
