@@ -114,6 +114,7 @@ def test_reference_verdicts_are_drawn_from_the_reference_database(reference_db, 
     by_label = ref.groupby("label")["verdict_text"].first()
     assert by_label["2 nodes x 1 A100 PCIe, HDR 200G (nccl-tests#293)"].endswith("% of expected (low)")
     assert by_label["2 nodes x 8 H100 SXM"].endswith("% of expected (ok)")
-    assert by_label["2 x RTX 2080 Ti, PCIe 3.0"].endswith("% of expected (low)")  # P2P not supported there
+    # a GeForce board has no PCIe P2P: the model expects host-staged traffic there, so its plateau is as expected
+    assert by_label["2 x RTX 2080 Ti, PCIe 3.0"].endswith("% of expected (ok)")
     peaks = pd.read_csv(drawn_with_reference / "allreduce_peak_vs_gpus.csv")
     assert set(peaks.loc[peaks["source"] == "reference", "verdict"]) == {"low", "ok"}

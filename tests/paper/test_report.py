@@ -102,8 +102,8 @@ def test_report_shows_the_reference_diagnosed_low_with_its_documented_cause(modu
     with duckdb.connect(str(reference_db), read_only=True) as con:
         low = con.execute("SELECT count(*) FROM verdicts WHERE verdict = 'low'").fetchone()[0]
     assert text.count("Reference diagnosed") == low >= 2  # one line per low reference run, none for the ok ones
-    line_2080 = text[text.index("Reference diagnosed low: 2 x RTX 2080 Ti"):]
-    assert line_2080.split("Reference diagnosed")[1].count("CANNOT Access Peer") == 1  # its documented cause
+    # a GeForce board has no PCIe peer-to-peer: its host-staged bandwidth is what the model expects, not low
+    assert "Reference diagnosed low: 2 x RTX 2080 Ti" not in text
 
 
 def test_report_recommends_from_measurements(module_db, drawn, tmp_path):

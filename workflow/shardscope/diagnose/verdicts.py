@@ -285,5 +285,7 @@ def verdict_for_group(sweeps: Sequence[Sweep], machine: Machine | None, topology
                    hints=log_hints(first) + hints(exp, topology))
         return out
     note = " (above the model: NCCL's algorithm moves fewer bytes per link than the ring model assumes)" if pct > 100 * ABOVE_MODEL else ""
+    if machine is not None and exp.link == "pcie" and not machine.spec.pcie_peer_access:
+        note += f" (host-staged: {machine.spec.family} has no PCIe peer-to-peer)"
     out.update(verdict="ok", reason=f"plateau {plateau:.2f} GB/s is {pct:.0f}% of the expected {exp.plateau_gbps:.2f} GB/s{note}")
     return out
