@@ -18,6 +18,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
 from typing import Any, Literal, Union
 
 from shardscope.contracts.jobs import SpecError, Sweep
@@ -319,9 +320,9 @@ def section_settings(cls: type[Any], key: str, section: Mapping[str, Any] | Any)
     return from_dict(cls, filled, key)
 
 
-def settings(config: Mapping[str, Any]) -> Settings:
-    """The whole pipeline config (validated already, as the Snakefile does) with the schema's defaults filled in, as
-    :class:`Settings`."""
-    from shardscope.config import with_defaults
+def settings(config: Mapping[str, Any], schema_path: str | Path | None = None) -> Settings:
+    """The whole pipeline config (validated already, as the Snakefile does) with the defaults of the schema at
+    ``schema_path`` (default: the package's, :data:`shardscope.config.SCHEMA_PATH`) filled in, as :class:`Settings`."""
+    from shardscope.config import SCHEMA_PATH, with_defaults
 
-    return from_dict(Settings, with_defaults(config))
+    return from_dict(Settings, with_defaults(config, schema_path or SCHEMA_PATH))
