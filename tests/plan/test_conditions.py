@@ -114,7 +114,7 @@ def test_config_chooses_the_strategies_of_each_condition(config: dict[str, Any])
     plan = make_plan(plan_topology("nvl_pairs"), chosen, NO_PEER)
     assert planned(plan)["pcie"]["strategies"] == ["zero2"] and set(planned(plan)) == {"default", "pcie"}
     chosen["training"]["conditions"] = {"one_gpu": ["ddp"]}
-    with pytest.raises(UserError, match="training.conditions: unknown condition 'one_gpu'"):
+    with pytest.raises(UserError, match="training.conditions: unknown key 'one_gpu'"):
         make_plan(plan_topology("nvl_pairs"), chosen, NO_PEER)
 
 

@@ -1,5 +1,6 @@
 """Helpers shared by the rules of every stage -- paths, the plan read through the checkpoints, job lookups."""
 
+import dataclasses
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from snakemake.exceptions import WorkflowError
 from shardscope.cluster.executor import multinode_problem
 from shardscope.config import config_hash
 from shardscope.plan.multinode import MULTINODE_JOB, SINGLE_NODE_JOB  # wildcard constraints of the job rules
+from shardscope.settings import settings
 from shardscope.topology.saved import saved_topology_problem
 
 
@@ -42,6 +44,9 @@ RESULTS = config["results"]
 DB = config["db"]
 ENVS = "../../envs/shardscope.yaml"
 CONFIG_HASH = config_hash(config)
+# The config as frozen settings, the schema's defaults filled in: what the rules read of a key that may be left out.
+# `config` itself stays as written: CONFIG_HASH and the plan rule's params are those of the file.
+SETTINGS = settings(config, workflow.source_path("../schemas/config.schema.yaml"))
 
 
 def _git_rev():
@@ -67,9 +72,9 @@ os.environ.update(SHARDSCOPE_GIT_REV=GIT_REV, SHARDSCOPE_CONFIG_HASH=CONFIG_HASH
 
 
 #: Nodes of the multi-node jobs (config `cluster.nodes`); 1 plans single-node jobs only.
-CLUSTER_NODES = int((config.get("cluster") or {}).get("nodes", 1))
+CLUSTER_NODES = int(SETTINGS.cluster.nodes)
 #: Multi-node jobs probe every node's topology, unless the config names a saved probe output.
-PROBE_NODES = CLUSTER_NODES > 1 and not config["topology"].get("file")
+PROBE_NODES = CLUSTER_NODES > 1 and not SETTINGS.topology.file
 
 
 # Multi-node jobs need a Slurm allocation of several nodes: stop before the first job under any
@@ -77,9 +82,7 @@ PROBE_NODES = CLUSTER_NODES > 1 and not config["topology"].get("file")
 # the executor is known, never inside a Slurm job (and not for a dry run).
 onstart:
     executor = getattr(workflow.executor_plugin, "name", None)
-    problem = multinode_problem(CLUSTER_NODES, executor) or saved_topology_problem(
-        config["topology"].get("file"), executor
-    )
+    problem = multinode_problem(CLUSTER_NODES, executor) or saved_topology_problem(SETTINGS.topology.file, executor)
     if problem:
         raise WorkflowError(problem)
 
@@ -87,7 +90,7 @@ onstart:
 def topology_args():
     """`detect` on this machine, `parse FILE` when the config names a saved probe output, or
     `--nodes K` (of `cluster topology`) when multi-node jobs probe every node of their allocation."""
-    saved = config["topology"].get("file")
+    saved = SETTINGS.topology.file
     if PROBE_NODES:
         return f"--nodes {CLUSTER_NODES}"
     return f"parse {shlex.quote(str(saved))}" if saved else "detect"
@@ -231,7 +234,7 @@ def training_results(wildcards):
 
 
 def memory_budget_args():
-    gib = config["training"].get("memory_budget_gib")
+    gib = SETTINGS.training.memory_budget_gib
     return f"--memory-budget-bytes {int(gib * 2**30)}" if gib else ""
 
 

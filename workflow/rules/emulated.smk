@@ -17,9 +17,9 @@ rule emulated_collective:
     params:
         py=PY,
         section=json.dumps(EMULATED, sort_keys=True),
-        sweep=EMULATED.get("sweep", {"min_bytes": 65536, "max_bytes": 4194304, "factor": 4, "warmup": 1, "iters": 3}),
-        dtype=config["collectives"]["dtype"],
-        check="--check" if config["collectives"].get("check", True) else "",
+        sweep=dataclasses.asdict(SETTINGS.emulated.sweep),
+        dtype=SETTINGS.collectives.dtype,
+        check="--check" if SETTINGS.collectives.check else "",
     shell:
         "{params.py:q} -m shardscope.emulated collectives --preset {wildcards.preset:q}"
         " --placement {wildcards.placement:q} --op {wildcards.op:q} --config-json {params.section:q} --dtype"

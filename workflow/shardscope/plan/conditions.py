@@ -27,10 +27,13 @@ host, and only ``default`` is planned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardscope.contracts.groups import gpu_islands
 from shardscope.plan.placement import Placement, numa_groups, placements
+
+if TYPE_CHECKING:
+    from shardscope.settings import PlannerSettings
 
 #: Every condition name, in the order the plan lists them.
 CONDITIONS = ("default", "pcie", "one_island", "cross_island", "one_numa", "cross_numa")
@@ -178,12 +181,12 @@ def emulated_condition(preset: str, placement: str) -> str | None:
     return placement if placement in CONDITIONS[1:] else None
 
 
-def emulated_strategies(config: dict[str, Any], condition: str, wanted: dict[str, list[str]]) -> list[str]:
+def emulated_strategies(config: PlannerSettings, condition: str, wanted: dict[str, list[str]]) -> list[str]:
     """The strategies trained over an emulated (preset, placement) standing for ``condition``: config
     ``emulated.strategies`` when set (one short list for every preset: the CPU finding needs DDP and one
     sharded strategy), else those ``training.conditions`` gives the condition (``fast``, standing for
     ``default``, trains those of ``pcie``, so that both presets compare the same strategies)."""
-    chosen = (config.get("emulated") or {}).get("strategies")
+    chosen = config.emulated.strategies
     if chosen:
         return list(chosen)
     return list(wanted.get("pcie" if condition == "default" else condition, []))

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from shardscope.contracts.jobs import PeerJob
 from shardscope.errors import UserError
 from shardscope.plan.specs import job_entry, positive_int
+
+if TYPE_CHECKING:
+    from shardscope.settings import PlannerSettings
 
 #: The nccl-tests binary of the peer jobs.
 PEER_BINARY = "all_reduce_perf"
@@ -74,7 +77,7 @@ def peer_section(plan: dict[str, Any], settings: dict[str, Any], machine: Machin
 EmulatedTarget = tuple[str, str, tuple[int, ...], dict[str, Any]]
 
 
-def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: list[dict[str, str]],
+def emulated_section(config: PlannerSettings, machine: MachineProbe, skipped: list[dict[str, str]],
                      on_gpu: bool = False) -> tuple[list[dict[str, Any]], list[EmulatedTarget]]:
     """The emulated-fabric collective jobs (each preset, placement and op of config ``emulated``), and
     every (preset, placement) that training jobs may run on (the planner picks their strategies).
@@ -85,8 +88,8 @@ def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: lis
     no netem for delayed links) are left out and ``skipped`` says why; an unknown preset name
     is a :class:`UserError` naming ``emulated.presets``.
     """
-    section = config.get("emulated") or {}
-    enabled = section.get("enabled")
+    section = config.emulated
+    enabled = section.enabled
     if enabled == "auto" and on_gpu:
         skipped.append({"stage": "emulated", "reason": "emulated fabrics not run (emulated.enabled: auto): a GPU node "
                                                        "measures its real fabrics; set it to true to run them too"})
@@ -95,13 +98,13 @@ def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: lis
         return [], []
     from shardscope.emulated.presets import all_presets
 
-    known = all_presets(section)
-    names = section.get("presets", ["fast", "pcie_like", "nvl_groups"])
+    known = all_presets({"fabrics": section.fabrics})
+    names = section.presets
     unknown = [name for name in names if name not in known]
     if unknown:
         raise UserError(f"config key emulated.presets: unknown fabric {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
     presets = [known[name] for name in names]
-    prefix = section.get("prefix", "ssfab-")
+    prefix = section.prefix
     problem = machine.emulated_problem(False, prefix)
     if problem:
         skipped.append({"stage": "emulated", "reason": f"emulated fabrics skipped: {problem}"})
@@ -113,33 +116,24 @@ def emulated_section(config: dict[str, Any], machine: MachineProbe, skipped: lis
         presets = [p for p in presets if not p.needs_delay]
     jobs: list[dict[str, Any]] = []
     targets: list[EmulatedTarget] = []
-    where = {"prefix": prefix, "subnet": section.get("subnet", "10.213.0.0/24"),
-             "timeout_s": float(section.get("timeout_s", 600))}
+    where = {"prefix": prefix, "subnet": section.subnet, "timeout_s": float(section.timeout_s)}
     for preset in presets:
         for placement, hosts in preset.placements.items():
             jobs += [{"kind": "emulated_collective", "job_id": f"{preset.name}-{placement}-{op}", "preset": preset.name,
-                      "placement": placement, "op": op} for op in section.get("ops", [])]
+                      "placement": placement, "op": op} for op in section.ops]
             targets.append((preset.name, placement, tuple(hosts),
                             {"preset": preset.name, "placement": placement, "definition": preset.to_dict(), **where}))
     return jobs, targets
 
 
-#: The sizing keys ``emulated.training`` may replace in the emulated conditions' training jobs.
-EMULATED_SIZING_KEYS = ("micro_batch", "seq_len")
-
-
-def emulated_sizing(config: dict[str, Any]) -> dict[str, Any]:
+def emulated_sizing(config: PlannerSettings) -> dict[str, Any]:
     """The ``cpu`` sizing keys that config ``emulated.training`` replaces for training over emulated fabrics.
 
     On a GPU node the fast fabric's traffic is small beside each step's compute; the tiny CPU model's
     step is so short that gloo's per-call latency dominates it even on an uncapped link, which hides
     what the fabric does. A heavier step (more tokens, the same parameters and collectives) restores the
-    ratio the finding is about. Each value must be a positive integer (a :class:`UserError` names the key).
+    ratio the finding is about. Each value given (null: ``cpu``'s) must be a positive integer (a :class:`UserError`
+    names the key).
     """
-    section = (config.get("emulated") or {}).get("training") or {}
-    if not isinstance(section, dict):
-        raise UserError("config key emulated.training: expected a mapping such as {micro_batch: 8, seq_len: 128}")
-    unknown = [key for key in section if key not in EMULATED_SIZING_KEYS]
-    if unknown:
-        raise UserError(f"config key emulated.training.{unknown[0]}: unknown; expected one of {', '.join(EMULATED_SIZING_KEYS)}")
-    return {key: positive_int(f"emulated.training.{key}", value) for key, value in section.items()}
+    given = {key: value for key, value in asdict(config.emulated.training).items() if value is not None}
+    return {key: positive_int(f"emulated.training.{key}", value) for key, value in given.items()}

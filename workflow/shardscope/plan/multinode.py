@@ -16,12 +16,15 @@ end in :data:`JOB_SUFFIX` so the pipeline's multi-node rules, and only those, ma
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardscope.contracts.jobs import CollectiveJob, TrainingJob
 from shardscope.errors import UserError
 from shardscope.plan.placement import describe, placements
 from shardscope.plan.specs import job_entry
+
+if TYPE_CHECKING:
+    from shardscope.settings import PlannerSettings
 
 #: The placement name of every multi-node job.
 MULTI_NODE = "multi_node"
@@ -53,19 +56,19 @@ class ClusterShape:
         return f"{self.nodes}x{self.nproc_per_node}"
 
 
-def cluster_shape(topology: dict[str, Any], config: dict[str, Any]) -> ClusterShape | None:
-    """The multi-node shape the config asks for, or None for single-node plans (``cluster.nodes`` 1 or absent).
+def cluster_shape(topology: dict[str, Any], config: PlannerSettings) -> ClusterShape | None:
+    """The multi-node shape the config asks for, or None for single-node plans (``cluster.nodes`` 1).
 
-    ``cluster.gpus_per_node`` defaults to every GPU of the node (1 process on a CPU node) and
+    ``cluster.gpus_per_node`` null is every GPU of the node (1 process on a CPU node); it
     may not exceed the node's GPUs. A topology probed across nodes (``node_count``) must have
     been probed on ``cluster.nodes`` of them. Raises :class:`UserError` naming the key otherwise.
     """
-    section = config.get("cluster") or {}
-    nodes = int(section.get("nodes", 1))
+    section = config.cluster
+    nodes = int(section.nodes)
     if nodes <= 1:
         return None
     gpus = int(topology.get("gpu_count", len(topology.get("gpus", []))))
-    wanted = section.get("gpus_per_node")
+    wanted = section.gpus_per_node
     per_node = int(wanted) if wanted is not None else max(gpus, 1)
     if per_node < 1:
         raise UserError(f"config key cluster.gpus_per_node: {per_node} is not a rank count; expected at least 1")
@@ -79,7 +82,7 @@ def cluster_shape(topology: dict[str, Any], config: dict[str, Any]) -> ClusterSh
     return ClusterShape(nodes=nodes, nproc_per_node=per_node)
 
 
-def multinode_section(topology: dict[str, Any], config: dict[str, Any], shape: ClusterShape, env: dict[str, str],
+def multinode_section(topology: dict[str, Any], config: PlannerSettings, shape: ClusterShape, env: dict[str, str],
                       model_name: str, collective_settings: dict[str, Any], training_settings: dict[str, Any]) -> dict[str, Any]:
     """The ``multi_node`` section of ``plan.json``: the shape, the GPUs each node uses, and the jobs.
 
@@ -101,13 +104,13 @@ def multinode_section(topology: dict[str, Any], config: dict[str, Any], shape: C
         job_entry(CollectiveJob, {"job_id": f"{op}-ws{n}-{label}-{MULTI_NODE}-default{JOB_SUFFIX}", "op": op,
                                   "world_size": n, "transport": "default", **fields, "env": dict(env),
                                   **collective_settings})
-        for op in config["collectives"]["ops"]
+        for op in config.collectives.ops
     ]
     training = [
         job_entry(TrainingJob, {"job_id": f"{strategy}-{model_name}-ws{n}-{label}-{MULTI_NODE}{JOB_SUFFIX}",
                                 "strategy": strategy, "model": model_name, "world_size": n, **fields,
                                 "env": dict(env), **training_settings})
-        for strategy in config["training"]["strategies"]
+        for strategy in config.training.strategies
     ]
     return {
         "nodes": shape.nodes,

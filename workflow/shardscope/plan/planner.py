@@ -49,6 +49,8 @@ is listed under ``skipped`` with one sentence saying why.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import asdict, replace
 from typing import Any
 
 from shardscope.contracts.groups import hsdp_shard_size
@@ -72,22 +74,10 @@ from shardscope.plan.placement import Placement, describe, placements
 from shardscope.plan.scales import Scale, memory_scale
 from shardscope.plan.searches import search_memory_bytes, search_section
 from shardscope.plan.specs import collective_settings, job_entry, refine_wall_limits, training_settings
+from shardscope.settings import PLANNER_KEYS, PlannerSettings, Sizing, planner_config, planner_settings
 
-__all__ = ["PCIE_TRANSPORT_ENV", "Placement", "make_plan", "placements", "planner_config", "world_sizes"]
-
-#: Top-level config keys the planner reads (the plan rule's params hold only these, so an edit
-#: elsewhere -- a figure option, the database path -- does not re-plan).
-PLANNER_KEYS = ("world_sizes", "collectives", "training", "cluster", "cpu", "gpu", "emulated")
-
-
-def planner_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``config`` that :func:`make_plan` reads: :data:`PLANNER_KEYS`, and of a
-    disabled ``emulated`` section only ``enabled`` (its presets and timeouts plan nothing then)."""
-    subset = {key: config[key] for key in PLANNER_KEYS if key in config}
-    emulated = subset.get("emulated")
-    if isinstance(emulated, dict) and emulated.get("enabled") not in (True, "auto"):
-        subset["emulated"] = {"enabled": False}
-    return subset
+__all__ = ["PCIE_TRANSPORT_ENV", "PLANNER_KEYS", "Placement", "make_plan", "placements", "planner_config",
+           "world_sizes"]
 
 #: NCCL variables that force traffic off NVLink (and NVLink SHARP) onto PCIe / shared memory.
 PCIE_TRANSPORT_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
@@ -99,15 +89,15 @@ def _gpu_count(topology: dict[str, Any]) -> int:
     return int(topology.get("gpu_count", len(topology.get("gpus", []))))
 
 
-def world_sizes(topology: dict[str, Any], config: dict[str, Any]) -> list[int]:
+def world_sizes(topology: dict[str, Any], config: PlannerSettings) -> list[int]:
     """World sizes to run: the config's list (up to the GPU count), or derived from the hardware when ``auto``.
 
     Raises :class:`UserError` naming ``world_sizes`` when every listed size exceeds the GPUs.
     """
-    requested = config.get("world_sizes", "auto")
+    requested = config.world_sizes
     gpus = _gpu_count(topology)
     if gpus == 0:
-        return [int(config["cpu"]["ranks"])]
+        return [int(config.cpu.ranks)]
     if requested != "auto":
         sizes = sorted({int(n) for n in requested if int(n) <= gpus})
         if not sizes:
@@ -121,12 +111,12 @@ def world_sizes(topology: dict[str, Any], config: dict[str, Any]) -> list[int]:
     return sorted(sizes) if gpus > 1 else [1]
 
 
-def training_world_sizes(sizes: list[int], config: dict[str, Any]) -> list[int]:
+def training_world_sizes(sizes: list[int], config: PlannerSettings) -> list[int]:
     """The planned world sizes training runs at: the largest (``max``) or those listed.
 
     Raises :class:`UserError` naming ``training.world_sizes`` when the list selects none.
     """
-    wanted = config["training"].get("world_sizes", "max")
+    wanted = config.training.world_sizes
     if wanted == "max":
         return [max(sizes)]
     chosen = [n for n in sizes if n in {int(w) for w in wanted}]
@@ -138,26 +128,32 @@ def training_world_sizes(sizes: list[int], config: dict[str, Any]) -> list[int]:
     return chosen
 
 
-def transports(topology: dict[str, Any], config: dict[str, Any]) -> list[str]:
+def transports(topology: dict[str, Any], config: PlannerSettings) -> list[str]:
     """Transports to compare: ``pcie`` only where NVLink exists to be switched off."""
-    wanted = config["collectives"].get("transports", ["default"])
+    wanted = config.collectives.transports
     has_nvlink = any(link.get("nvlinks", 0) > 0 for link in topology.get("links", []))
     return [t for t in wanted if t == "default" or (t == "pcie" and has_nvlink)]
 
 
-def device_profile(topology: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def device_profile(topology: dict[str, Any], config: PlannerSettings) -> Sizing:
     """The config section that sizes jobs for this machine: ``gpu`` with GPUs, else ``cpu`` (a Hugging Face
     ``config.json`` path as its model read into dimensions and a name:
     :func:`~shardscope.contracts.hf_config.spec_of`)."""
     from shardscope.contracts.hf_config import spec_of
 
     name = "gpu" if _gpu_count(topology) > 0 else "cpu"
-    section = config[name]
+    section: Sizing = getattr(config, name)
     try:
-        model = spec_of(section["model"], f"{name}.model")
+        model = spec_of(section.model, f"{name}.model")
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    return section if model is section["model"] else {**section, "model": model}  # the section itself where unchanged
+    return section if model is section.model else replace(section, model=model)  # the section itself where unchanged
+
+
+def profile_entry(profile: Sizing) -> dict[str, Any]:
+    """plan.json's ``profile``: the sizing section the jobs come from, as a mapping; a ``ranks`` of null (the gpu
+    section's, which does not give it) is left out, so the entry reads as the section was written."""
+    return {key: value for key, value in asdict(profile).items() if not (key == "ranks" and value is None)}
 
 
 def _job_env(topology: dict[str, Any], transport: str) -> dict[str, str]:
@@ -170,29 +166,27 @@ def _placement_fields(place: Placement) -> dict[str, Any]:
     return {"placement": place.name, "devices": list(place.devices), "cuda_visible_devices": place.cuda_visible_devices}
 
 
-def condition_strategies(config: dict[str, Any]) -> dict[str, list[str]]:
+def condition_strategies(config: PlannerSettings) -> dict[str, list[str]]:
     """Config ``training.conditions``: condition -> the strategies trained under it (``default`` is
-    ``training.strategies``); an unknown condition name is a :class:`UserError` naming the key."""
-    section = config["training"].get("conditions") or {}
-    unknown = [name for name in section if name not in CONDITIONS[1:]]
-    if unknown:
-        raise UserError(f"config key training.conditions: unknown condition {unknown[0]!r}; "
-                        f"expected some of {', '.join(CONDITIONS[1:])}")
-    return {name: list(section[name]) for name in CONDITIONS[1:] if section.get(name)}
+    ``training.strategies``), the conditions that list none left out."""
+    section = config.training.conditions
+    return {name: list(getattr(section, name)) for name in CONDITIONS[1:] if getattr(section, name)}
 
 
-def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: int, model_name: str) -> Scale | str | None:
-    """The memory-bound scale of config ``training.memory_bound`` (None when the key is absent), or why it is not planned."""
-    section = config["training"].get("memory_bound")
-    if section and section.get("model") is not None:
+def memory_bound(topology: dict[str, Any], config: PlannerSettings, world_size: int,
+                 model_name: str) -> Scale | str | None:
+    """The memory-bound scale of config ``training.memory_bound`` (None when the key is null), or why it is not
+    planned."""
+    section = config.training.memory_bound
+    if section is None:
+        return None
+    if section.model is not None:
         from shardscope.contracts.hf_config import spec_of
 
         try:
-            section = {**section, "model": spec_of(section["model"], "training.memory_bound.model")}
+            section = replace(section, model=spec_of(section.model, "training.memory_bound.model"))
         except ValueError as exc:
             raise UserError(str(exc)) from None
-    if not section:
-        return None
     scale = memory_scale(topology, section, world_size)
     if isinstance(scale, Scale) and scale.model_name == model_name:
         return (f"training.memory_bound.model {model_name!r} is the gpu section's model already "
@@ -200,17 +194,17 @@ def memory_bound(topology: dict[str, Any], config: dict[str, Any], world_size: i
     return scale
 
 
-def default_strategies(topology: dict[str, Any], config: dict[str, Any], place: Placement,
+def default_strategies(topology: dict[str, Any], config: PlannerSettings, place: Placement,
                        world_size: int) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
     """``training.strategies`` under the default condition, with ``hsdp`` and ``zero3_hpz`` added on a GPU node whose
     ranks span two or more NVLink islands of two or more GPUs each (config ``training.hsdp: auto``,
     ``training.hpz: auto``): there a 2-D mesh (shard inside an island, replicate across) differs from both FSDP and
     DDP, and hpZ's secondary partition inside an island (backward's all-gather stays in it) from ZeRO-3. Also whether
     each was added, and why (or why not), for plan.json's ``hsdp`` and ``hpz`` lists."""
-    strategies = list(config["training"]["strategies"])
+    strategies = list(config.training.strategies)
     added = []
     for strategy, key in (("hsdp", "hsdp"), ("zero3_hpz", "hpz")):
-        value = config["training"].get(key, "auto")
+        value = getattr(config.training, key)
         value = "off" if value is False else value  # YAML 1.1 reads an unquoted `off` as false
         if value not in ("auto", "off"):
             raise UserError(f"config key training.{key}: {value!r} is not a known value; expected auto or off")
@@ -256,8 +250,13 @@ def extra_label(extra: dict[str, Any]) -> dict[str, Any]:
     return {"emulated_preset": extra["emulated"]["preset"]} if "emulated" in extra else {}
 
 
-def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: MachineProbe | None = None) -> dict[str, Any]:
+def make_plan(topology: dict[str, Any], config: Mapping[str, Any] | PlannerSettings,
+              machine: MachineProbe | None = None) -> dict[str, Any]:
     """The ``plan.json`` document: every collective and training job with its GPUs and environment.
+
+    ``config`` is the pipeline config (or the planner's part of it, :func:`planner_config`) as a mapping, read once
+    into :class:`~shardscope.settings.PlannerSettings` with the schema's defaults filled in
+    (:func:`~shardscope.settings.planner_settings`), or those settings themselves.
 
     Besides the jobs, ``placements`` lists each (world size, placement) with its GPUs and
     what it spans (islands, NUMA nodes, the code of its slowest link), for figures and report.
@@ -267,6 +266,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
     (default: look, with :func:`shutil.which` and the emulated stage's own check).
     """
     machine = machine or MachineProbe()
+    config = planner_settings(config)
     shape = cluster_shape(topology, config)
     profile = device_profile(topology, config)
     on_gpu = _gpu_count(topology) > 0
@@ -281,13 +281,13 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
             continue  # nothing to communicate with one rank
         for place in by_size[n]:
             for transport in transports(topology, config):
-                for op in config["collectives"]["ops"]:
+                for op in config.collectives.ops:
                     collectives.append(job_entry(CollectiveJob, {
                         "job_id": f"{op}-ws{n}-{place.name}-{transport}",
                         "op": op, "world_size": n, "nodes": 1, "nproc_per_node": n, "transport": transport,
                         **_placement_fields(place), "env": _job_env(topology, transport), **shared_collective,
                     }))
-    model = profile["model"]
+    model = profile.model
     model_name = model if isinstance(model, str) else model.get("name", "custom")
     training: list[dict[str, Any]] = []
     conditions: list[dict[str, Any]] = []
@@ -332,7 +332,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
     scales = [{"scale": "communication", "planned": True, "model": model_name}]
     scale = memory_bound(topology, config, max(train_sizes), model_name) if on_gpu else (
         "the memory-bound scale is planned on GPU nodes (on CPU, training.memory_budget_gib stands for GPU memory)"
-        if config["training"].get("memory_bound") else None)
+        if config.training.memory_bound else None)
     if isinstance(scale, Scale):
         n = max(train_sizes)
         train(Condition("default", n, by_size[n][0]), list(scale.strategies), sizing={
@@ -372,7 +372,7 @@ def make_plan(topology: dict[str, Any], config: dict[str, Any], machine: Machine
             {"world_size": n, **_placement_fields(place), **describe(topology, place)}
             for n in sizes for place in by_size[n]
         ],
-        "profile": profile,
+        "profile": profile_entry(profile),
         "collectives": collectives,
         "training": training,
         "training_conditions": conditions,

@@ -18,10 +18,12 @@ is an ``oom`` row, never a crash). Torch-free.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from shardscope.costmodel.step import DEFAULT_USABLE_FRACTION
+from shardscope.settings import MemoryBound, section_settings
 
 #: Share of one GPU's memory the whole modeled peak may fill: advise's (all of it: the peak counts the allocator's
 #: reserve, the CUDA context and NCCL's buffers itself).
@@ -53,16 +55,18 @@ def gpu_memory_bytes(topology: dict[str, Any]) -> int | None:
     return min(known) if known and len(known) == len(sizes) else None
 
 
-def memory_scale(topology: dict[str, Any], section: dict[str, Any], world_size: int) -> Scale | str:
-    """The memory-bound scale of config ``training.memory_bound`` for ``world_size`` GPUs, or why none is planned."""
+def memory_scale(topology: dict[str, Any], section: MemoryBound | Mapping[str, Any], world_size: int) -> Scale | str:
+    """The memory-bound scale of config ``training.memory_bound`` (its settings, or the section as a mapping, its
+    defaults then the schema's) for ``world_size`` GPUs, or why none is planned."""
     from shardscope.contracts.models import resolve_model
     from shardscope.costmodel.answer import job_peak
     from shardscope.costmodel.step import StepAssumptions
 
-    wanted = section["model"]
+    section = section_settings(MemoryBound, "training.memory_bound", section)
+    wanted = section.model
     name, cfg = resolve_model(wanted)
-    strategies = tuple(section.get("strategies", ("ddp", "zero3", "fsdp")))
-    seq_len, micro_batch = int(section.get("seq_len", 4096)), int(section.get("micro_batch", 1))
+    strategies = tuple(section.strategies)
+    seq_len, micro_batch = int(section.seq_len), int(section.micro_batch)
     memory = gpu_memory_bytes(topology)
     if memory is None:
         return Scale(wanted, name, min(seq_len, cfg.max_seq_len), micro_batch, strategies,

@@ -15,11 +15,15 @@ the search's margin is the trial that did not fit.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from typing import Any
+from dataclasses import astuple, replace
+from typing import TYPE_CHECKING, Any
 
 from shardscope.errors import UserError
 from shardscope.plan.specs import positive_int
+from shardscope.settings import Search
+
+if TYPE_CHECKING:
+    from shardscope.settings import PlannerSettings
 
 #: The fields in which the jobs of one strategy under different fabric conditions differ (where the ranks sit and
 #: how they talk: speed, not memory), and the micro-batch, which the search replaces.
@@ -36,32 +40,32 @@ def memory_key(job: dict[str, Any], global_batch: int) -> str:
 #: What ``training.search: auto`` searches on a GPU node: every strategy of the communication-bound scale (the ``gpu``
 #: section's model) at one global batch of ``limit`` sequences per rank. The memory-bound scale keeps its
 #: configured micro-batch: its question is which strategy fits at all, and its trials would each cost minutes.
-AUTO_SEARCH = {"limit": 64}
+AUTO_SEARCH = Search(limit=64, strategies=None, global_batch=None, activation_checkpointing=None)
 
 
-def _settings(config: dict[str, Any], on_gpu: bool = False
+def _settings(config: PlannerSettings, on_gpu: bool = False
               ) -> tuple[int, int | None, set[str], str | None, str | None] | None:
     """Config ``training.search`` checked: limit, global batch, strategies, checkpointing and the one model searched
     (None: every model), or None when the key is null (``auto``: :data:`AUTO_SEARCH` on a GPU node, else null)."""
-    section = config["training"].get("search", "auto")
+    section = config.training.search
     only_model = None
     if section == "auto":
         if not on_gpu:
             return None
-        section, only_model = AUTO_SEARCH, (config.get("gpu") or {}).get("model")
-    if not section:
+        section, only_model = AUTO_SEARCH, config.gpu.model
+    if not isinstance(section, Search):
         return None
     from shardscope.contracts.names import CHECKPOINTING_MODES
 
-    limit = positive_int("training.search.limit", section.get("limit"))
-    given = section.get("global_batch")
+    limit = positive_int("training.search.limit", section.limit)
+    given = section.global_batch
     if given is not None:
         positive_int("training.search.global_batch", given)
-    mode = section.get("activation_checkpointing")
+    mode = section.activation_checkpointing
     if mode is not None and mode not in CHECKPOINTING_MODES:
         raise UserError(f"config key training.search.activation_checkpointing: {mode!r} is not a known value; "
                         f"expected one of {', '.join(CHECKPOINTING_MODES)}")
-    return limit, given, set(section.get("strategies") or config["training"]["strategies"]), mode, only_model
+    return limit, given, set(section.strategies or config.training.strategies), mode, only_model
 
 
 def _label(condition: dict[str, Any]) -> str:
@@ -69,9 +73,10 @@ def _label(condition: dict[str, Any]) -> str:
     return f"{condition['condition']} (emulated {preset})" if preset else condition["condition"]
 
 
-def _sizing(job: dict[str, Any], per_rank: int, global_batch: int, config: dict[str, Any]) -> str:
+def _sizing(job: dict[str, Any], per_rank: int, global_batch: int, config: PlannerSettings) -> str:
     """One sentence: what a best run of ``job`` trains on, beside what its configured job ran."""
-    where = "emulated.training" if job.get("emulated") and (config.get("emulated") or {}).get("training") else (
+    replaced = any(value is not None for value in astuple(config.emulated.training))
+    where = "emulated.training" if job.get("emulated") and replaced else (
         "the gpu section" if job.get("devices") else "the cpu section")
     text = (f"{global_batch} sequences of {job['seq_len']} tokens per optimizer step ({per_rank} per rank over "
             f"{job['world_size']} ranks), each strategy at its own micro-batch with the accumulation to it; "
@@ -118,7 +123,7 @@ def modeled_start(job: dict[str, Any], candidates: list[int], checkpointing: str
     return largest_fitting(fits, candidates) or candidates[0]
 
 
-def search_section(config: dict[str, Any], training: list[dict[str, Any]], conditions: list[dict[str, Any]],
+def search_section(config: PlannerSettings, training: list[dict[str, Any]], conditions: list[dict[str, Any]],
                    memory_bytes: int | None = None, on_gpu: bool = False
                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The searches (plan.json ``search``) and the best-micro-batch runs (``best``) of config ``training.search``;
@@ -137,7 +142,7 @@ def search_section(config: dict[str, Any], training: list[dict[str, Any]], condi
     planned = [c for c in conditions if c.get("planned")]
     if settings is None:
         why = ("config training.search is auto, which searches on GPU nodes only: on CPU the jobs run at the "
-               "configured micro-batch only" if config["training"].get("search", "auto") == "auto" else
+               "configured micro-batch only" if config.training.search == "auto" else
                "config training.search is null: the jobs run at the configured micro-batch only")
         for condition in planned:
             condition["best_microbatch"] = {"planned": False, "reason": why}

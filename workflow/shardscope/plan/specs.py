@@ -6,17 +6,21 @@ its typed spec (:mod:`shardscope.contracts.jobs`) so that a plan never lists a j
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from shardscope.contracts.jobs import CollectiveJob, PeerJob, SpecError, Sweep, TrainingJob, job_to_dict
 from shardscope.errors import UserError
 
+if TYPE_CHECKING:
+    from shardscope.settings import PlannerSettings, Sizing
 
-def collective_settings(config: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
+
+def collective_settings(config: PlannerSettings, profile: Sizing) -> dict[str, Any]:
     """What every collective job of this config shares: dtype, sweep, data check and limits."""
-    section = config["collectives"]
-    return {"dtype": section["dtype"], "sweep": dict(profile["sweep"]), "check": bool(section.get("check", True)),
-            "timeout_s": float(section.get("timeout_s", 300)), "wall_s": float(section.get("job_timeout_s", 1800))}
+    section = config.collectives
+    return {"dtype": section.dtype, "sweep": asdict(profile.sweep), "check": bool(section.check),
+            "timeout_s": float(section.timeout_s), "wall_s": float(section.job_timeout_s)}
 
 
 def positive_int(key: str, value: Any) -> int:
@@ -27,8 +31,6 @@ def positive_int(key: str, value: Any) -> int:
     return value
 
 
-#: Config ``training.timeout_s`` when not given: seconds one collective of a training job may wait on a peer.
-DEFAULT_TRAINING_TIMEOUT_S = 300.0
 #: ``training.job_timeout_s: auto``: a training job may run this many times its modeled (GPU) or measured (CPU)
 #: time before its launcher stops it; the margin covers a busy node and the model's error.
 WALL_MARGIN = 3.0
@@ -47,26 +49,26 @@ def auto_wall_s(seconds: float) -> float:
     return round(max(MIN_WALL_S, WALL_MARGIN * seconds), 1)
 
 
-def training_limits(config: dict[str, Any], on_gpu: bool) -> dict[str, float]:
+def training_limits(config: PlannerSettings, on_gpu: bool) -> dict[str, float]:
     """Every training job's collective timeout and wall-clock limit (``auto`` on GPU: refined per job by
     :func:`refine_wall_limits` once the plan can be priced)."""
     from shardscope.plan.summary import CPU_JOB_SECONDS
 
-    section = config["training"]
-    wall = section.get("job_timeout_s", "auto")
+    section = config.training
+    wall = section.job_timeout_s
     if wall == "auto":
         measured = max(seconds for kind, seconds in CPU_JOB_SECONDS.items() if kind.startswith("train"))
         wall = UNPRICED_WALL_S if on_gpu else auto_wall_s(measured)
-    return {"timeout_s": float(section.get("timeout_s", DEFAULT_TRAINING_TIMEOUT_S)), "wall_s": float(wall)}
+    return {"timeout_s": float(section.timeout_s), "wall_s": float(wall)}
 
 
-def refine_wall_limits(plan: dict[str, Any], topology: dict[str, Any], config: dict[str, Any]) -> None:
+def refine_wall_limits(plan: dict[str, Any], topology: dict[str, Any], config: PlannerSettings) -> None:
     """Under ``training.job_timeout_s: auto``, each single-node training job of a GPU plan gets :func:`auto_wall_s` of
     its modeled time (:func:`shardscope.plan.modeled_time.training_job_seconds`); unpriced ones keep
     :data:`UNPRICED_WALL_S`."""
     from shardscope.plan.modeled_time import training_job_seconds
 
-    if config["training"].get("job_timeout_s", "auto") != "auto" or plan.get("device") != "gpu":
+    if config.training.job_timeout_s != "auto" or plan.get("device") != "gpu":
         return
     seconds = training_job_seconds(plan, topology)
     if isinstance(seconds, str):
@@ -75,28 +77,26 @@ def refine_wall_limits(plan: dict[str, Any], topology: dict[str, Any], config: d
         job["wall_s"] = auto_wall_s(seconds[job["job_id"]])
 
 
-def training_settings(config: dict[str, Any], profile: dict[str, Any], on_gpu: bool = False) -> dict[str, Any]:
+def training_settings(config: PlannerSettings, profile: Sizing, on_gpu: bool = False) -> dict[str, Any]:
     """What every training job of this config shares: the model, its sizing, repeats, reduction dtype, buckets, the
     memory budget and the time limits."""
-    gib = config["training"].get("memory_budget_gib")
-    where = "cpu" if profile is config.get("cpu") else "gpu"
-    repeats = positive_int(f"{where}.repeats", profile.get("repeats", 1))
-    return {"model_spec": profile["model"], "dtype": profile["dtype"], "micro_batch": int(profile["micro_batch"]),
-            "seq_len": int(profile["seq_len"]), "warmup": int(profile["warmup"]), "steps": int(profile["steps"]),
+    gib = config.training.memory_budget_gib
+    repeats = positive_int(f"{'gpu' if on_gpu else 'cpu'}.repeats", profile.repeats)
+    return {"model_spec": profile.model, "dtype": profile.dtype, "micro_batch": int(profile.micro_batch),
+            "seq_len": int(profile.seq_len), "warmup": int(profile.warmup), "steps": int(profile.steps),
             "memory_budget_bytes": int(gib * 2**30) if gib else None, "seed": 0, "comm_profile": True,
-            "repeats": repeats, "reduce_dtype": config["training"].get("reduce_dtype", "auto"),
-            "buckets": config["training"].get("buckets", "default"), **training_limits(config, on_gpu),
-            **memory_knobs(config)}
+            "repeats": repeats, "reduce_dtype": config.training.reduce_dtype, "buckets": config.training.buckets,
+            **training_limits(config, on_gpu), **memory_knobs(config)}
 
 
-def memory_knobs(config: dict[str, Any]) -> dict[str, str]:
+def memory_knobs(config: PlannerSettings) -> dict[str, str]:
     """Config ``training.activation_checkpointing`` and ``training.optimizer`` as job fields (left out at their
     defaults, so earlier job specs are unchanged); an unknown value is a :class:`UserError` naming the key."""
     from shardscope.contracts.names import CHECKPOINTING_MODES, WORKER_OPTIMIZERS
 
-    section = config["training"]
-    knobs = {"activation_checkpointing": (section.get("activation_checkpointing") or "none", CHECKPOINTING_MODES),
-             "optimizer": (section.get("optimizer") or "adamw", WORKER_OPTIMIZERS)}
+    section = config.training
+    knobs = {"activation_checkpointing": (section.activation_checkpointing, CHECKPOINTING_MODES),
+             "optimizer": (section.optimizer, WORKER_OPTIMIZERS)}
     for key, (value, allowed) in knobs.items():
         if value not in allowed:
             raise UserError(f"config key training.{key}: {value!r} is not a known value; expected one of {', '.join(allowed)}")
