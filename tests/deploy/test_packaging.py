@@ -31,3 +31,25 @@ def test_the_deploy_instructions_pin_this_version() -> None:
     readme = (REPO / "README.md").read_text()
     assert re.findall(r"--tag (\S+)", readme) == [f"v{version}"]
     assert f"shardscope@v{version}" in readme
+
+
+def test_an_installed_package_carries_the_config_schema_and_fills_its_defaults(tmp_path: Path) -> None:
+    """The planner fills the config's defaults from the schema, so a wheel (what `pip install` from a Git host
+    installs) must hold it: built here, unpacked, and asked from outside the source tree."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(REPO)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("shardscope-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("shardscope/config.schema.yaml") == (REPO / "workflow/schemas/config.schema.yaml").read_bytes()
+        zf.extractall(tmp_path / "site")
+    probe = ("import shardscope.config as c, yaml; from pathlib import Path; "
+             "assert Path(c.SCHEMA_PATH).is_relative_to(Path.cwd()), c.SCHEMA_PATH; "
+             f"print(c.with_defaults(yaml.safe_load(open({str(REPO / 'config/config.yaml')!r})))['db'])")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path / "site", env={"PYTHONPATH": "."},
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip()

@@ -24,8 +24,10 @@ from jsonschema.exceptions import best_match
 
 from shardscope.errors import UserError
 
-#: The pipeline config's schema (``workflow/schemas/``, beside the package in a source tree).
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+#: The pipeline config's schema. Its one file is ``workflow/schemas/config.schema.yaml`` (where Snakemake's
+#: convention and a module read from a Git host find it); the package holds a link to it, which a built wheel
+#: carries as the file itself (package data), so an installed ``shardscope plan`` fills the same defaults.
+SCHEMA_PATH = Path(__file__).parent / "config.schema.yaml"
 
 
 def key_path(path: Any) -> str:
