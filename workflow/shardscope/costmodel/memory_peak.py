@@ -133,6 +133,10 @@ class StepShape:
     """Share of the weights held in fp32 that autocast casts to bf16 and caches for the forward (its weight-cast
     cache): all of them when every weight trains; the trainable share when frozen weights are held in 16 bits and
     need no cast (LoRA-style, :func:`shardscope.costmodel.answer.trainable_states`)."""
+    frozen_weights: bool = False
+    """The base weights are frozen (LoRA-style: small adapters train on the attention's input projections): a
+    frozen matmul computes no weight gradient, so autograd saves none of its inputs for one (:func:`frozen_saved`),
+    and weights frozen in 16 bits make the whole block compute in 16 bits (:func:`compute_policy`)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.cast_share <= 1:
@@ -154,11 +158,30 @@ class StepShape:
         return self.micro_batch * self.seq_len
 
 
-def compute_policy(strategy: str, dtype: str) -> str:
-    """How a strategy computes in ``dtype``: ``fp32``, ``autocast`` (DDP: fp32 weights, bf16 matmuls) or ``bf16``."""
+def compute_policy(strategy: str, dtype: str, frozen_weights: bool = False) -> str:
+    """How a strategy computes in ``dtype``: ``fp32``, ``autocast`` (DDP: fp32 weights, bf16 matmuls) or ``bf16``.
+
+    Frozen weights held in 16 bits (LoRA-style) make DDP's autocast a 16-bit model: the embedding's output, and so
+    the residual stream and every norm's output, are bf16 (LitGPT's ``bf16-true``, PEFT over a bf16 base)."""
     if dtype == "float32":
         return "fp32"
-    return "autocast" if strategy == "ddp" else "bf16"
+    return "autocast" if strategy == "ddp" and not frozen_weights else "bf16"
+
+
+def frozen_saved(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
+    """Bytes per block that frozen weights do not save: the inputs autograd keeps only for weight gradients.
+
+    Traced with ``torch.autograd.graph.saved_tensors_hooks`` on this project's block (all weights frozen, an
+    adapter on the query projection), SwiGLU and GELU, fp32 and bf16: the two norms' normalized inputs (saved for
+    their gains' gradients), the output projection's input (the attention output's contiguous copy) and the MLP's
+    input and down projection's input (SwiGLU's product, GELU's output): four ``T x h`` tensors and one
+    ``T x d_ff``. The attention's normed input stays, saved by the adapter; the adapters' own rank-sized outputs
+    (a few elements per token) are not counted. 0 unless ``shape.frozen_weights``.
+    """
+    if not shape.frozen_weights:
+        return 0
+    e = 4 if policy == "fp32" else 2
+    return shape.tokens * e * (4 * cfg.d_model + cfg.d_ff)
 
 
 def block_weights(cfg: ModelConfig) -> int:
@@ -186,17 +209,21 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> i
     t, s = shape.tokens, shape.seq_len
     h, f, a, hd = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.head_dim
     kv = cfg.n_kv_heads * hd
+    # the MLP's T x d_ff tensors saved: SwiGLU's gate, up, silu and product; GELU's up and gelu outputs. Under
+    # autocast each input matmul of the MLP saves its own bf16 copy of the (fp32) normed input: two, or one.
+    hidden, input_casts = (4, 2) if cfg.mlp == "swiglu" else (2, 1)
     if policy == "fp32":
-        out, e = 4 * t * (9 * h + 3 * kv + 4 * f + a + 2) + 2 * 2 * s * (hd // 2) * 4, 4
+        out, e = 4 * t * (9 * h + 3 * kv + hidden * f + a + 2) + 2 * 2 * s * (hd // 2) * 4, 4
     elif policy == "autocast":
-        out, e = t * (30 * h + 6 * kv + 8 * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2 + _cast_cache(cfg, shape), 2
+        out = t * ((26 + 2 * input_casts) * h + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2
+        out, e = out + _cast_cache(cfg, shape), 2
     else:
-        out, e = t * (30 * h + 6 * kv + 8 * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
+        out, e = t * (30 * h + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
     if shape.attention == "eager":
         out += t * a * s * e  # the softmax probabilities, saved for the matmul with v
         if cfg.n_kv_heads != cfg.n_heads:
             out += 2 * t * (h - kv) * e  # k and v repeated to every query head
-    return out
+    return out - frozen_saved(cfg, shape, policy)
 
 
 def head_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
@@ -276,14 +303,19 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
     e_residual = 2 if policy == "bf16" else 4
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     flowing, hidden, weight = t * h * e_residual, t * f * e_act, h * f * e_grad
+    # frozen weights: no weight gradients, and the product was never saved (:func:`frozen_saved`), so not freed
+    product = 0 if shape.frozen_weights else hidden
+    weight = 0 if shape.frozen_weights else weight
     first = ({"weight_grads_kept": 0, "weight_grads_transient": 0, "activation_grads": flowing + hidden, "freed": 0}
              if input_grad_first else
              {"weight_grads_kept": weight, "weight_grads_transient": weight, "activation_grads": flowing, "freed": 0})
     return [first,
-            {"weight_grads_kept": weight, "weight_grads_transient": weight, "activation_grads": flowing + hidden, "freed": hidden},
-            {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 2 * hidden, "freed": hidden},
+            {"weight_grads_kept": weight, "weight_grads_transient": weight, "activation_grads": flowing + hidden,
+             "freed": product},
+            {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 2 * hidden,
+             "freed": product},
             {"weight_grads_kept": 3 * weight, "weight_grads_transient": weight,
-             "activation_grads": flowing + t * h * e_act + hidden, "freed": 4 * hidden}]
+             "activation_grads": flowing + t * h * e_act + hidden, "freed": 3 * hidden + product}]
 
 
 def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, weight_grads_kept: bool,
@@ -655,7 +687,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     if not 0 <= overhead_fraction < 1:
         raise ValueError(f"overhead fraction must be in [0, 1), got {overhead_fraction!r}")
     optimizer = optimizer or OptimizerAssumption()
-    policy = compute_policy(strategy, shape.dtype)
+    policy = compute_policy(strategy, shape.dtype, shape.frozen_weights)
     if held is None:
         held = model_states(strategy, cfg, gpus, shape.dtype, states, optimizer)
     else:
@@ -820,7 +852,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
     # frozen weights held in 16 bits (held given, or the trainable states) are not cast by autocast
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
-                      checkpointing=checkpointing, cast_share=trainable_fraction)
+                      checkpointing=checkpointing, cast_share=trainable_fraction,
+                      frozen_weights=trainable_fraction < 1)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
                         device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
                         basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction)
