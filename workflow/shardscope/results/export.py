@@ -12,7 +12,7 @@ folder mixing an older export's files with this one's).
     same text as the database's column comments), beside ``schema.sql``. Times are Parquet
     timestamps in UTC; JSON columns are strings of Parquet's ``JSON`` type (Arrow's ``arrow.json``).
 ``csv``
-    ``<table>.csv`` per table and view (header row), beside ``schema.sql``.
+    ``<table>.csv`` per table and view (header row), beside ``schema.sql``; times as ISO 8601 text in UTC.
 ``jsonl``
     ``training_steps.jsonl``: one line per timed step of every training run, for experiment
     trackers (:data:`STEP_METRICS`; the README shows TensorBoard, MLflow and W&B reading it).
@@ -32,6 +32,7 @@ from shardscope.errors import UserError
 from shardscope.results.ddl import VIEWS, column_docs, column_types, schema_text, upgrade, view_columns
 from shardscope.results.schemas import TABLES
 from shardscope.results.store import SESSION_ZONE, check_database, is_duckdb_file
+from shardscope.results.tablebase import ZonedTime, iso_text_sql
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -88,10 +89,17 @@ def _tables(con: duckdb.DuckDBPyConnection, folder: Path, fmt: str) -> dict[str,
             _write_parquet(con, name, folder / f"{name}.parquet")
         else:
             target = str(folder / f"{name}.csv").replace("'", "''")
-            con.execute(f"COPY (SELECT * FROM {name}) TO '{target}' (FORMAT csv, HEADER true)")
+            con.execute(f"COPY (SELECT *{_times_as_text(name)} FROM {name}) TO '{target}' (FORMAT csv, HEADER true)")
         counts[name] = con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]  # fetched whole: no open result
     (folder / "schema.sql").write_text(schema_text())
     return counts
+
+
+def _times_as_text(name: str) -> str:
+    """`` REPLACE (...)`` writing ``name``'s times as the ISO 8601 text the documents carry (CSV has no time type)."""
+    types = column_types(name) if name in TABLES else dict(view_columns(name))
+    times = [f"{iso_text_sql(column)} AS {column}" for column, sql in types.items() if sql == ZonedTime.sql]
+    return f" REPLACE ({', '.join(times)})" if times else ""
 
 
 def _write_parquet(con: duckdb.DuckDBPyConnection, name: str, path: Path) -> None:

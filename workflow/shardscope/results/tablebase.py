@@ -132,6 +132,27 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def iso_text(value: Any) -> Any:
+    """A time read from the database as the ISO 8601 text documents carry (``2026-11-29T00:00:00+00:00``, in UTC).
+
+    What reports print, so that they read as before times were typed; text (a read-only look at an older
+    database) and missing values are returned as they are.
+    """
+    if isinstance(value, _dt.datetime) and not pd.isna(value):
+        return value.astimezone(_dt.UTC).isoformat()
+    return value
+
+
+def iso_text_sql(column: str) -> str:
+    """SQL of :func:`iso_text`: ``column`` (a time) as ISO 8601 text in UTC, fractional seconds only where it has them.
+
+    Needs a session in UTC (every connection of :mod:`shardscope.results.store` is): DuckDB formats in its zone.
+    """
+    seconds = "'%Y-%m-%dT%H:%M:%S'"
+    return (f"strftime({column}, CASE WHEN microsecond({column}) % 1000000 = 0 THEN {seconds} "
+            f"ELSE {seconds[:-1]}.%f' END) || '+00:00'")
+
+
 def _json_value(text: Any) -> bool:
     """Whether ``text`` is a missing value or strict JSON text."""
     if text is None or (isinstance(text, float) and np.isnan(text)):
