@@ -16,6 +16,7 @@ from factories import collective_doc, file_digest, query_db, training_doc, write
 from shardscope.errors import UserError
 from shardscope.results.ddl import SCHEMA_VERSION, column_types, ddl
 from shardscope.results.export import export_database
+from shardscope.results.merge import merge
 from shardscope.results.schemas import TABLES
 from shardscope.results.store import collect, validate_frame
 
@@ -144,6 +145,10 @@ def test_a_database_of_the_layout_before_is_upgraded_in_place_and_keeps_every_va
     draw_all(old, tmp_path / "figs")
     export_database(old, tmp_path / "pq")
     assert str(pq.read_schema(tmp_path / "pq" / "runs.parquet").field("measured_at").type) == "timestamp[us, tz=UTC]"
+    merged = tmp_path / "merged.duckdb"
+    assert merge(merged, [str(old)])["new_runs"] == len(before["runs"])  # into a new file, as the older layout is
+    times = sorted((run[0], _time(run[5])) for run in before["runs"])
+    assert query_db(merged, "SELECT run_id, measured_at FROM runs ORDER BY run_id") == times
     assert file_digest(old) == digest
 
     # collect upgrades it in place: the types of now, every stored value kept
