@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 import pyarrow.parquet as pq
 import pytest
-from factories import collective_doc, file_digest, query_db, training_doc, write_docs, write_json
+from factories import REPO, collective_doc, file_digest, query_db, training_doc, write_docs, write_json
 
 from shardscope.errors import UserError
 from shardscope.results.ddl import SCHEMA_VERSION, column_types, ddl
@@ -142,7 +142,11 @@ def test_a_database_of_the_layout_before_is_upgraded_in_place_and_keeps_every_va
     # read-only commands work on it as it is, and leave it so
     from shardscope.figures.plots import draw_all
 
+    from shardscope.paper.render import render_report
+
     draw_all(old, tmp_path / "figs")
+    report = render_report(old, tmp_path / "figs", REPO / "paper" / "report.md", tmp_path / "report.html").read_text()
+    assert "2026-11-28T05:00:00+00:00 and 2026-11-29T23:02:03.456789+00:00" in report  # first and last measured
     export_database(old, tmp_path / "pq")
     assert str(pq.read_schema(tmp_path / "pq" / "runs.parquet").field("measured_at").type) == "timestamp[us, tz=UTC]"
     merged = tmp_path / "merged.duckdb"
@@ -182,3 +186,13 @@ def test_an_old_value_that_is_no_time_stops_the_upgrade_and_leaves_the_file_as_i
     with pytest.raises(UserError, match=refused):
         collect(old, write_docs(tmp_path / "more", [training_doc("zero2")]))
     assert file_digest(old) == digest
+
+
+def test_db_schema_shows_the_types(capsys):
+    from shardscope.cli import main
+
+    assert main(["db", "schema"]) == 0
+    rows = {tuple(line.split()[:2]): line for line in capsys.readouterr().out.splitlines()}
+    assert all(TIME in rows[key] for key in TIMES) and all(f" {JSON} " in rows[key] for key in JSONS)
+    assert main(["db", "schema", "--sql"]) == 0
+    assert "measured_at TIMESTAMP WITH TIME ZONE," in capsys.readouterr().out
