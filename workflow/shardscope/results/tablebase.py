@@ -84,7 +84,7 @@ def _failures(data: pd.Series, bad: np.ndarray, problem: str) -> pandera.errors.
 
 def _instant(value: Any) -> Any:
     """``value`` as a UTC pd.Timestamp; None for a missing value; False for one that is not a time with its zone."""
-    if value is None or value is pd.NaT or (isinstance(value, float) and np.isnan(value)):
+    if not isinstance(value, str) and pd.isna(value):  # None, NaN, NaT, pd.NA
         return None
     if isinstance(value, str):
         try:
@@ -96,7 +96,6 @@ def _instant(value: Any) -> Any:
     return False
 
 
-@pandas_engine.Engine.register_dtype
 @dtypes.immutable(init=True)
 class ZonedTime(pandas_engine.DateTime):
     """A point in time, to the microsecond, in UTC (DuckDB ``TIMESTAMP WITH TIME ZONE``).
@@ -127,11 +126,6 @@ class ZonedTime(pandas_engine.DateTime):
         return self.coerce(data_container)
 
 
-def _no_constant(name: str) -> Any:
-    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``: Python's json reads them, JSON does not have them."""
-    raise ValueError(f"{name} is not JSON")
-
-
 def iso_text(value: Any) -> Any:
     """A time read from the database as the ISO 8601 text documents carry (``2026-11-29T00:00:00+00:00``, in UTC).
 
@@ -153,9 +147,14 @@ def iso_text_sql(column: str) -> str:
             f"ELSE {seconds[:-1]}.%f' END) || '+00:00'")
 
 
+def _no_constant(name: str) -> Any:
+    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``: Python's json reads them, JSON does not have them."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def _json_value(text: Any) -> bool:
     """Whether ``text`` is a missing value or strict JSON text."""
-    if text is None or (isinstance(text, float) and np.isnan(text)):
+    if not isinstance(text, str) and pd.isna(text):
         return True
     try:
         json.loads(text, parse_constant=_no_constant)
@@ -164,7 +163,6 @@ def _json_value(text: Any) -> bool:
     return True
 
 
-@pandas_engine.Engine.register_dtype
 @dtypes.immutable(init=True)
 class JsonText(pandas_engine.STRING):
     """A JSON document kept as its text (DuckDB ``JSON``): any text that parses as strict JSON, unchanged."""
