@@ -3,6 +3,7 @@ every value when it is upgraded."""
 
 from __future__ import annotations
 
+import csv
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +60,10 @@ def test_times_and_json_columns_have_their_types(tmp_path, predictions_doc, verd
     assert runs.field("env_json").metadata[b"description"]
     with duckdb.connect() as con:
         assert con.execute(f"SELECT typeof(env_json) FROM '{out / 'runs.parquet'}' LIMIT 1").fetchall() == [("JSON",)]
+    export_database(db, tmp_path / "csv", "csv")  # CSV has no time type: the ISO text the documents carry
+    with open(tmp_path / "csv" / "runs.csv", newline="") as handle:
+        assert {row["measured_at"] for row in csv.DictReader(handle) if row["kind"] == "training"} == {
+            "2026-11-29T00:00:00+00:00"}
 
 
 @pytest.mark.parametrize("bad", ["yesterday", "2026-11-29T00:00:00", "2026-13-01T00:00:00+00:00"])
