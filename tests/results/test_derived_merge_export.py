@@ -82,7 +82,7 @@ def test_a_layout_2_database_is_upgraded_by_collect_and_by_merge(tmp_path, predi
     assert merge(merged, [str(old)])["new_runs"] == 2
     assert all(_counts(merged)[t] == 0 for t in DERIVED_TABLES)
     collect(old, [write_json(tmp_path / "p.json", predictions_doc)])
-    assert query_db(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION.endswith("/3")
+    assert query_db(old, "SELECT value FROM shardscope_meta") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION.endswith("/4")
     assert query_db(old, "SELECT count(*) FROM collective_predictions") == [(len(predictions_doc["collectives"]),)]
     assert merge(merged, [str(old)])["new_runs"] == 1
 
@@ -91,7 +91,7 @@ def test_a_database_of_a_later_layout_is_refused(tmp_path):
     db = tmp_path / "r.duckdb"
     collect(db, write_docs(tmp_path / "in", [collective_doc()]))
     with duckdb.connect(str(db)) as con:
-        con.execute("UPDATE shardscope_meta SET value = 'shardscope.results/4' WHERE key = 'schema'")
+        con.execute("UPDATE shardscope_meta SET value = 'shardscope.results/5' WHERE key = 'schema'")
     before = db.read_bytes()
     assert main(["collect", "--db", str(db), *write_docs(tmp_path / "more", [training_doc()])]) == 2
     assert db.read_bytes() == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -76,7 +77,7 @@ def test_doctor_findings_from_recorded_readings(tmp_path, doctor_doc):
     path = write_json(tmp_path / "doctor.json", doctor_doc)
     assert collect(db, [path])["new_runs"] == 1
     assert query_db(db, "SELECT kind, source, host, measured_at, world_size, fabric FROM runs") == [
-        ("doctor", "diagnosed", "this-dev-container", doctor_doc["checked_at"], None, "cpu")]
+        ("doctor", "diagnosed", "this-dev-container", datetime.fromisoformat(doctor_doc["checked_at"]), None, "cpu")]
     findings = dict(query_db(db, "SELECT check_name, status FROM doctor_findings"))
     assert findings == {"pcie_acs": "warn", "iommu": "ok", "pcie_link": "skipped", "nccl_env": "ok", "virtualization": "warn"}
     (details, explains), = query_db(db, "SELECT details_json, explains FROM doctor_findings WHERE check_name = 'virtualization'")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,7 @@ def test_the_plan_of_a_real_h200_is_predicted_and_joins_its_topology(tmp_path, h
                            write_json(tmp_path / "predictions.json", predictions_doc)])
     assert (summary["new_runs"], summary["new_topologies"]) == (1, 1)
     (run,) = query_db(db, "SELECT kind, source, world_size, measured_at, fabric, env_json FROM runs")
-    assert run[:5] == ("predictions", "modeled", None, CREATED_AT, "nvswitch")
+    assert run[:5] == ("predictions", "modeled", None, datetime.fromisoformat(CREATED_AT), "nvswitch")
     env = json.loads(run[5])
     assert env["model_version"] == "costmodel/1" and any("Hopper assumed" in n for n in env["topology_notes"])
     assert env["plan"]["sizes_bytes"][0] == 1024 and env["plan"]["strategies_note"] is None

@@ -28,6 +28,7 @@ from shardscope.figures.captions import answer_ranking, noise_against_best, nois
 from shardscope.figures.plots import FIGURES
 from shardscope.results.reference_manifest import load_manifest
 from shardscope.results.sources import open_results, require_database
+from shardscope.results.tablebase import iso_text
 from shardscope.figures.style import format_params, strategy_name
 from shardscope.results import memory_case_queries as memory_cases
 from shardscope.results import report_queries
@@ -100,11 +101,13 @@ def figure_html(figures_dir: str | os.PathLike[str], entry: dict[str, Any]) -> M
 
 
 def _measured_summary(con: Any) -> dict[str, Any]:
-    return con.execute("""
+    """Counts of the measured runs, their hosts, devices and software, and their first and last times (ISO text)."""
+    summary = con.execute("""
         SELECT count(*) AS runs, count(DISTINCT host) AS hosts, min(measured_at) AS first, max(measured_at) AS last,
                string_agg(DISTINCT devices, '; ') AS devices, string_agg(DISTINCT torch_version, ', ') AS torch,
                string_agg(DISTINCT comm_library, ', ') AS comm
         FROM all_runs WHERE source = 'measured'""").df().iloc[0].to_dict()
+    return {key: iso_text(value) if key in ("first", "last") else value for key, value in summary.items()}
 
 
 def _judged_against(run: Any) -> str | None:

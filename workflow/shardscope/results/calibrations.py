@@ -66,6 +66,8 @@ def latest_step_calibration(con: Any, model: str | None = None, world_size: int 
     measured_s, modeled_s, held_out_s, wire_bytes, measured_ci95_s) and ranking (agree, pairs_ranked, within_noise,
     noise, disagree).
     """
+    from shardscope.results.tablebase import iso_text
+
     if STEP_TABLE not in _tables(con):
         return None
     found = con.execute(
@@ -77,7 +79,8 @@ def latest_step_calibration(con: Any, model: str | None = None, world_size: int 
     first = rows[0]
     keys = ("calibration_id", "created_at", "host", "model", "world_size", "dtype", "micro_batch", "seq_len",
             "overlap", "call_overhead_s", "mfu")
-    return {**{k: first[k] for k in keys}, "effective_flops": first["effective_flops_per_s"],
+    return {**{k: first[k] for k in keys}, "created_at": iso_text(first["created_at"]),
+            "effective_flops": first["effective_flops_per_s"],
             "host_call_s": first.get("host_call_s") or 0.0,
             "run_ids": [r["run_id"] for r in rows],
             "strategies": [{"strategy": r["strategy"], "run_id": r["run_id"], "measured_s": r["measured_s"],

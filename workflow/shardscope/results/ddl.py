@@ -7,7 +7,10 @@ upgraded in place by adding the new tables and columns (every added column is nu
 Layout 3 added the modeled and diagnosis tables (``collective_predictions``,
 ``strategy_predictions``, ``verdicts``, ``verdict_rows``, ``doctor_findings``) and made
 ``runs.world_size`` null for documents that are not one job; a layout-2 database is upgraded
-the same way.
+the same way. Layout 4 types times as ``TIMESTAMP WITH TIME ZONE`` and JSON text as ``JSON``
+(the pandera dtypes :class:`~shardscope.results.tablebase.ZonedTime` and
+:class:`~shardscope.results.tablebase.JsonText`); an older database's VARCHAR columns are
+converted in place, every value kept (:data:`RETYPED`).
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ from shardscope.results.schemas import TABLES
 from shardscope.results.views import strategy_vs_ddp_sql
 
 #: The layout this code writes, and every layout it can read (and upgrade).
-SCHEMA_VERSION = "shardscope.results/3"
-KNOWN_VERSIONS = ("shardscope.results/1", "shardscope.results/2", SCHEMA_VERSION)
+SCHEMA_VERSION = "shardscope.results/4"
+KNOWN_VERSIONS = ("shardscope.results/1", "shardscope.results/2", "shardscope.results/3", SCHEMA_VERSION)
 META_TABLE = "shardscope_meta"
 
 # pandera dtype name fragment -> DuckDB type (pandas 3 names strings ``str`` or ``string[pyarrow]``).
 _SQL_TYPES = (("bool", "BOOLEAN"), ("int", "BIGINT"), ("float", "DOUBLE"), ("str", "VARCHAR"))
+#: (type a column had before layout 4, its type now) -> how the upgrade converts a value: ISO 8601 text to a time
+#: (text without a zone, which older layouts accepted as UTC, stays UTC: the upgrade's connection is in UTC), JSON text
+#: kept as it is.
+RETYPED = {("VARCHAR", "TIMESTAMP WITH TIME ZONE"): "CAST({column} AS TIMESTAMP WITH TIME ZONE)",
+           ("VARCHAR", "JSON"): "CAST({column} AS JSON)"}
 _UNITS = (("_bytes", "bytes"), ("_per_s", "per second"), ("_us", "microseconds"), ("_s", "seconds"), ("_gbps", "GB/s (1e9 bytes per second, as nccl-tests)"), ("_size", "ranks"))
 
 
@@ -100,7 +108,9 @@ VIEWS = {
 
 
 def sql_type(dtype: object) -> str:
-    """The DuckDB column type of a pandera column dtype."""
+    """The DuckDB column type of a pandera column dtype (a time's or JSON text's dtype names its own)."""
+    if getattr(dtype, "sql", None):
+        return str(getattr(dtype, "sql"))
     name = str(dtype).lower()
     return next(sql for fragment, sql in _SQL_TYPES if fragment in name)
 
@@ -218,7 +228,8 @@ def schema_problems(con: duckdb.DuckDBPyConnection, catalog: str | None = None, 
 
     Ours means: its layout version is known, every table is one of :data:`TABLES` (or the
     meta table) and every column has the name and type the schema gives it. Missing tables
-    and columns are fine (an older layout); ``require_runs`` also demands a ``runs`` table.
+    and columns are fine (an older layout), and so is the VARCHAR an older layout gave a time
+    or JSON column (:data:`RETYPED`); ``require_runs`` also demands a ``runs`` table.
     """
     found: dict[str, dict[str, str]] = {}
     for table, column, data_type in con.execute(
@@ -241,7 +252,7 @@ def schema_problems(con: duckdb.DuckDBPyConnection, catalog: str | None = None, 
         for column, data_type in cols.items():
             if column not in expected:
                 problems.append(f"table {table} has column {column!r}, which the shardscope schema does not have")
-            elif data_type != expected[column]:
+            elif data_type != expected[column] and (data_type, expected[column]) not in RETYPED:
                 problems.append(f"column {table}.{column} is {data_type}, expected {expected[column]}")
     if require_runs and "runs" not in found and not problems:
         problems.append("it has no runs table")
@@ -255,25 +266,69 @@ def ddl_digest() -> str:
 
 
 def upgrade(con: duckdb.DuckDBPyConnection) -> None:
-    """Bring the open database to :data:`SCHEMA_VERSION`: new tables, new (nullable) columns, views.
+    """Bring the open database to :data:`SCHEMA_VERSION`: new tables, new (nullable) columns, retyped columns, views.
 
     The DDL (over a hundred statements) runs only when the database is of another layout
     version or its meta table's comment does not record this code's :func:`ddl_digest`, so
-    repeated loads into an up-to-date database skip it.
+    repeated loads into an up-to-date database skip it. A column an older layout kept as
+    VARCHAR is converted in place (:data:`RETYPED`); a value that does not convert is a
+    UserError naming it, and the caller's transaction (or copy) leaves the database as it was.
     """
     meta = con.execute("SELECT comment FROM duckdb_tables() WHERE database_name = current_database() "
                        "AND schema_name = 'main' AND table_name = ?", [META_TABLE]).fetchall()
     if meta and meta[0][0] == f"ddl {ddl_digest()}" and con.execute(
             f"SELECT count(*) FROM {META_TABLE} WHERE key = 'schema' AND value = ?", [SCHEMA_VERSION]).fetchall()[0][0]:
         return
-    present = {(t, c) for t, c in con.execute(
-        "SELECT table_name, column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'main'").fetchall()}
+    present = {(t, c): data_type for t, c, data_type in con.execute(
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main'").fetchall()}
     tables = {t for t, _ in present}
     for table in TABLES:
         if table in tables:
             for column, sql in column_types(table).items():
                 if (table, column) not in present:
                     con.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql}")
+                elif (present[table, column], sql) in RETYPED:
+                    _retype(con, table, column, present[table, column], sql)
     for statement in ddl():
         con.execute(statement)
     con.execute(f"COMMENT ON TABLE {META_TABLE} IS 'ddl {ddl_digest()}'")
+
+
+def typed_replace(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> str:
+    """`` REPLACE (...)`` for ``SELECT *`` of ``catalog``'s ``table``: each column an older layout kept as VARCHAR
+    (:data:`RETYPED`) cast to its type now, so a read-only query of an older database sees times and JSON too.
+
+    Empty where the table's columns have their types already. Text without a zone reads as UTC only in a session
+    whose zone is UTC (every connection of :mod:`shardscope.results.store` is).
+    """
+    expected = column_types(table)
+    stored = con.execute("SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ? "
+                         "AND schema_name = 'main' AND table_name = ?", [catalog, table]).fetchall()
+    casts = [RETYPED[data_type, expected[column]].format(column=column) + f" AS {column}"
+             for column, data_type in stored if (data_type, expected.get(column)) in RETYPED]
+    return f" REPLACE ({', '.join(casts)})" if casts else ""
+
+
+def _retype(con: duckdb.DuckDBPyConnection, table: str, column: str, old: str, new: str) -> None:
+    """Convert ``table.column`` from an older layout's type ``old`` to ``new`` in place (:data:`RETYPED`).
+
+    Text without a zone is read as UTC, as the layouts that stored it read it; the connection's zone is set to
+    UTC for the conversion and put back. A value that does not convert is named in a UserError.
+    """
+    from shardscope.errors import UserError
+
+    using = RETYPED[old, new].format(column=column)
+    zone = con.execute("SELECT current_setting('TimeZone')").fetchall()[0][0]
+    con.execute("SET TimeZone = 'UTC'")
+    try:
+        # looked for first: a failed ALTER would abort the caller's transaction, and with it this question
+        found = con.execute(f"SELECT {column} FROM {table} WHERE {column} IS NOT NULL "
+                            f"AND {using.replace('CAST(', 'TRY_CAST(', 1)} IS NULL LIMIT 1").fetchall()
+        if found:
+            raise UserError(f"column {table}.{column} holds {found[0][0]!r}, which is not "
+                            f"{'a time' if 'TIME' in new else 'JSON'}: the database cannot be upgraded to "
+                            f"{SCHEMA_VERSION} (nothing was changed); correct or delete that row")
+        con.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET DATA TYPE {new} USING {using}")
+    finally:
+        con.execute(f"SET TimeZone = {_quote(zone)}")

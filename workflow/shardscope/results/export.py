@@ -9,9 +9,10 @@ folder mixing an older export's files with this one's).
 ``parquet``
     ``<table>.parquet`` per table and view, each column carrying its unit and meaning as Arrow
     field metadata (``unit``, ``description``: :func:`shardscope.results.ddl.column_docs`, the
-    same text as the database's column comments), beside ``schema.sql``.
+    same text as the database's column comments), beside ``schema.sql``. Times are Parquet
+    timestamps in UTC; JSON columns are strings of Parquet's ``JSON`` type (Arrow's ``arrow.json``).
 ``csv``
-    ``<table>.csv`` per table and view (header row), beside ``schema.sql``.
+    ``<table>.csv`` per table and view (header row), beside ``schema.sql``; times as ISO 8601 text in UTC.
 ``jsonl``
     ``training_steps.jsonl``: one line per timed step of every training run, for experiment
     trackers (:data:`STEP_METRICS`; the README shows TensorBoard, MLflow and W&B reading it).
@@ -28,9 +29,10 @@ from pathlib import Path
 import duckdb
 
 from shardscope.errors import UserError
-from shardscope.results.ddl import VIEWS, column_docs, schema_text, upgrade
+from shardscope.results.ddl import VIEWS, column_docs, column_types, schema_text, upgrade, view_columns
 from shardscope.results.schemas import TABLES
-from shardscope.results.store import check_database, is_duckdb_file
+from shardscope.results.store import SESSION_ZONE, check_database, is_duckdb_file
+from shardscope.results.tablebase import ZonedTime, iso_text_sql
 
 FORMATS = ("parquet", "csv", "jsonl")
 
@@ -66,6 +68,7 @@ def export_database(db: str | os.PathLike[str], out_dir: str | os.PathLike[str],
         snapshot = work / ".snapshot.duckdb"
         shutil.copy2(source, snapshot)
         with duckdb.connect(str(snapshot)) as con:
+            con.execute(SESSION_ZONE)
             check_database(con, db, require_runs=True)
             upgrade(con)
             counts = _steps_jsonl(con, work) if fmt == "jsonl" else _tables(con, work, fmt)
@@ -86,10 +89,17 @@ def _tables(con: duckdb.DuckDBPyConnection, folder: Path, fmt: str) -> dict[str,
             _write_parquet(con, name, folder / f"{name}.parquet")
         else:
             target = str(folder / f"{name}.csv").replace("'", "''")
-            con.execute(f"COPY (SELECT * FROM {name}) TO '{target}' (FORMAT csv, HEADER true)")
-        counts[name] = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+            con.execute(f"COPY (SELECT *{_times_as_text(name)} FROM {name}) TO '{target}' (FORMAT csv, HEADER true)")
+        counts[name] = con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0]  # fetched whole: no open result
     (folder / "schema.sql").write_text(schema_text())
     return counts
+
+
+def _times_as_text(name: str) -> str:
+    """`` REPLACE (...)`` writing ``name``'s times as the ISO 8601 text the documents carry (CSV has no time type)."""
+    types = column_types(name) if name in TABLES else dict(view_columns(name))
+    times = [f"{iso_text_sql(column)} AS {column}" for column, sql in types.items() if sql == ZonedTime.sql]
+    return f" REPLACE ({', '.join(times)})" if times else ""
 
 
 def _write_parquet(con: duckdb.DuckDBPyConnection, name: str, path: Path) -> None:
@@ -97,14 +107,17 @@ def _write_parquet(con: duckdb.DuckDBPyConnection, name: str, path: Path) -> Non
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = con.execute(f"SELECT * FROM {name}").to_arrow_table()
+    table = con.sql(f"SELECT * FROM {name}").to_arrow_table()  # a relation: no extra copy of the rows
     docs = column_docs(name)
+    types = column_types(name) if name in TABLES else dict(view_columns(name))
     fields = []
     for field in table.schema:
         unit, description = docs.get(field.name, (None, None))
         meta = {"description": description or ""}
         if unit:
             meta["unit"] = unit
+        if types.get(field.name) == "JSON":  # DuckDB hands JSON over as plain strings; Parquet's JSON type says it is
+            field = field.with_type(pa.json_())
         fields.append(field.with_metadata(meta))
     pq.write_table(table.cast(pa.schema(fields, metadata=table.schema.metadata)), str(path))
 

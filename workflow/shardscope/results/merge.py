@@ -20,9 +20,13 @@ import pandas as pd
 import pandera.errors
 
 from shardscope.errors import UserError
-from shardscope.results.ddl import KNOWN_VERSIONS, META_TABLE, column_types, schema_problems, upgrade
+from shardscope.results.ddl import KNOWN_VERSIONS, META_TABLE, RETYPED, column_types, schema_problems, upgrade
 from shardscope.results.schemas import OWNER_KEYS, TABLES, owner_key
 from shardscope.results.store import insert_frame, is_duckdb_file, problem_report, updating, validate, validate_frame
+
+
+#: The types an older layout's VARCHAR columns have now (times, JSON).
+RETYPED_TO = {new for _, new in RETYPED}
 
 
 def _quote(text: str) -> str:
@@ -63,8 +67,10 @@ def _select(table: str, inputs: list[tuple[int, str, Path, dict[str, set[str]]]]
             if column == "origin_db":
                 origin = _quote(str(src.resolve()))
                 expr = f"coalesce(origin_db, {origin})" if column in tables[table] else origin
-            else:
-                expr = column if column in tables[table] else f"NULL::{sql}"
+            elif column not in tables[table]:
+                expr = f"NULL::{sql}"
+            else:  # an older layout's VARCHAR time or JSON read as the type the output has (a no-op where it is)
+                expr = f"CAST({column} AS {sql})" if sql in RETYPED_TO else column
             exprs.append(f"{expr} AS {column}")
         parts.append(f"SELECT {', '.join(exprs)} FROM {alias}.{table} "
                      f"WHERE {key} IN (SELECT {key} FROM claimed_{key} WHERE merge_input = {index})")

@@ -28,7 +28,7 @@ from shardscope.results.schemas_search import SearchTrialsSchema
 from shardscope.results.schemas_predictions import (CollectivePredictionsSchema, MemoryCasePredictionsSchema, MemoryPeakPredictionsSchema,
                                                  StrategyPredictionsSchema)
 from shardscope.results.tablebase import BANDWIDTH_RTOL  # noqa: F401  (part of this module's API)
-from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
+from shardscope.results.tablebase import JsonText, ZonedTime, _Table, algbw_matches, busbw_matches
 from shardscope.results.tablebase import valid as _valid
 from shardscope.contracts.names import FABRICS
 from shardscope.topology.identity import topology_hash
@@ -58,7 +58,7 @@ class RunsSchema(_Table):
     source: Series[str] = pa.Field(isin=SOURCES)
     job_id: Series[str] = pa.Field(str_length={"min_value": 1})
     host: Series[str] = pa.Field(nullable=True)
-    measured_at: Series[str] = pa.Field(nullable=True)
+    measured_at: Series[ZonedTime] = pa.Field(nullable=True)
     world_size: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)  # None only for derived kinds (not one job)
     placement: Series[str] = pa.Field(nullable=True)
     transport: Series[str] = pa.Field(nullable=True)
@@ -75,7 +75,7 @@ class RunsSchema(_Table):
     git_rev: Series[str] = pa.Field(nullable=True)
     config_hash: Series[str] = pa.Field(nullable=True)
     source_file: Series[str]
-    env_json: Series[str]
+    env_json: Series[JsonText]
     topology_hash: Series[str] = pa.Field(nullable=True, str_length={"min_value": 64, "max_value": 64})
     origin_db: Series[str] = pa.Field(nullable=True)
     # sha256 of the document as collect compares it (a derived document less its volatile fields);
@@ -85,12 +85,6 @@ class RunsSchema(_Table):
     class Config:
         strict = True
         coerce = True
-
-    @pa.check("measured_at", name="iso_time", error="must be an ISO 8601 time such as 2026-11-29T00:00:00+00:00")
-    def measured_at_is_a_time(cls, series: pd.Series) -> Series[bool]:
-        """A time that does not parse cannot be ordered or compared across runs."""
-        parsed = pd.to_datetime(series, errors="coerce", utc=True, format="ISO8601")
-        return series.isna() | parsed.notna()
 
     @pa.dataframe_check(error="a job result (kind collectives, training) needs a world_size")
     def jobs_have_a_world_size(cls, df: pd.DataFrame) -> Series[bool]:
@@ -173,7 +167,7 @@ class TrainingRunsSchema(_Table):
     # CUDA's max_memory_reserved beside peak_memory_bytes (max_memory_allocated) on a GPU; null on CPU and in older runs.
     peak_memory_reserved_bytes: Series[pd.Int64Dtype] = pa.Field(gt=0, nullable=True)
     comm_time_share: Series[float] = pa.Field(ge=0, le=1, nullable=True)
-    deepspeed_config: Series[str] = pa.Field(nullable=True)
+    deepspeed_config: Series[JsonText] = pa.Field(nullable=True)
     # Repeats (issue 17): the median above is over `repeats` timed windows; 95% interval (null for 1 repeat).
     repeats: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)
     grad_accum: Series[pd.Int64Dtype] = pa.Field(ge=1, nullable=True)  # micro-batches per optimizer step (null: 1, older runs)
@@ -185,7 +179,7 @@ class TrainingRunsSchema(_Table):
     reduce_dtype: Series[str] = pa.Field(isin=TRAINING_DTYPES, nullable=True)
     overlap_comm: Series[pd.BooleanDtype] = pa.Field(nullable=True)
     bucket_policy: Series[str] = pa.Field(isin=["framework_default", "equal_bytes"], nullable=True)
-    settings_json: Series[str] = pa.Field(nullable=True)
+    settings_json: Series[JsonText] = pa.Field(nullable=True)
     # Bytes moved per step (measured in one untimed step) beside the ZeRO paper's volume (2Ψ, 3Ψ; modeled).
     comm_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)
     comm_modeled_volume_bytes: Series[pd.Int64Dtype] = pa.Field(ge=0, nullable=True)
@@ -316,9 +310,9 @@ class TopologiesSchema(_Table):
     island_count: Series[int] = pa.Field(ge=0)
     numa_node_count: Series[int] = pa.Field(ge=0)
     source_method: Series[str] = pa.Field(nullable=True)
-    source_json: Series[str]
+    source_json: Series[JsonText]
     source_file: Series[str]
-    topology_json: Series[str]
+    topology_json: Series[JsonText]
     origin_db: Series[str] = pa.Field(nullable=True)
 
     class Config:

@@ -16,14 +16,14 @@ import pandera.pandas as pa
 from pandera.typing import Series
 
 from shardscope.contracts.names import STRATEGIES
-from shardscope.results.tablebase import _Table
+from shardscope.results.tablebase import ZonedTime, _Table
 
 
 class StepCalibrationsSchema(_Table):
     """One row per (step calibration, measured run it was fitted on): the fitted values and that run's modeled step."""
 
     calibration_id: Series[str] = pa.Field(str_length={"min_value": 1})
-    created_at: Series[str] = pa.Field(str_length={"min_value": 1})
+    created_at: Series[ZonedTime]
     run_id: Series[str]
     strategy: Series[str] = pa.Field(isin=list(STRATEGIES))
     host: Series[str] = pa.Field(nullable=True)
@@ -65,7 +65,7 @@ class CollectiveCalibrationChecksSchema(_Table):
     """One row per (calibration, op group): measured CPU sweeps against the gloo model fitted on one of them."""
 
     calibration_id: Series[str] = pa.Field(str_length={"min_value": 1})
-    created_at: Series[str] = pa.Field(str_length={"min_value": 1})
+    created_at: Series[ZonedTime]
     run_id: Series[str]
     calibrated_on: Series[str] = pa.Field(str_length={"min_value": 1})
     op_group: Series[str] = pa.Field(str_length={"min_value": 1})

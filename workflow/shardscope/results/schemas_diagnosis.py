@@ -17,7 +17,7 @@ from pandera.typing import Series
 
 from shardscope.contracts.names import OPS
 from shardscope.contracts.names import FINDING_STATUSES as STATUSES
-from shardscope.results.tablebase import _Table
+from shardscope.results.tablebase import JsonText, ZonedTime, _Table
 
 VERDICTS = ("ok", "low", "suspicious", "unknown")
 SWEEP_KINDS = ("collectives", "nccl-tests")
@@ -64,11 +64,11 @@ class VerdictsSchema(_Table):
     percent_of_expected: Series[float] = pa.Field(ge=0, nullable=True)
     verdict: Series[str] = pa.Field(isin=VERDICTS)
     reason: Series[str] = pa.Field(str_length={"min_value": 1})
-    hints_json: Series[str]
-    notes_json: Series[str]
-    nccl_env_json: Series[str]
-    nccl_flags_json: Series[str]
-    nccl_log_json: Series[str] = pa.Field(nullable=True)
+    hints_json: Series[JsonText]
+    notes_json: Series[JsonText]
+    nccl_env_json: Series[JsonText]
+    nccl_flags_json: Series[JsonText]
+    nccl_log_json: Series[JsonText] = pa.Field(nullable=True)
     topology_hash: Series[str] = pa.Field(nullable=True, str_length={"min_value": 64, "max_value": 64})
 
     class Config:
@@ -133,21 +133,16 @@ class DoctorFindingsSchema(_Table):
 
     run_id: Series[str]
     host: Series[str] = pa.Field(str_length={"min_value": 1})
-    checked_at: Series[str]
+    checked_at: Series[ZonedTime]
     check_name: Series[str] = pa.Field(str_length={"min_value": 1})  # `check` is an SQL keyword
     status: Series[str] = pa.Field(isin=STATUSES)
     read: Series[str]
     concluded: Series[str] = pa.Field(str_length={"min_value": 1})
     action: Series[str] = pa.Field(nullable=True)
     explains: Series[str] = pa.Field(nullable=True)
-    details_json: Series[str]
+    details_json: Series[JsonText]
 
     class Config:
         strict = True
         coerce = True
         unique = ["run_id", "check_name"]
-
-    @pa.check("checked_at", name="iso_time", error="must be an ISO 8601 time such as 2026-11-29T00:00:00+00:00")
-    def checked_at_is_a_time(cls, series: pd.Series) -> Series[bool]:
-        """Findings are compared over time; a time that does not parse cannot be ordered."""
-        return pd.to_datetime(series, errors="coerce", utc=True, format="ISO8601").notna()

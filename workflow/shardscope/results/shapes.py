@@ -24,7 +24,8 @@ from shardscope.config import key_path
 from shardscope.results.ddl import column_types
 from shardscope.results.schemas import TABLES
 
-_JSON_TYPES = {"BIGINT": "integer", "DOUBLE": "number", "BOOLEAN": "boolean", "VARCHAR": "string"}
+_JSON_TYPES = {"BIGINT": "integer", "DOUBLE": "number", "BOOLEAN": "boolean", "VARCHAR": "string",
+               "TIMESTAMP WITH TIME ZONE": "string", "JSON": "string"}
 _STR = {"type": ["string", "null"]}
 _INT = {"type": ["integer", "null"]}
 _NUM = {"type": ["number", "null"]}

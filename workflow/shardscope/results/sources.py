@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 
 from shardscope.errors import UserError
-from shardscope.results.ddl import column_types
+from shardscope.results.ddl import column_types, typed_replace
 from shardscope.results.store import connect_readonly
 
 
@@ -75,19 +75,19 @@ def _runs_select(con: duckdb.DuckDBPyConnection, catalog: str) -> str:
     """``runs`` of ``catalog`` with every later column present, the fabric taken from the run's
     topology where the run itself does not name one, and the GPU memory of that topology."""
     tables = _tables(con, catalog)
-    catalog = _ident(catalog)
     if "runs" not in tables:
-        raise duckdb.CatalogException(f"table runs does not exist in {catalog}")
+        raise duckdb.CatalogException(f"table runs does not exist in {_ident(catalog)}")
     missing = [c for c in _LATER_RUN_COLUMNS if c not in tables["runs"]]
-    base = f"SELECT *{''.join(f', NULL::VARCHAR AS {c}' for c in missing)} FROM {catalog}.main.runs"
+    typed = typed_replace(con, catalog, "runs")
+    base = f"SELECT *{typed}{''.join(f', NULL::VARCHAR AS {c}' for c in missing)} FROM {_ident(catalog)}.main.runs"
     fabric = "r.fabric"
     joins = ""
     if "topologies" in tables:
         fabric = "coalesce(r.fabric, t.fabric)"
-        joins += f" LEFT JOIN {catalog}.main.topologies t ON t.topology_hash = r.topology_hash"
+        joins += f" LEFT JOIN {_ident(catalog)}.main.topologies t ON t.topology_hash = r.topology_hash"
     memory = "NULL::BIGINT"
     if "gpus" in tables and "memory_bytes" in tables["gpus"]:
-        memory = (f"(SELECT max(g.memory_bytes) FROM {catalog}.main.gpus g "
+        memory = (f"(SELECT max(g.memory_bytes) FROM {_ident(catalog)}.main.gpus g "
                   "WHERE g.topology_hash = r.topology_hash)")
     return (f"SELECT r.* REPLACE ({fabric} AS fabric), {memory} AS gpu_memory_bytes "
             f"FROM ({base}) r{joins}")
@@ -100,7 +100,7 @@ _UNION_TABLES = ("verdicts", "collective_predictions", "strategy_predictions", "
 def _table_select(con: duckdb.DuckDBPyConnection, catalog: str, table: str) -> str:
     """``table`` of ``catalog``, or an empty relation with the schema's columns where it does not exist."""
     if table in _tables(con, catalog):
-        return f"SELECT * FROM {_ident(catalog)}.main.{table}"
+        return f"SELECT *{typed_replace(con, catalog, table)} FROM {_ident(catalog)}.main.{table}"
     columns = ", ".join(f"NULL::{sql} AS {name}" for name, sql in column_types(table).items())
     return f"SELECT {columns} WHERE false"
 

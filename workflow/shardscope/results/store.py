@@ -98,8 +98,16 @@ def describe(exc: pandera.errors.SchemaErrors, where: str, table: str, frame: pd
     topology hash, since its position means nothing to the reader.
     """
     messages: list[str] = []
-    for _, case in exc.failure_cases.iterrows():
+    spec = TABLES[table].to_schema().columns if table in TABLES else {}
+    cases = exc.failure_cases
+    # a value that could not be coerced also fails the dtype check: its coercion's failure says why, once
+    uncoerced = set(cases.loc[cases["check"].astype(str).str.startswith("coerce_dtype("), "column"])
+    for _, case in cases.iterrows():
         check, column, row = str(case.get("check")), case.get("column"), case.get("index")
+        if check.startswith("dtype(") and column in uncoerced:
+            continue
+        if check.startswith("coerce_dtype(") and getattr(getattr(spec.get(column), "dtype", None), "problem", None):
+            check = spec[column].dtype.problem  # a time without its zone, text that is not JSON: say so
         if check == "column_in_schema":
             line = f"{where}: table {table}: unexpected column {case.get('failure_case')!r}"
         elif check == "column_in_dataframe":
@@ -342,12 +350,17 @@ def check_database(con: duckdb.DuckDBPyConnection, db: str | os.PathLike[str], c
         raise UserError(f"{db}: not a shardscope results database this version reads: " + "; ".join(problems))
 
 
+#: The zone of every session that reads or writes a database: DuckDB otherwise takes the machine's (``TZ``), and a
+#: ``TIMESTAMP WITH TIME ZONE`` would come back, print and compare as text in that zone.
+SESSION_ZONE = "SET TimeZone = 'UTC'"
+
 #: The settings of the in-memory DuckDB that attaches a load's copy of the database. A commit checkpoints at
 #: once, without writing the WAL first: the copy is checkpointed before it replaces the database anyway, and
 #: a copy that fails is thrown away, so the WAL's crash safety protected nothing. No fsync by DuckDB:
 #: :func:`updating` syncs the finished copy once before the rename (the only moment its bytes must be on disk).
+#: Times are read and written in UTC (:data:`SESSION_ZONE`), whatever the machine's zone.
 _HOST_SETTINGS = ("SET checkpoint_threshold = '0KB'", "SET auto_checkpoint_skip_wal_threshold = 0",
-                  "SET fsync_mode = 'NONE'")
+                  "SET fsync_mode = 'NONE'", SESSION_ZONE)
 
 
 @contextlib.contextmanager
@@ -519,7 +532,12 @@ def collect(db: str | os.PathLike[str], inputs: list[str], manifest: str | None 
 
 
 def connect_readonly(db: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
-    """Open the database for queries (figures, report); UserError if it does not exist."""
+    """Open the database for queries (figures, report); UserError if it does not exist.
+
+    The session's zone is UTC (:data:`SESSION_ZONE`): times come back, and print, the same on every machine.
+    """
     if not Path(db).exists():
         raise UserError(f"{db}: database not found; run the pipeline or `shardscope collect` first")
-    return duckdb.connect(str(db), read_only=True)
+    con = duckdb.connect(str(db), read_only=True)
+    con.execute(SESSION_ZONE)
+    return con
