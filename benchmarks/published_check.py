@@ -1,6 +1,6 @@
 """The modeled answer against published training runs: ranking, speed ratios, memory and OOMs, split by use.
 
-    .venv/bin/python benchmarks/published_check.py [--json] [--subprocess] [--cases FILE]
+    .venv/bin/python benchmarks/published_check.py [--json] [--subprocess] [--cases FILE] [--ratios]
 
 Reads tests/data/published/training/cases.json (every number as published, with its source and quote; see
 SOURCES.md beside it). For every run of every case it asks the model the question the run answers: ``shardscope
@@ -26,7 +26,8 @@ It prints, for the cases that may set model defaults (``use: defaults``), the ca
 - collectives: the nccl-tests peaks of tests/data/published/collectives.json (benchmarks/validation.py's rows);
 - the time one advise call takes.
 
-Every modeled number is labelled modeled; nothing here is fitted. ``--json`` prints the summary as JSON.
+Every modeled number is labelled modeled; nothing here is fitted. ``--json`` prints the summary as JSON;
+``--ratios`` also lists each ranked case's throughput ratios, measured beside modeled.
 """
 
 from __future__ import annotations
@@ -682,6 +683,25 @@ def print_runs(results: Sequence[RunResult]) -> None:
           "modeled; mem: the measurement's basis, beside the model's peak")
 
 
+def print_ratios(results: Sequence[RunResult], cases: Sequence[Mapping[str, Any]], gap: float = GAP) -> None:
+    """Per ranked case: each run's measured and modeled throughput relative to the case's first run, and the clear
+    winner each names (``-``: none clearer than ``gap``), so a miss shows which ratio the model squeezes."""
+    ranked = {c["id"] for c in cases if not c.get("absolute_only") and not c.get("memory_only")}
+    for cid in dict.fromkeys(r.case for r in results if r.case in ranked):
+        rows = [r for r in results if r.case == cid and r.measured_throughput and r.modeled_throughput]
+        if len(rows) < 2:
+            continue
+        measured = {r.label: r.measured_throughput for r in rows}
+        modeled = {r.label: r.modeled_throughput for r in rows}
+        base = rows[0]
+        print(f"\n{cid} [{base.use}]: clear winner measured {clear_winner(measured, gap) or '-'}, "
+              f"modeled {clear_winner(modeled, gap) or '-'}")
+        for r in rows:
+            print(f"  {r.label[:48]:<48} {r.strategy:<12} mb {r.micro_batch:<4} measured "
+                  f"{r.measured_throughput / base.measured_throughput:6.2f}  modeled "
+                  f"{r.modeled_throughput / base.modeled_throughput:6.2f}")
+
+
 def print_summary(summary: Mapping[str, Any]) -> None:
     """The figures per split and overall, then lost flags, routes and collectives."""
     def pct(part: int, whole: int) -> str:
@@ -730,6 +750,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="give --model as JSON text (default) or as a path to a config.json written per model")
     parser.add_argument("--subprocess", action="store_true",
                         help="call `python -m shardscope` per run (default: in-process)")
+    parser.add_argument("--ratios", action="store_true",
+                        help="also print each ranked case's throughput ratios, measured beside modeled")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONPATH", str(ROOT / "workflow"))
     results, summary = check(load_cases(args.cases), call_subprocess if args.subprocess else call_inprocess,
@@ -739,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=1, default=str))
         return 0
     print_runs(results)
+    if args.ratios:
+        print_ratios(results, load_cases(args.cases))
     print_summary(summary)
     return 0
 

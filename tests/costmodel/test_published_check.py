@@ -227,3 +227,14 @@ def test_the_modeled_answer_agrees_no_worse_than_today(checked: tuple[list[Any],
 def test_advise_answers_in_under_a_second(checked: tuple[list[Any], dict[str, Any]]) -> None:
     probe = pc.probe_seconds(pc.call_inprocess, repeats=3)
     assert probe["median"] < 1.0
+
+
+def test_the_ratio_listing_puts_each_ranked_case_measured_beside_modeled(checked, capsys) -> None:
+    results, _ = checked
+    pc.print_ratios(results, CASES)
+    out = capsys.readouterr().out
+    ranked = [c for c in CASES if not c.get("absolute_only") and not c.get("memory_only")]
+    assert out.count("clear winner measured") == sum(
+        len([r for r in results if r.case == c["id"] and r.measured_throughput and r.modeled_throughput]) >= 2
+        for c in ranked)
+    assert "measured   1.00  modeled   1.00" in out  # each case's first run is its unit
