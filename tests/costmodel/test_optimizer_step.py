@@ -100,7 +100,7 @@ def test_frozen_weights_held_in_16_bits_are_not_cast_by_autocast():
     full = whole_peak("ddp", CFG, 1, 1024, 1, dtype="bfloat16")
     lora = whole_peak("ddp", CFG, 1, 1024, 1, dtype="bfloat16", trainable_fraction=0.001)
     cache = CFG.n_layers * 2 * block_weights(CFG) + 2 * CFG.vocab_size * CFG.d_model
-    frozen = StepShape(micro_batch=1, seq_len=1024, dtype="bfloat16", cast_share=0.001, frozen_weights=True)
+    frozen = StepShape(micro_batch=1, seq_len=1024, dtype="bfloat16", cast_share=0.001)
     sixteen_bit = (CFG.n_layers * block_activation_bytes(CFG, frozen, "bf16")
                    + head_activation_bytes(CFG, frozen, "bf16"))
     assert lora.phases["forward"]["activations"] == sixteen_bit

@@ -63,7 +63,7 @@ def _block(dims: dict, policy: str, frozen: bool) -> tuple[int, int]:
         block.attn.wq = Adapter(block.attn.wq).to(dtype)
     x = torch.randn(MICRO_BATCH, SEQ, cfg.d_model, dtype=dtype, requires_grad=True)
     shape = StepShape(micro_batch=MICRO_BATCH, seq_len=SEQ, dtype="float32" if policy == "fp32" else "bfloat16",
-                      frozen_weights=frozen)
+                      cast_share=0.001 if frozen else 1.0)
     return block_activation_bytes(cfg, shape, policy), _saved_bytes(block, x, policy)
 
 

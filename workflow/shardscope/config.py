@@ -49,7 +49,7 @@ def _message(error: jsonschema.ValidationError) -> str:
 
 def validate_config(config: dict[str, Any], schema_path: str | Path) -> None:
     """Raise UserError naming the most relevant invalid key and what it expected."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = _schema(str(schema_path))
     error = best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
     if error is not None:
         raise UserError(f"invalid config key {key_path(error.absolute_path)}: {_message(error)}")

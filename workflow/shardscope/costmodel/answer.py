@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from shardscope.contracts.models import ModelConfig
+from shardscope.contracts.strategies import dtype_bytes
 from shardscope.costmodel.memory_peak import OptimizerAssumption, PeakTerms, model_states, whole_peak
 from shardscope.costmodel.step import StepAssumptions
 
@@ -57,7 +58,7 @@ def trainable_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, fra
     from shardscope.costmodel.modeled import implementation_memory
 
     per_param = implementation_memory(1, "fsdp" if strategy == "hsdp" else strategy, 1, dtype)["bytes_per_param"]
-    element = 4 if dtype == "float32" else 2
+    element = dtype_bytes(dtype)
     kept = fraction + (1 - fraction) * min(1.0, element / per_param["param_bytes"])  # sharded alike
     params = int(held["param_bytes"] * kept)
     return {"param_bytes": params, "grad_bytes": int(held["grad_bytes"] * fraction),

@@ -138,6 +138,11 @@ class GpuSpec:
             raise ValueError(f"NIC line rate must be positive, got {self.nic_gbps!r}")
 
     @property
+    def is_cpu(self) -> bool:
+        """Whether this spec stands for CPU processes over gloo (a machine without GPUs), not a GPU."""
+        return self.family.startswith("CPU")
+
+    @property
     def pcie_peer_access(self) -> bool:
         """Whether two of these GPUs can reach each other's memory over PCIe (:data:`NO_PCIE_PEER_ACCESS`)."""
         return self.family not in NO_PCIE_PEER_ACCESS

@@ -133,10 +133,6 @@ class StepShape:
     """Share of the weights held in fp32 that autocast casts to bf16 and caches for the forward (its weight-cast
     cache): all of them when every weight trains; the trainable share when frozen weights are held in 16 bits and
     need no cast (LoRA-style, :func:`shardscope.costmodel.answer.trainable_states`)."""
-    frozen_weights: bool = False
-    """The base weights are frozen (LoRA-style: small adapters train on the attention's input projections): a
-    frozen matmul computes no weight gradient, so autograd saves none of its inputs for one (:func:`frozen_saved`),
-    and weights frozen in 16 bits make the whole block compute in 16 bits (:func:`compute_policy`)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.cast_share <= 1:
@@ -156,6 +152,14 @@ class StepShape:
     def tokens(self) -> int:
         """Tokens per GPU per micro-batch."""
         return self.micro_batch * self.seq_len
+
+    @property
+    def frozen_weights(self) -> bool:
+        """The base weights are frozen (a trainable share below 1; LoRA-style: small adapters train on the
+        attention's input projections): a frozen matmul computes no weight gradient, so autograd saves none of its
+        inputs for one (:func:`frozen_saved`), and weights frozen in 16 bits make the whole block compute in 16 bits
+        (:func:`compute_policy`)."""
+        return self.cast_share < 1
 
 
 def compute_policy(strategy: str, dtype: str, frozen_weights: bool = False) -> str:
@@ -852,8 +856,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
     # frozen weights held in 16 bits (held given, or the trainable states) are not cast by autocast
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
-                      checkpointing=checkpointing, cast_share=trainable_fraction,
-                      frozen_weights=trainable_fraction < 1)
+                      checkpointing=checkpointing, cast_share=trainable_fraction)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
                         device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
                         basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction)

@@ -98,7 +98,7 @@ def optimizer_step_s(strategy: str, cfg: ModelConfig, gpus: int, gpu: GpuSpec | 
     """Seconds of the optimizer's update in one optimizer step of ``strategy`` on ``gpus`` GPUs (0 on a CPU machine
     or without a GPU spec: see the module docstring). ``ranks_per_host``: the job's ranks on one host, which share its
     CPU when the update is offloaded (default: all ``gpus``)."""
-    if gpu is None or gpu.family.startswith("CPU"):
+    if gpu is None or gpu.is_cpu:
         return 0.0
     params = updated_params(strategy, cfg, gpus, trainable_fraction, shard_group)
     if offload == "cpu":

@@ -68,7 +68,7 @@ from typing import Any
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import GROUPED_STRATEGIES, OPS, STRATEGIES
 from shardscope.contracts.peak_flops import float32_peak_flops
-from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS
+from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS, dtype_bytes
 from shardscope.costmodel.hardware import GpuSpec
 from shardscope.costmodel.optimizer_step import optimizer_step_s
 
@@ -571,7 +571,7 @@ def compute_mfu(cfg: ModelConfig, a: StepAssumptions, peak_flops: float, gpu: Gp
     if a.mfu is not None:
         return a.mfu
     tokens = a.micro_batch * a.seq_len_for(cfg)
-    element = 4 if a.dtype == "float32" else 2
+    element = dtype_bytes(a.dtype)
     arch = gpu.arch if gpu is not None else "ampere"
     return achieved_mfu(tokens, cfg.d_model, peak_flops, gpu.memory_bandwidth_gbps if gpu else None, arch, element)
 
@@ -580,7 +580,7 @@ def dtype_peak_flops(peak_flops: float, dtype: str, gpu: GpuSpec | None) -> floa
     """The peak a ``dtype`` step's matmuls run at on ``gpu``, given its dense 16-bit peak: the fp32 CUDA-core rate
     for a float32 run on a GPU (:func:`~shardscope.contracts.peak_flops.float32_peak_flops`), else ``peak_flops``
     itself (16-bit runs; CPUs, whose peak is measured in the run's own dtype; no GPU named)."""
-    if dtype != "float32" or gpu is None or gpu.family.startswith("CPU"):
+    if dtype != "float32" or gpu is None or gpu.is_cpu:
         return peak_flops
     return min(peak_flops, float32_peak_flops(gpu.reference_name, peak_flops, gpu.arch))
 
@@ -639,7 +639,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     peak_flops = dtype_peak_flops(peak_flops, a.dtype, gpu)
     mfu = compute_mfu(cfg, a, peak_flops, gpu)
     micro_compute = cfg.flops_per_token(seq) * tokens / (peak_flops * mfu) * work_factor(a)
-    element = 4 if a.dtype == "float32" else 2
+    element = dtype_bytes(a.dtype)
     update = optimizer_step_s(strategy, cfg, gpus, gpu, dtype=a.dtype, trainable_fraction=a.trainable_fraction,
                               offload=a.offload_optimizer, ranks_per_host=gpus_per_host,
                               grad_bytes=a.gradient_bytes, param_bytes=element, micro_batches=a.grad_accum,
@@ -666,7 +666,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
     comm = sum(per_phase.values()) + host
     exposed = min(exposed_comm, sum(per_phase.values())) + host
-    if host == 0 and gpu is not None and not gpu.family.startswith("CPU"):
+    if host == 0 and gpu is not None and not gpu.is_cpu:
         # no calibration, on a GPU: the frameworks' host work runs while the GPU works through what it has been
         # given, so it costs the step only where it takes longer than the GPU's compute and exposed communication
         host_s = modeled_host_calls(strategy, cfg) * a.grad_accum * DEFAULT_HOST_CALL_S

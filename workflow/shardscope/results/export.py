@@ -95,10 +95,14 @@ def _tables(con: duckdb.DuckDBPyConnection, folder: Path, fmt: str) -> dict[str,
     return counts
 
 
+def _types(name: str) -> dict[str, str]:
+    """Column name -> DuckDB type of table or view ``name``."""
+    return column_types(name) if name in TABLES else dict(view_columns(name))
+
+
 def _times_as_text(name: str) -> str:
     """`` REPLACE (...)`` writing ``name``'s times as the ISO 8601 text the documents carry (CSV has no time type)."""
-    types = column_types(name) if name in TABLES else dict(view_columns(name))
-    times = [f"{iso_text_sql(column)} AS {column}" for column, sql in types.items() if sql == ZonedTime.sql]
+    times = [f"{iso_text_sql(column)} AS {column}" for column, sql in _types(name).items() if sql == ZonedTime.sql]
     return f" REPLACE ({', '.join(times)})" if times else ""
 
 
@@ -109,7 +113,7 @@ def _write_parquet(con: duckdb.DuckDBPyConnection, name: str, path: Path) -> Non
 
     table = con.sql(f"SELECT * FROM {name}").to_arrow_table()  # a relation: no extra copy of the rows
     docs = column_docs(name)
-    types = column_types(name) if name in TABLES else dict(view_columns(name))
+    types = _types(name)
     fields = []
     for field in table.schema:
         unit, description = docs.get(field.name, (None, None))
