@@ -55,7 +55,11 @@ def test_advise_runs_on_every_real_gpu_topology(file: str) -> None:
 
 def test_single_gpu_and_multi_node() -> None:
     single = advise(topology("topo/18-single-gpu-h100-k8s-pod.txt"), "gpt2-small", 1, gpu_name="H100")
-    assert single.ranking[0].comm_time_s == 0 and "One GPU" in single.explanation[2]
+    # one GPU issues no collectives: what the step has beyond compute is the frameworks' host work alone (which, at
+    # micro-batch 1 of gpt2-small on an H100, outlasts the GPU's few milliseconds)
+    best = single.ranking[0]
+    assert best.messages == () and best.comm_time_s == pytest.approx(best.host_time_s)
+    assert "One GPU" in single.explanation[2]
     multi = advise(preset("dgx-a100"), "mistral-7b", 16)
     assert multi.nodes == 2 and "2 nodes" in multi.explanation[2]
 

@@ -109,6 +109,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=mfu, overlap=overlap,
                                       usable_fraction=args.usable_memory, dtype=args.dtype,
                                       comm_bytes=4 if args.dtype == "float32" else 2,
+                                      reduce_bytes=None if args.reduce_dtype is None else
+                                      (4 if args.reduce_dtype == "float32" else 2),
                                       checkpointing=args.activation_checkpointing,
                                       trainable_fraction=args.trainable_fraction,
                                       offload_optimizer=args.offload_optimizer)
@@ -398,6 +400,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: --micro-batch, no accumulation)")
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
+    p.add_argument("--reduce-dtype", choices=("float32", "bfloat16", "float16"),
+                   help="dtype every strategy reduces gradients in (default: each framework's own: DDP under "
+                        "autocast float32, the parameters' dtype; DeepSpeed and FSDP the training dtype)")
     _topology_args(p)
     p.set_defaults(func=_cmd_advise)
 

@@ -70,7 +70,9 @@ from shardscope.contracts.names import GROUPED_STRATEGIES, OPS, STRATEGIES
 from shardscope.contracts.peak_flops import float32_peak_flops
 from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS, dtype_bytes
 from shardscope.costmodel.hardware import GpuSpec
-from shardscope.costmodel.optimizer_step import optimizer_step_s
+from shardscope.costmodel.elementwise import elementwise_bytes
+from shardscope.costmodel.memory_peak import compute_policy
+from shardscope.costmodel.optimizer_step import STREAM_SHARE, optimizer_step_s
 
 #: A constant model FLOPs utilisation, for callers that want one (``--mfu``): PaLM reports 46.2% MFU training 540B
 #: on TPU v4 (Chowdhery et al. 2022, Table 3). The step model's default is the curve of :func:`achieved_mfu`.
@@ -95,16 +97,28 @@ class EfficiencyPoint:
     peak_flops: float
     memory_gbps: float
     source: str
+    model: ModelConfig | None = None
+    """The run's model, whose non-matmul traffic (:mod:`shardscope.costmodel.elementwise`) is part of its step."""
+    seq_len: int = 2048
+    policy: str = "bf16"
+    """Its compute policy: llm-foundry's FSDP ``mixed_precision: PURE`` holds the gathered weights in bf16."""
 
 
+#: MPT-7B as llm-foundry trains it (github.com/mosaicml/llm-foundry, scripts/train/yamls/pretrain/mpt-7b.yaml):
+#: 32 blocks of width 4096, 32 heads, a GELU MLP of 4 x the width (``expansion_ratio: 4``), a vocabulary padded to
+#: 50,432, tied embeddings, sequence 2048.
+MPT_7B = ModelConfig(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=32, d_ff=16384, vocab_size=50432,
+                     max_seq_len=2048, tie_embeddings=True, mlp="gelu")
 #: The published runs the compute curve passes through, per GPU class: MosaicML's llm-foundry throughput tables
 #: (github.com/mosaicml/llm-foundry, scripts/train/benchmarking/README.md), MPT-7B (d_model 4096), seq 2048,
 #: micro-batch 6, 8 GPUs, FSDP FULL_SHARD, bf16, no activation checkpointing (so model FLOPs = hardware FLOPs).
 PUBLISHED_EFFICIENCY: dict[str, EfficiencyPoint] = {
     "ampere": EfficiencyPoint(0.6423, 6 * 2048, 4096, 312e12, 2039.0,
-                              "llm-foundry benchmarking README, 'A100 80GB' table, 7b / 2048 / mb 6: MFU 64.23%"),
+                              "llm-foundry benchmarking README, 'A100 80GB' table, 7b / 2048 / mb 6: MFU 64.23%",
+                              MPT_7B),
     "hopper": EfficiencyPoint(0.4644, 6 * 2048, 4096, 989.4e12, 3350.0,
-                              "llm-foundry benchmarking README, 'H100 80GB BF16' table, 7b / 2048 / mb 6: MFU 46.44%"),
+                              "llm-foundry benchmarking README, 'H100 80GB BF16' table, 7b / 2048 / mb 6: MFU 46.44%",
+                              MPT_7B),
 }
 #: GPU classes without a published point of their own borrow the nearest one's ceiling (an assumption, stated):
 #: Hopper's for the generations whose peak outgrew memory bandwidth as Hopper's did (Blackwell, CDNA 3), Ampere's
@@ -203,7 +217,8 @@ class StepAssumptions:
 
     @property
     def gradient_bytes(self) -> int:
-        """Bytes per gradient element on the wire."""
+        """Bytes per gradient element on the wire where no strategy is named: the given reduce dtype's, else the
+        gather dtype's (:func:`gradient_wire_bytes` gives a strategy's own)."""
         return self.reduce_bytes or self.comm_bytes
 
     def seq_len_for(self, cfg: ModelConfig) -> int:
@@ -213,6 +228,19 @@ class StepAssumptions:
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary, stored with every prediction."""
         return asdict(self)
+
+
+def gradient_wire_bytes(strategy: str, a: StepAssumptions) -> int:
+    """Bytes per gradient element ``strategy`` reduces: the run's reduce dtype where given (``reduce_bytes``), else
+    its framework's default. torch DDP all-reduces each parameter's ``.grad``, whose dtype is the parameter's: fp32
+    under autocast, whatever dtype the matmuls ran in (a communication hook such as ``bf16_compress_hook`` is a
+    choice a run states); DeepSpeed reduces in its engine's dtype (``communication_data_type`` defaults to it) and
+    FSDP in ``MixedPrecisionPolicy.reduce_dtype``, which defaults to the parameter dtype it gathers in."""
+    if a.reduce_bytes:
+        return a.reduce_bytes
+    if compute_policy(strategy, a.dtype, a.trainable_fraction < 1) == "autocast":
+        return 4
+    return a.comm_bytes
 
 
 @dataclass(frozen=True)
@@ -317,20 +345,81 @@ def roofline_share(tokens: int, width: int, peak_flops: float, memory_bytes_s: f
     return intensity / (intensity + peak_flops / memory_bytes_s)
 
 
-def achieved_mfu(tokens: int, width: int, peak_flops: float, memory_gbps: float | None, arch: str = "ampere",
-                 element_bytes: int = 2) -> float:
-    """Modeled MFU of a micro-batch of ``tokens`` tokens per GPU on a model of hidden size ``width``.
+def _ceiling(point: EfficiencyPoint) -> float:
+    """The matmul-efficiency ceiling of ``point``'s GPU class: what the roofline share is multiplied by so that the
+    published run's whole micro-batch (its matmuls at ``ceiling x roofline share`` of the peak, plus its non-matmul
+    traffic at :data:`~shardscope.costmodel.optimizer_step.STREAM_SHARE` of the bandwidth) takes as long as its
+    published MFU says."""
+    share = roofline_share(point.tokens, point.width, point.peak_flops, point.memory_gbps * 1e9)
+    if point.model is None:
+        return point.mfu / share
+    flops = point.model.flops_per_token(point.seq_len) * point.tokens
+    traffic = elementwise_bytes(point.model, point.tokens, point.policy)
+    matmul_s = flops / (point.peak_flops * point.mfu) - traffic / (point.memory_gbps * 1e9 * STREAM_SHARE)
+    return flops / (point.peak_flops * matmul_s) / share
 
-    A published efficiency ceiling times the roofline: ``ceiling · roofline_share(T, h)``, where the ceiling is the
-    GPU class's published MFU (:data:`PUBLISHED_EFFICIENCY`) divided by the roofline share at that run's own shape
-    and GPU, so the curve passes through the published run and rises with the tokens per micro-batch and the width
-    (a larger micro-batch, or a wider model, keeps the matmuls further above the ridge point). ``memory_gbps`` None
-    (a GPU without a datasheet bandwidth here): the published GPU's ratio of peak to bandwidth is assumed.
+
+def matmul_efficiency(tokens: int, width: int, peak_flops: float, memory_gbps: float | None, arch: str = "ampere",
+                      element_bytes: int = 2) -> float:
+    """Share of the peak a transformer's matmuls reach at ``tokens`` per micro-batch on a model of hidden size
+    ``width``: a published efficiency ceiling times the roofline, ``ceiling · roofline_share(T, h)``.
+
+    The ceiling is the GPU class's published run (:data:`PUBLISHED_EFFICIENCY`) solved for its matmuls alone
+    (:func:`_ceiling`: its MFU less the time its non-matmul traffic takes), so the curve passes through the published
+    run and rises with the tokens per micro-batch and the width (a larger micro-batch, or a wider model, keeps the
+    matmuls further above the ridge point). ``memory_gbps`` None (a GPU without a datasheet bandwidth here): the
+    published GPU's ratio of peak to bandwidth is assumed.
     """
     point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(arch, "ampere")]
-    ceiling = point.mfu / roofline_share(point.tokens, point.width, point.peak_flops, point.memory_gbps * 1e9)
     bandwidth = memory_gbps * 1e9 if memory_gbps else peak_flops * point.memory_gbps * 1e9 / point.peak_flops
-    return min(1.0, ceiling * roofline_share(tokens, width, peak_flops, bandwidth, element_bytes))
+    return min(1.0, _ceiling(point) * roofline_share(tokens, width, peak_flops, bandwidth, element_bytes))
+
+
+def bandwidth_bytes_s(peak_flops: float, gpu: GpuSpec | None) -> float:
+    """The device-memory bandwidth the step model streams at: the GPU's datasheet figure, else (no GPU named, or
+    none in the table) its curve's published GPU's ratio of bandwidth to peak, at this peak."""
+    if gpu is not None and gpu.memory_bandwidth_gbps:
+        return gpu.memory_bandwidth_gbps * 1e9
+    point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(gpu.arch if gpu else "ampere", "ampere")]
+    return peak_flops * point.memory_gbps * 1e9 / point.peak_flops
+
+
+def streams_traffic(a: StepAssumptions, gpu: GpuSpec | None) -> bool:
+    """Whether the step model times the non-matmul traffic apart: on a GPU (or none named) under the default curve;
+    a given or calibrated MFU already holds it (it was measured on whole steps), and a CPU's rate is calibrated."""
+    return a.mfu is None and not (gpu is not None and gpu.is_cpu)
+
+
+def micro_batch_compute_s(strategy: str, cfg: ModelConfig, a: StepAssumptions, peak_flops: float,
+                          gpu: GpuSpec | None = None, bandwidth: float | None = None) -> tuple[float, float]:
+    """(seconds, MFU) of one micro-batch's forward and backward on one GPU: its matmul FLOPs (:meth:`ModelConfig.
+    flops_per_token` x tokens x :func:`work_factor`) at :func:`compute_mfu` of ``peak_flops``, plus, under the
+    default curve (:func:`streams_traffic`), the bytes its other ops stream (:func:`~shardscope.costmodel.
+    elementwise.elementwise_bytes` in the strategy's :func:`~shardscope.costmodel.memory_peak.compute_policy`, a
+    recomputed forward under full checkpointing) at :data:`STREAM_SHARE` of the bandwidth. The MFU is the whole
+    micro-batch's: the FLOPs it computes (a recomputed forward included) over the peak times its seconds, so it is
+    :func:`compute_mfu` itself where no traffic is timed apart. ``bandwidth`` (bytes/s): :func:`bandwidth_bytes_s`
+    of the GPU's 16-bit peak where ``peak_flops`` is another dtype's."""
+    seq = a.seq_len_for(cfg)
+    tokens = a.micro_batch * seq
+    flops = cfg.flops_per_token(seq) * tokens
+    seconds = flops / (peak_flops * compute_mfu(cfg, a, peak_flops, gpu)) * work_factor(a)
+    if streams_traffic(a, gpu):
+        policy = compute_policy(strategy, a.dtype, a.trainable_fraction < 1)
+        traffic = elementwise_bytes(cfg, tokens, policy, recompute=a.checkpointing == "full",
+                                    cast_share=a.trainable_fraction)
+        seconds += traffic / ((bandwidth or bandwidth_bytes_s(peak_flops, gpu)) * STREAM_SHARE)
+    return seconds, flops * work_factor(a) / (peak_flops * seconds)
+
+
+def achieved_mfu(cfg: ModelConfig, tokens: int, seq_len: int, peak_flops: float, gpu: GpuSpec | None = None,
+                 strategy: str = "fsdp", dtype: str = "bfloat16") -> float:
+    """Modeled MFU of a micro-batch of ``tokens`` tokens of ``seq_len`` on ``cfg`` (no checkpointing), by
+    :func:`micro_batch_compute_s`: its matmuls on the roofline curve and its other ops at the memory's bandwidth,
+    so it rises with the tokens per micro-batch and the width, and is lower in autocast (``ddp``) than in a model
+    held in 16 bits."""
+    a = StepAssumptions(micro_batch=max(1, tokens // seq_len), seq_len=seq_len, dtype=dtype)
+    return micro_batch_compute_s(strategy, cfg, a, peak_flops, gpu)[1]
 
 
 def unit_params(cfg: ModelConfig) -> list[int]:
@@ -355,7 +444,7 @@ def ddp_buckets(cfg: ModelConfig, a: StepAssumptions, grads: int) -> list[Messag
     larger than ``bucket_cap_mb`` fills that bucket alone (the Reducer closes a bucket once a parameter takes it
     past the cap); the rest go in equal buckets before it. A frozen embedding (LoRA-style) sends nothing.
     """
-    embedding = cfg.vocab_size * cfg.d_model * a.gradient_bytes if a.trainable_fraction >= 1 else 0
+    embedding = cfg.vocab_size * cfg.d_model * gradient_wire_bytes("ddp", a) if a.trainable_fraction >= 1 else 0
     if embedding <= a.ddp_bucket_bytes or embedding >= grads:
         return _buckets("all_reduce", grads, a.ddp_bucket_bytes, "backward", per_micro_step=False)
     return (_buckets("all_reduce", grads - embedding, a.ddp_bucket_bytes, "backward", per_micro_step=False)
@@ -390,7 +479,7 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int 
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    e, g = a.comm_bytes, a.gradient_bytes
+    e, g = a.comm_bytes, gradient_wire_bytes(strategy, a)
     grads, params = int(cfg.param_count() * a.trainable_fraction) * g, cfg.param_count() * e
     if strategy == "ddp":  # gradients synchronised in the last micro-batch only (no_sync before it)
         return ddp_buckets(cfg, a, grads)
@@ -566,14 +655,16 @@ def scheduled_exposed_s(compute_s: float, messages: list[Message] | tuple[Messag
 
 
 def compute_mfu(cfg: ModelConfig, a: StepAssumptions, peak_flops: float, gpu: GpuSpec | None = None) -> float:
-    """The MFU of one micro-batch: ``a.mfu`` where given or calibrated, else :func:`achieved_mfu` at the tokens per
-    micro-batch and the model's width on ``gpu`` (its datasheet bandwidth and class; Ampere's curve without one)."""
+    """The share of the peak one micro-batch's matmuls run at: ``a.mfu`` where given or calibrated (then of the whole
+    micro-batch), else :func:`matmul_efficiency` at the tokens per micro-batch and the model's width on ``gpu`` (its
+    datasheet bandwidth and class; Ampere's curve without one)."""
     if a.mfu is not None:
         return a.mfu
     tokens = a.micro_batch * a.seq_len_for(cfg)
     element = dtype_bytes(a.dtype)
     arch = gpu.arch if gpu is not None else "ampere"
-    return achieved_mfu(tokens, cfg.d_model, peak_flops, gpu.memory_bandwidth_gbps if gpu else None, arch, element)
+    return matmul_efficiency(tokens, cfg.d_model, peak_flops, gpu.memory_bandwidth_gbps if gpu else None, arch,
+                             element)
 
 
 def dtype_peak_flops(peak_flops: float, dtype: str, gpu: GpuSpec | None) -> float:
@@ -636,13 +727,13 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     a = a or StepAssumptions()
     seq = a.seq_len_for(cfg)
     tokens = a.micro_batch * seq
+    bandwidth = bandwidth_bytes_s(peak_flops, gpu)
     peak_flops = dtype_peak_flops(peak_flops, a.dtype, gpu)
-    mfu = compute_mfu(cfg, a, peak_flops, gpu)
-    micro_compute = cfg.flops_per_token(seq) * tokens / (peak_flops * mfu) * work_factor(a)
+    micro_compute, mfu = micro_batch_compute_s(strategy, cfg, a, peak_flops, gpu, bandwidth)
     element = dtype_bytes(a.dtype)
     update = optimizer_step_s(strategy, cfg, gpus, gpu, dtype=a.dtype, trainable_fraction=a.trainable_fraction,
                               offload=a.offload_optimizer, ranks_per_host=gpus_per_host,
-                              grad_bytes=a.gradient_bytes, param_bytes=element, micro_batches=a.grad_accum,
+                              grad_bytes=gradient_wire_bytes(strategy, a), param_bytes=element, micro_batches=a.grad_accum,
                               shard_group=shard_group)
     compute = micro_compute * a.grad_accum + update
     if gpus < 2:

@@ -1,0 +1,93 @@
+"""Modeled memory traffic of the ops of a training step that are not matmuls: the bandwidth-bound part of compute.
+
+A step's matmuls run near the GPU's FLOP peak; everything else an eager step does (norms, rotary, the MLP's
+activation and product, residual adds, autocast's casts, the loss, and the backward of each) streams its tensors
+through memory once per op. Those bytes cost ``bytes / (bandwidth x share)`` whatever the FLOP peak, so they are a
+small part of a float32 step on CUDA cores and a large part of a 16-bit step on tensor cores: the reason measured
+16-bit speed-ups are 1.5-3x where the two peaks are 8x apart, and the reason autocast (fp32 residual stream and
+norms, a bf16 cast of every matmul input and weight) is slower than a model held in 16 bits (DeepSpeed's engine,
+FSDP's mixed precision).
+
+The coefficients are traced, not fitted to any timing: :func:`shardscope.training.kernel_traffic.traced_traffic`
+ran this project's decoder (:class:`shardscope.training.model.GPT`, eager PyTorch, SDPA attention) forward and
+backward on CPU under a ``TorchDispatchMode`` that adds up the input and output bytes of every op that is neither
+a view nor a matmul, at 1 and 2 blocks and 128 and 512 tokens, on five shapes (widths 256-512, 1-4 KV-head ratios,
+MLPs of 2-4x the width), and solved per token and block for ``c_h·h + c_kv·kv + c_f·f + c_a·a`` (``kv`` the KV
+width, ``f`` the MLP's inner size, ``a`` the heads; every residual under 0.01%), and outside the blocks for
+``c_V·V + c_h·h`` (embedding, final norm, head, loss). ``tests/training/test_kernel_traffic.py`` traces shapes none
+of these were read from and compares. What the coefficients describe is an eager step as PyTorch runs it without
+fusion (no ``torch.compile``, no fused norm or rotary kernels); a fused or compiled step moves fewer bytes, which
+the published efficiency point the matmul ceiling is anchored to absorbs (:func:`shardscope.costmodel.step.achieved_mfu`).
+
+Every number here is modeled. Torch-free.
+"""
+
+from __future__ import annotations
+
+from shardscope.contracts.models import ModelConfig
+
+#: Bytes per token per block of the non-matmul ops, forward and backward together, as
+#: ``(c_h, c_kv, c_f, c_a)`` per (compute policy, MLP kind); see the module docstring for how they were traced.
+#: ``fp32``: a float32 model; ``autocast``: fp32 weights under bf16 autocast (DDP); ``bf16``: weights held in bf16
+#: (DeepSpeed's engine, FSDP's ``MixedPrecisionPolicy``), whose norms still upcast to fp32 inside.
+BLOCK_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float]] = {
+    ("fp32", "swiglu"): (427.8, 108.1, 56.1, 13.0),
+    ("autocast", "swiglu"): (429.8, 54.1, 28.1, 13.0),
+    ("bf16", "swiglu"): (365.8, 54.1, 28.1, 13.0),
+    ("fp32", "gelu"): (415.8, 108.1, 20.1, 13.0),
+    ("autocast", "gelu"): (405.8, 54.1, 10.1, 13.0),
+    ("bf16", "gelu"): (359.8, 54.1, 10.1, 13.0),
+}
+#: The forward's share of :data:`BLOCK_BYTES_PER_TOKEN` (traced the same way): what full activation checkpointing
+#: streams a second time when backward recomputes each block.
+BLOCK_FORWARD_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float]] = {
+    ("fp32", "swiglu"): (123.9, 36.0, 20.0, 5.2),
+    ("autocast", "swiglu"): (121.9, 18.0, 10.0, 5.2),
+    ("bf16", "swiglu"): (117.9, 18.0, 10.0, 5.2),
+    ("fp32", "gelu"): (123.9, 36.0, 8.0, 5.2),
+    ("autocast", "gelu"): (115.9, 18.0, 4.0, 5.2),
+    ("bf16", "gelu"): (117.9, 18.0, 4.0, 5.2),
+}
+#: Bytes per token outside the blocks, forward and backward, as ``(c_V, c_h)``: the embedding's lookup and its
+#: gradient, the final norm, and the loss's passes over the logits (cast to fp32, log-softmax and its backward).
+OUTSIDE_BYTES_PER_TOKEN: dict[str, tuple[float, float]] = {
+    "fp32": (32.0, 132.4), "autocast": (44.0, 144.4), "bf16": (44.0, 142.4),
+}
+#: Bytes per weight per micro-batch that autocast adds: each fp32 weight cast to bf16 in forward (read 4, write 2)
+#: and its bf16 gradient cast back to fp32 in backward (read 2, write 4); traced as 12.2-12.5 bytes per block weight.
+AUTOCAST_WEIGHT_CAST_BYTES = 12
+#: Passes over the ``V x h`` embedding per micro-batch in backward, each of the parameters' element size: the lookup's
+#: dense gradient, zero-filled and then accumulated into (2), and with tied embeddings also the head's weight gradient
+#: added into it (3 more: read both, write one). Traced as 8 and 20 bytes per embedding weight in fp32, 4 and 10 in
+#: bf16 (autocast: fp32, beside its casts).
+EMBEDDING_GRAD_PASSES = {False: 2, True: 5}
+
+
+def _dot(coefficients: tuple[float, ...], values: tuple[int, ...]) -> float:
+    return sum(c * v for c, v in zip(coefficients, values, strict=True))
+
+
+def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: bool = False,
+                      cast_share: float = 1.0) -> float:
+    """Bytes the non-matmul ops of one micro-batch of ``tokens`` tokens stream through GPU memory, forward and
+    backward, in compute ``policy`` (``fp32``, ``autocast`` or ``bf16``): every block's, the ops outside the blocks,
+    a recomputed forward of every block under full checkpointing (``recompute``), the embedding's gradient (none when
+    frozen weights, ``cast_share`` below 1, leave the embedding untrained) and autocast's weight casts
+    (``cast_share``: the share of the weights held in fp32 that it casts)."""
+    key = (policy, cfg.mlp)
+    if key not in BLOCK_BYTES_PER_TOKEN:
+        raise ValueError(f"no traced traffic for compute policy {policy!r} and MLP {cfg.mlp!r}")
+    shape = (cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ff, cfg.n_heads)
+    per_token = _dot(BLOCK_BYTES_PER_TOKEN[key], shape)
+    if recompute:
+        per_token += _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)
+    per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[policy], (cfg.vocab_size, cfg.d_model))
+    per_batch = 0.0
+    if cast_share >= 1:
+        element = 2 if policy == "bf16" else 4
+        per_batch += EMBEDDING_GRAD_PASSES[cfg.tie_embeddings] * element * cfg.vocab_size * cfg.d_model
+    casts = 0.0
+    if policy == "autocast":
+        weights = cfg.n_layers * cfg.block_matmul_params() + cfg.vocab_size * cfg.d_model
+        casts = AUTOCAST_WEIGHT_CAST_BYTES * weights * cast_share
+    return per_token * tokens + per_batch + casts
