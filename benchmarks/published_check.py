@@ -7,7 +7,7 @@ SOURCES.md beside it). For every run of every case it asks the model the questio
 advise --json`` for cases with a speed measurement, ``shardscope memory --json`` for memory-only cases, with the
 case's machine (a ``preset:`` topology or a synthetic one written to a temporary file), GPU, model (an HF-style
 JSON object of dimensions, or a preset), micro-batch, sequence length and the run's flags (``--dtype``,
-``--activation-checkpointing``, ``--global-batch``, ``--transport``, ``--trainable-fraction``,
+``--activation-checkpointing``, ``--global-batch``, ``--grad-accum``, ``--transport``, ``--trainable-fraction``,
 ``--offload-optimizer``). A flag the installed command does not have (``unrecognized arguments``) is dropped and
 the run retried; each lost flag is printed with its case. Where the command refuses the HF-style JSON object, the
 same config goes as a ``config.json`` path, then in shardscope's own field names, and (``advise`` only) at last to
@@ -154,6 +154,8 @@ class Answer:
     lost: list[str] = field(default_factory=list)
     """Flags the installed command did not take (dropped), or values it took in another form."""
     allocated_bytes: float | None = None
+    device_bytes: float | None = None
+    """The peak as nvidia-smi sees it: the allocator's peak and the CUDA context and NCCL buffers beside it."""
 
 
 def _topology_arg(case: Mapping[str, Any], workdir: Path) -> tuple[str, list[str]]:
@@ -194,6 +196,8 @@ def _flag_pairs(run: Mapping[str, Any]) -> list[tuple[str, str]]:
     pairs = [("--dtype", run["dtype"]), ("--activation-checkpointing", "full" if ac == "selective" else ac)]
     if run.get("global_batch"):
         pairs.append(("--global-batch", str(run["global_batch"])))
+    if run.get("grad_accum", 1) > 1:
+        pairs.append(("--grad-accum", str(run["grad_accum"])))
     if run.get("transport", "default") != "default":
         pairs.append(("--transport", run["transport"]))
     if run.get("trainable_fraction") is not None:
@@ -353,8 +357,10 @@ def answer_from_advise(doc: Mapping[str, Any], strategy: str, seq_len: int, micr
         per_step = entry.get("tokens_per_step") or mb * seq_len * entry.get("gpus", 1)
         tokens = per_step * (entry.get("grad_accum") or 1) / step
     allocated, _ = _entry_number(entry, "allocated_peak_bytes", "peak_allocated_bytes")
+    device, _ = _entry_number(entry, "device_bytes")
     return Answer(fits=entry.get("fits"), peak_bytes=peak, peak_key=key, tokens_per_s=tokens, step_time_s=step,
-                  micro_batch=mb, seconds=seconds, route=route, lost=lost, allocated_bytes=allocated)
+                  micro_batch=mb, seconds=seconds, route=route, lost=lost, allocated_bytes=allocated,
+                  device_bytes=device)
 
 
 def answer_from_memory(rows: Sequence[Mapping[str, Any]], strategy: str, seconds: float, route: str,
@@ -365,7 +371,8 @@ def answer_from_memory(rows: Sequence[Mapping[str, Any]], strategy: str, seconds
     allocated = (row.get("peak") or {}).get("allocated_peak_bytes")
     return Answer(fits=row.get("peak_fits", row.get("fits")), peak_bytes=peak, peak_key="peak.peak_bytes",
                   tokens_per_s=None, step_time_s=None, micro_batch=row.get("micro_batch"), seconds=seconds,
-                  route=route, lost=lost, allocated_bytes=allocated)
+                  route=route, lost=lost, allocated_bytes=allocated,
+                  device_bytes=(row.get("peak") or {}).get("device_bytes"))
 
 
 def library_advise(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path) -> Answer:
@@ -537,6 +544,8 @@ class RunResult:
             return None, "-"
         if self.memory_basis == "allocated" and a.allocated_bytes is not None:
             return a.allocated_bytes, "allocated_peak_bytes"
+        if self.memory_basis == "nvidia-smi" and a.device_bytes is not None:
+            return a.device_bytes, "device_bytes"
         return a.peak_bytes, a.peak_key
 
 

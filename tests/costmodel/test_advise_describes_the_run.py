@@ -44,6 +44,39 @@ def test_hf_config_in_advise_and_memory(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 0 and json.loads(out)[0]["model"] == "gpt2"
 
 
+def test_a_config_json_object_on_the_command_line_is_read_as_the_file_would_be(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model '{...}'`` with a config.json's own keys: the same shape as the file (the keys a user copies from the
+    Hub), named by its model type."""
+    doc = (HF / "llama-3.2-1b" / "config.json").read_text()
+    by_object = _advise(capsys, "--model", doc, "--gpus", "8", *H100, "--seq-len", "2048")
+    by_path = _advise(capsys, "--model", str(HF / "llama-3.2-1b" / "config.json"), "--gpus", "8", *H100,
+                      "--seq-len", "2048")
+    assert _peaks(by_object) == _peaks(by_path) and by_object["model"] == "llama"
+
+
+@pytest.mark.parametrize(("hf", "layers", "d_ff", "mlp"), [
+    ({"model_type": "t5", "d_model": 1024, "num_layers": 24, "num_decoder_layers": 24, "num_heads": 16, "d_kv": 64,
+      "d_ff": 4096, "vocab_size": 32128, "feed_forward_proj": "relu"}, 48, 4096, "gelu"),
+    ({"model_type": "t5", "d_model": 768, "num_layers": 12, "num_heads": 12, "d_kv": 64, "d_ff": 2048,
+      "vocab_size": 250112, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}, 24, 2048, "swiglu"),
+    ({"model_type": "blenderbot", "d_model": 1280, "encoder_layers": 2, "decoder_layers": 12,
+      "encoder_attention_heads": 32, "encoder_ffn_dim": 5120, "vocab_size": 8008, "activation_function": "gelu",
+      "max_position_embeddings": 128}, 14, 5120, "gelu"),
+    ({"model_type": "deberta-v2", "hidden_size": 1536, "num_hidden_layers": 24, "num_attention_heads": 24,
+      "intermediate_size": 6144, "vocab_size": 128100, "hidden_act": "gelu", "max_position_embeddings": 512},
+     24, 6144, "gelu"),
+], ids=["t5-large", "mt5-base-gated", "blenderbot-400m", "deberta-v2-xlarge"])
+def test_encoders_and_encoder_decoders_stand_as_one_decoder_of_all_their_layers(hf: dict, layers: int, d_ff: int,
+                                                                              mlp: str) -> None:
+    """T5's ``num_layers`` + ``num_decoder_layers`` (the decoder's defaulting to the encoder's), BART/BlenderBot's
+    ``encoder_layers`` + ``decoder_layers``; T5's ``feed_forward_proj`` says whether its MLP is gated; the encoder
+    families' GELU MLPs are ungated (the dimensions as the cases of tests/data/published write them)."""
+    from shardscope.contracts.models import resolve_model
+
+    _, cfg = resolve_model(hf)
+    assert (cfg.n_layers, cfg.d_ff, cfg.mlp) == (layers, d_ff, mlp)
+
+
 @pytest.mark.parametrize(("model", "fragment"), [
     ('{"preset": "tiny", "n_layers": 0}', "n_layers must be a positive integer"),
     ('{"preset": "tiny", "n_heads": 3}', "divisible by model.n_heads"),
@@ -144,3 +177,58 @@ def test_advise_answers_in_under_a_second_of_cpu() -> None:
     start = time.process_time()
     assert main(["advise", "--model", "mistral-7b", "--gpus", "8", *H100, "--global-batch", "64", "--json"]) == 0
     assert time.process_time() - start < 1.0
+
+
+def test_grad_accum_describes_the_runs_accumulation_and_excludes_global_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--grad-accum K`` keeps the given micro-batch and accumulates K of it per optimizer step, for every strategy:
+    DeepSpeed ZeRO-2 reduces in every micro-batch, ZeRO-1 once a step, so accumulation slows ZeRO-2 against ZeRO-1
+    (BELLE's issue #402 measured that). With ``--global-batch`` (each strategy's own accumulation) it is refused."""
+    shape = ["--model", "llama-1b", "--gpus", "2", "--topology", "preset:pcie-l40s", "--micro-batch", "1",
+             "--seq-len", "1024", "--strategies", "zero1,zero2"]
+    once = {r["strategy"]: r for r in _advise(capsys, *shape)["ranking"]}
+    accum = {r["strategy"]: r for r in _advise(capsys, *shape, "--grad-accum", "4")["ranking"]}
+    assert {(r["micro_batch"], r["grad_accum"]) for r in accum.values()} == {(1, 4)}
+    assert once["zero1"]["step_time_s"] == pytest.approx(once["zero2"]["step_time_s"])
+    assert accum["zero2"]["step_time_s"] > 1.2 * accum["zero1"]["step_time_s"]
+    assert accum["zero1"]["tokens_per_s"] > once["zero1"]["tokens_per_s"]  # the update and reduction spread
+    code, out, err = _run(capsys, "advise", *shape, "--grad-accum", "4", "--global-batch", "8")
+    assert code == 2 and out == "" and "--grad-accum" in err and len(err.strip().splitlines()) == 1
+
+
+def test_each_entry_says_the_peak_on_the_allocators_basis_and_as_nvidia_smi_sees_it(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _advise(capsys, "--model", "llama-1b", "--gpus", "8", *H100)
+    for entry in doc["ranking"]:
+        assert entry["device_bytes"] > entry["peak_bytes"]  # the CUDA context and NCCL's buffers beside it
+    code, out, _ = _run(capsys, "memory", "--model", "llama-1b", "--gpus", "8", "--json", "--no-deepspeed-estimate")
+    by_memory = {r["strategy"]: r["peak"]["device_bytes"] for r in json.loads(out)}
+    assert {e["strategy"]: e["device_bytes"] for e in doc["ranking"]}.items() <= by_memory.items()
+
+
+def test_an_hf_config_without_tie_word_embeddings_takes_its_familys_default() -> None:
+    """transformers' PretrainedConfig ties by default (GPT-2, BLOOM, Gemma, T5); Llama's, Mistral's, Qwen's and
+    GPT-NeoX's config classes set it false."""
+    from shardscope.contracts.models import resolve_model
+
+    dims = {"hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
+            "vocab_size": 1000}
+    assert resolve_model({**dims, "model_type": "bloom"})[1].tie_embeddings is True
+    assert resolve_model({**dims, "model_type": "llama"})[1].tie_embeddings is False
+    assert resolve_model({**dims, "model_type": "qwen3"})[1].tie_embeddings is False
+    assert resolve_model({**dims, "model_type": "llama", "tie_word_embeddings": True})[1].tie_embeddings is True
+
+
+def test_heads_wider_than_the_width_are_described_not_refused() -> None:
+    """Qwen3-32B (64 heads of 128 on a width of 5120) and T5-3B (``d_kv`` 128 x 32 heads on 1024): the queries are
+    ``n_heads x head_size`` wide, the parameters counted with them; a shape whose heads divide the width stores no
+    head size (its specs and job ids stay as they were)."""
+    from shardscope.contracts.models import resolve_model
+
+    _, qwen = resolve_model({"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 64,
+                             "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                             "intermediate_size": 25600, "vocab_size": 151936, "tie_word_embeddings": False})
+    assert (qwen.head_size, qwen.q_dim) == (128, 8192)
+    assert qwen.param_count() == pytest.approx(32.76e9, rel=0.01)  # Qwen3-32B: 32.8 B published
+    _, llama = resolve_model({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                              "num_attention_heads": 32, "head_dim": 128, "intermediate_size": 11008,
+                              "vocab_size": 32000})
+    assert llama.head_size is None and "head_size" not in llama.to_dict()

@@ -192,14 +192,21 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: x1.52, worst absolute throughput x4.2 -> x2.5; the defaults' absolute median x1.05 -> x1.07 and worst x1.07 ->
 #: x1.12 (torchtitan's Llama 3.1 8B on H100, asked with full checkpointing for its selective one: the matmul ceiling
 #: the published MPT-7B run now implies once its own traffic is taken out is higher, 5940 -> 6241 tokens/s against
-#: 5762 measured).
+#: 5762 measured). Then the HF keys read as given (encoder-decoders' layers together, T5's and BlenderBot's
+#: ungated MLPs, T5-3B's and Qwen3-32B's heads wider than the width over their count, where before the SwiGLU of the
+#: same weights stood in): runs that ran but were predicted not to fit 8 -> 6 of 40 held-out, the all-split median
+#: ratio x1.47 -> x1.48 (T5-large's runs, now priced with a GELU MLP's traffic). Then a new held-out source, BELLE's
+#: issue #402 (BLOOM-560M/1B1, ZeRO-1/2/3 on 2x TITAN RTX, asked with the run's --grad-accum 4): its 9 runs' order is
+#: all right (held-out top-1 6/8 -> 9/11, pairwise 45/54 -> 54/63), but its nvidia-smi memory is 17-30% above the
+#: modeled device bytes, so the held-out memory median is pinned 0.22 -> 0.24 and the absolute median x1.11 -> x1.16:
+#: new measurements, not a change of the model.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.24, "memory_median": 0.13,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.08, "absolute_worst": 1.12},
-    "held_out": {"top1": 0.75, "pairwise": 0.83, "ratio_median": 1.52, "ratio_worst": 2.94, "memory_median": 0.22,
-                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 8, "absolute_median": 1.11, "absolute_worst": 2.48},
-    "all": {"top1": 0.77, "pairwise": 0.83, "ratio_median": 1.47, "ratio_worst": 2.94, "memory_median": 0.21,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 8, "absolute_median": 1.1, "absolute_worst": 2.48},
+    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.43, "ratio_worst": 2.94, "memory_median": 0.24,
+                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 6, "absolute_median": 1.16, "absolute_worst": 2.48},
+    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.4, "ratio_worst": 2.94, "memory_median": 0.22,
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 6, "absolute_median": 1.11, "absolute_worst": 2.48},
 }
 
 

@@ -43,6 +43,8 @@ SHAPES = {
                                    max_seq_len=SEQ, mlp="gelu"),
     "swiglu-tied-gqa-wide-vocab": ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=176,
                                               vocab_size=4000, max_seq_len=SEQ, tie_embeddings=True),
+    "wide-heads": ModelConfig(n_layers=2, d_model=96, n_heads=4, n_kv_heads=2, d_ff=256, vocab_size=400,
+                              max_seq_len=SEQ, head_size=40),
 }
 
 

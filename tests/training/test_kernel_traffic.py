@@ -18,11 +18,13 @@ UNSEEN = [
     ModelConfig(n_layers=3, d_model=320, n_heads=5, n_kv_heads=1, d_ff=960, vocab_size=777, max_seq_len=512),
     ModelConfig(n_layers=2, d_model=448, n_heads=7, n_kv_heads=7, d_ff=1792, vocab_size=1500, max_seq_len=512,
                 mlp="gelu", tie_embeddings=True),
+    ModelConfig(n_layers=2, d_model=288, n_heads=6, n_kv_heads=2, d_ff=800, vocab_size=640, max_seq_len=512,
+                head_size=80),
 ]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("cfg", UNSEEN, ids=["swiglu-mqa", "gelu-tied"])
+@pytest.mark.parametrize("cfg", UNSEEN, ids=["swiglu-mqa", "gelu-tied", "wide-heads"])
 def test_a_micro_batch_streams_what_the_coefficients_say(cfg: ModelConfig, policy: str) -> None:
     forward, backward = traced_traffic(cfg, micro_batch=3, seq_len=96, policy=policy)
     assert elementwise_bytes(cfg, 3 * 96, policy) == pytest.approx(forward.bytes + backward.bytes, rel=0.01)
@@ -32,7 +34,7 @@ def test_a_micro_batch_streams_what_the_coefficients_say(cfg: ModelConfig, polic
 def test_a_blocks_forward_is_what_checkpointing_streams_again(policy: str) -> None:
     from dataclasses import replace
 
-    cfg = UNSEEN[0]
+    cfg = UNSEEN[2]
     deeper = replace(cfg, n_layers=cfg.n_layers + 2)
 
     def two_blocks_forward(micro_batch: int) -> int:
@@ -40,8 +42,9 @@ def test_a_blocks_forward_is_what_checkpointing_streams_again(policy: str) -> No
 
     # the slope in tokens: what each token costs (the weight casts and rotary tables of a micro-batch cancel)
     per_token = (two_blocks_forward(4) - two_blocks_forward(1)) / 2 / (3 * 160)
-    c_h, c_kv, c_f, c_a = BLOCK_FORWARD_BYTES_PER_TOKEN[(policy, cfg.mlp)]
-    modeled = c_h * cfg.d_model + c_kv * cfg.n_kv_heads * cfg.head_dim + c_f * cfg.d_ff + c_a * cfg.n_heads
+    c_h, c_q, c_kv, c_f, c_a = BLOCK_FORWARD_BYTES_PER_TOKEN[(policy, cfg.mlp)]
+    modeled = (c_h * cfg.d_model + c_q * cfg.q_dim + c_kv * cfg.n_kv_heads * cfg.head_dim + c_f * cfg.d_ff
+               + c_a * cfg.n_heads)
     assert modeled == pytest.approx(per_token, rel=0.01)
 
 

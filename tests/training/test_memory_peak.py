@@ -23,6 +23,10 @@ from shardscope.costmodel.memory_peak import (
 from shardscope.contracts.fairness import DDP_BUCKET_BYTES, FairSettings
 
 GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vocab_size=512, max_seq_len=256)
+#: A shape none of the terms were read from: another depth, width, vocabulary and sequence, multi-query attention,
+#: a GELU MLP and heads wider than the width over their count (queries 4 x 48 = 192 wide on a width of 160).
+WIDE_HEADS = ModelConfig(n_layers=3, d_model=160, n_heads=4, n_kv_heads=1, d_ff=448, vocab_size=700, max_seq_len=256,
+                         mlp="gelu", head_size=48)
 
 
 def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy: str, checkpointing: str = "none") -> Any:
@@ -59,7 +63,8 @@ def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy
 
 
 @pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
-@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96)], ids=["tiny", "gqa"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112)],
+                         ids=["tiny", "gqa", "wide-heads"])
 def test_activations_match_the_tensors_autograd_saves(policy: str, cfg: ModelConfig, micro_batch: int, seq: int) -> None:
     tracked = _tracked_single_process(cfg, micro_batch, seq, policy)
     shape = StepShape(micro_batch=micro_batch, seq_len=seq, dtype="float32" if policy == "fp32" else "bfloat16")
@@ -69,7 +74,8 @@ def test_activations_match_the_tensors_autograd_saves(policy: str, cfg: ModelCon
 
 
 @pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
-@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96)], ids=["tiny", "gqa"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112)],
+                         ids=["tiny", "gqa", "wide-heads"])
 def test_checkpointed_activations_match_the_tracker(policy: str, cfg: ModelConfig, micro_batch: int, seq: int) -> None:
     """Full checkpointing through the worker's wrapper: forward keeps the block inputs, backward recomputes one block."""
     tracked = _tracked_single_process(cfg, micro_batch, seq, policy, checkpointing="full")

@@ -4,7 +4,12 @@
 publisher ships: Llama, Mistral, Qwen (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``num_key_value_heads``, ``intermediate_size``, ``max_position_embeddings``, ``tie_word_embeddings``),
 GPT-2 (``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``) and GPT-NeoX (Llama's key names,
-a GELU MLP). Torch-free and offline: the file is read, nothing is downloaded.
+a GELU MLP); also the encoders (BERT, RoBERTa, DeBERTa: Llama's key names, a GELU MLP) and the encoder-decoders
+(T5: ``d_model``, ``num_layers`` + ``num_decoder_layers``, ``num_heads``, ``d_ff``, ``feed_forward_proj``; BART,
+BlenderBot, Marian, Pegasus: ``encoder_layers`` + ``decoder_layers``, ``encoder_attention_heads``,
+``encoder_ffn_dim``), whose encoder and decoder stand as one decoder of all their layers (cross-attention,
+about a tenth of their weights, is not represented). The same keys may come as a JSON object (``--model
+'{"hidden_size": ...}'``, :func:`looks_like_hf`). Torch-free and offline: the file is read, nothing is downloaded.
 
 What is kept is what the memory and step models use: width, depth, heads, KV heads, MLP width and
 kind, vocabulary, tying and context. Biases, LayerNorm against RMSNorm and learned position tables
@@ -19,18 +24,39 @@ from typing import Any
 
 from shardscope.contracts.models import ModelConfig
 
-#: Families whose MLP is an ungated GELU (up, down); the others gate it (SwiGLU: gate, up, down).
-UNGATED_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon")
-#: Families whose ``tie_word_embeddings`` defaults to true when the file leaves it out (transformers' own default for
-#: GPT-2's config class); Llama, Mistral, Qwen2 and GPT-NeoX default to false.
-TIED_BY_DEFAULT = ("gpt2", "gpt_bigcode")
+#: Families whose MLP is ungated (up, activation, down: GELU or ReLU); the others gate it (SwiGLU or GeGLU: gate, up,
+#: down). T5's own ``feed_forward_proj`` says which it is (``relu``, ``gated-gelu``).
+UNGATED_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "codegen", "phi", "bert",
+                    "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "bart", "mbart", "blenderbot",
+                    "blenderbot-small", "marian", "pegasus", "whisper")
+#: Families whose config class sets ``tie_word_embeddings`` false when the file leaves it out (Llama, Mistral, Qwen,
+#: GPT-NeoX and GPT-J among them); every other family keeps transformers' ``PretrainedConfig`` default, true (GPT-2,
+#: BLOOM, OPT, Gemma, T5, BART). A config without a ``model_type`` is untied, as the decoder is by default.
+UNTIED_BY_DEFAULT = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gpt_neox", "gptj",
+                     "codegen", "phi3", "olmo", "olmo2", "internlm2", "deepseek_v2", "deepseek_v3")
 #: Each dimension's keys, the first present wins.
 KEYS: dict[str, tuple[str, ...]] = {
     "d_model": ("hidden_size", "n_embd", "d_model"),
-    "n_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "n_heads": ("num_attention_heads", "n_head"),
+    "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers"),
+    "n_heads": ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads"),
     "vocab_size": ("vocab_size",),
 }
+#: The decoder's depth in an encoder-decoder config, added to the encoder's (``KEYS["n_layers"]``), by the key of the
+#: encoder's depth it goes with.
+DECODER_LAYERS = {"num_layers": "num_decoder_layers", "encoder_layers": "decoder_layers"}
+#: Keys only a Hugging Face config has (shardscope's own fields are ``ModelConfig``'s): one of them in a JSON object
+#: makes it a config read by :func:`shape_of`.
+HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_layers",
+                          "encoder_layers", "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
+                          "intermediate_size", "n_inner", "ffn_dim", "encoder_ffn_dim", "num_key_value_heads",
+                          "max_position_embeddings", "n_positions", "tie_word_embeddings", "hidden_act",
+                          "activation_function", "feed_forward_proj", "architectures"})
+
+
+def looks_like_hf(spec: dict[str, Any]) -> bool:
+    """Whether a ``--model`` JSON object is a Hugging Face config (any of :data:`HF_ONLY_KEYS`) rather than
+    shardscope's own fields."""
+    return bool(HF_ONLY_KEYS & set(spec))
 
 
 def read_hf_config(path: str) -> tuple[str, ModelConfig]:
@@ -66,20 +92,37 @@ def _first(doc: dict[str, Any], keys: tuple[str, ...], path: str) -> Any:
 
 
 def mlp_kind(doc: dict[str, Any]) -> str:
-    """``gelu`` for the ungated families (by ``model_type``) or a GELU activation in an unknown family, else
-    ``swiglu``."""
+    """``gelu`` (an ungated MLP: two matrices) for the ungated families (by ``model_type``), a T5 whose
+    ``feed_forward_proj`` is not gated, or a GELU/ReLU activation in an unknown family; else ``swiglu`` (three
+    matrices: Llama's SwiGLU, Gemma's and gated T5's GeGLU)."""
     family = str(doc.get("model_type") or "").lower()
+    projection = doc.get("feed_forward_proj")
+    if projection is not None:
+        return "swiglu" if str(projection).lower().startswith("gated") else "gelu"
     if family in UNGATED_FAMILIES:
         return "gelu"
     act = str(doc.get("hidden_act") or doc.get("activation_function") or "silu").lower()
-    return "gelu" if act.startswith("gelu") and not family else "swiglu"
+    return "gelu" if act.startswith(("gelu", "relu")) and not family else "swiglu"
+
+
+def depth(doc: dict[str, Any], path: str) -> Any:
+    """Blocks of the stand-in decoder: the config's layers, an encoder-decoder's encoder and decoder together."""
+    layers = _first(doc, KEYS["n_layers"], path)
+    key = next(k for k in KEYS["n_layers"] if doc.get(k) is not None)
+    decoder = doc.get(DECODER_LAYERS.get(key, ""))
+    if key in DECODER_LAYERS and decoder is None and key == "num_layers" and doc.get("model_type") == "t5":
+        decoder = layers  # T5's num_decoder_layers defaults to num_layers
+    if decoder is not None and isinstance(layers, int) and isinstance(decoder, int) and not isinstance(decoder, bool):
+        return layers + decoder
+    return layers
 
 
 def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     """The :class:`ModelConfig` of a parsed config.json (``path`` names it in errors)."""
     dims = {name: _first(doc, keys, path) for name, keys in KEYS.items()}
+    dims["n_layers"] = depth(doc, path)
     mlp = mlp_kind(doc)
-    ff_keys = ("intermediate_size", "n_inner", "ffn_dim")
+    ff_keys = ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
     d_ff = next((doc[k] for k in ff_keys if doc.get(k) is not None), None)
     if d_ff is None:
         if mlp != "gelu":
@@ -87,7 +130,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
         d_ff = 4 * dims["d_model"] if isinstance(dims["d_model"], int) else dims["d_model"]  # GPT-2's n_inner: null
     kv = doc.get("num_key_value_heads")
     family = str(doc.get("model_type") or "").lower()
-    tied = doc.get("tie_word_embeddings", family in TIED_BY_DEFAULT)
+    tied = doc.get("tie_word_embeddings", bool(family) and family not in UNTIED_BY_DEFAULT)
     context = next((doc[k] for k in ("max_position_embeddings", "n_positions", "n_ctx") if doc.get(k) is not None),
                    2048)
     values = {**dims, "d_ff": d_ff, "n_kv_heads": dims["n_heads"] if kv is None else kv, "max_seq_len": context,
@@ -98,11 +141,14 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
             raise ValueError(f"{path}: {_key_of(name, doc)} must be a positive integer, got {value!r}")
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}")
-    head_dim = doc.get("head_dim")
-    even = dims["d_model"] % dims["n_heads"] == 0
-    if head_dim is not None and even and head_dim != dims["d_model"] // dims["n_heads"]:
-        raise ValueError(f"{path}: head_dim {head_dim} differs from the width over the heads "
-                         f"({dims['d_model']} / {dims['n_heads']}), which the modeled decoder cannot describe")
+    head_key = next((k for k in ("head_dim", "d_kv") if doc.get(k) is not None), None)
+    head_size = doc[head_key] if head_key else None
+    if head_key and (isinstance(head_size, bool) or not isinstance(head_size, int) or head_size < 1):
+        raise ValueError(f"{path}: {head_key} must be a positive integer, got {head_size!r}")
+    if head_size is not None and dims["d_model"] % dims["n_heads"] == 0 \
+            and head_size == dims["d_model"] // dims["n_heads"]:
+        head_size = None  # the width over the heads: the default, stored as it always was
+    values["head_size"] = head_size
     try:
         return ModelConfig(**values)
     except ValueError as exc:
@@ -111,7 +157,8 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
 
 def _key_of(field: str, doc: dict[str, Any]) -> str:
     """The config's own key for one of our fields (the one it uses, else the first we accept)."""
-    keys = {**KEYS, "d_ff": ("intermediate_size", "n_inner"), "n_kv_heads": ("num_key_value_heads",),
+    keys = {**KEYS, "d_ff": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim"),
+            "n_kv_heads": ("num_key_value_heads",),
             "max_seq_len": ("max_position_embeddings", "n_positions")}[field]
     return next((k for k in keys if k in doc), keys[0])
 

@@ -39,6 +39,10 @@ class ModelConfig:
     """Share the input embedding with the output head (GPT-2, Llama 3.2 1B) or not (Mistral)."""
     mlp: str = "swiglu"
     """``swiglu`` (Llama, Mistral, Qwen: gate, up and down projections) or ``gelu`` (GPT-2, GPT-NeoX: up and down)."""
+    head_size: int | None = None
+    """Size of one attention head where it is not ``d_model / n_heads`` (Gemma-7B's 256 beside a width of 3072 over 16
+    heads, Qwen3-32B's 128 beside 5120 over 64, T5's ``d_kv``): the queries and the attention output are then
+    ``n_heads x head_size`` wide; None: ``d_model / n_heads``."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -51,17 +55,26 @@ class ModelConfig:
                 if value not in MLP_KINDS:
                     raise ValueError(f"model.mlp must be one of {', '.join(MLP_KINDS)}, got {value!r}")
                 continue
+            if f.name == "head_size" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"model.{f.name} must be a positive integer, got {value!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
+        if self.head_size is None and self.d_model % self.n_heads:
+            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads}), "
+                             "or model.head_size given")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"model.n_heads ({self.n_heads}) must be divisible by model.n_kv_heads ({self.n_kv_heads})")
 
     @property
     def head_dim(self) -> int:
-        """Size of one attention head."""
-        return self.d_model // self.n_heads
+        """Size of one attention head (``head_size``, else ``d_model / n_heads``)."""
+        return self.head_size or self.d_model // self.n_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries and of the attention output: ``n_heads x head_dim`` (``d_model`` unless
+        ``head_size`` says otherwise)."""
+        return self.n_heads * self.head_dim
 
     @property
     def mlp_matrices(self) -> int:
@@ -71,7 +84,7 @@ class ModelConfig:
     def block_matmul_params(self) -> int:
         """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP."""
         kv = self.n_kv_heads * self.head_dim
-        attention = self.d_model * (self.d_model + 2 * kv) + self.d_model * self.d_model
+        attention = self.d_model * (self.q_dim + 2 * kv) + self.q_dim * self.d_model
         return attention + self.mlp_matrices * self.d_model * self.d_ff
 
     def param_count(self) -> int:
@@ -87,17 +100,22 @@ class ModelConfig:
         (:meth:`block_matmul_params`, GQA's narrower k/v and the MLP's 2 or 3 matrices included) and the
         LM head's ``V·d`` whether or not it is tied to the embedding (a tied head is still a matmul;
         the embedding's lookup is not one). The attention term is PaLM's (Chowdhery et al. 2022,
-        appendix B): ``12·L·d·seq_len`` for ``QKᵀ`` and ``PV`` forward (4·d·s) and backward (8·d·s),
+        appendix B): ``12·L·d·seq_len`` for ``QKᵀ`` and ``PV`` forward (4·d·s) and backward (8·d·s), ``d`` the
+        queries' width (:attr:`q_dim`),
         counted over the full square as ``FlopCounterMode`` counts the math kernel; a causal flash
         kernel skips about half of it. Not counted (neither here nor by the counter): norms,
         softmax, activations, rotary and the loss, each O(d) or O(V) per token, not O(d²).
         """
         matmul = self.n_layers * self.block_matmul_params() + self.vocab_size * self.d_model
-        return 6.0 * matmul + 12.0 * self.n_layers * self.d_model * seq_len
+        return 6.0 * matmul + 12.0 * self.n_layers * self.q_dim * seq_len
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dictionary of the shape, as stored with results."""
-        return asdict(self)
+        """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, so a shape
+        that has none is stored as it always was)."""
+        out = asdict(self)
+        if out["head_size"] is None:
+            del out["head_size"]
+        return out
 
 
 #: Published shapes. Mistral-7B: 32 layers, hidden 4096, 32 heads, 8 KV heads, MLP 14336, vocab 32000
@@ -125,8 +143,8 @@ def looks_like_path(spec: str) -> bool:
 
 
 def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
-    """A model from a preset name, a Hugging Face ``config.json`` path or explicit dimensions (a dict,
-    optionally with ``preset`` to override).
+    """A model from a preset name, a Hugging Face ``config.json`` path (or its keys as a dict, :func:`~shardscope.
+    contracts.hf_config.looks_like_hf`) or explicit dimensions (a dict, optionally with ``preset`` to override).
 
     Every problem is a ``ValueError`` of one sentence naming the preset, file or field, so the command
     line can report it as a user error before any process starts.
@@ -140,6 +158,11 @@ def resolve_model(spec: str | dict[str, Any]) -> tuple[str, ModelConfig]:
     if not isinstance(spec, dict):
         raise ValueError(f"model must be a preset name or an object of dimensions, got {type(spec).__name__}")
     spec = dict(spec)
+    from shardscope.contracts.hf_config import looks_like_hf, shape_of
+
+    if looks_like_hf(spec):
+        named = spec.get("name") or spec.get("_name_or_path") or spec.get("model_type") or "custom"
+        return str(named).rstrip("/").rsplit("/", 1)[-1], shape_of(spec, "--model")
     name = spec.pop("name", None)
     base = spec.pop("preset", None)
     known = {f.name for f in fields(ModelConfig)}

@@ -245,14 +245,18 @@ def rank_strategies(where: Setup, model: str | dict[str, Any], gpus: int,
     """The one ranking (advise's, the decision map's): each strategy's modeled step, ordered by
     :func:`~shardscope.costmodel.decision.decide` (fits, then fastest, ties to the least memory).
 
-    Without ``global_batch`` every strategy runs ``assumptions.micro_batch`` without accumulation. With it, each
+    Without ``global_batch`` every strategy runs ``assumptions.micro_batch`` accumulated ``assumptions.grad_accum``
+    times (the run a user describes; once by default). With it, each
     strategy runs at its own best micro-batch (:func:`~shardscope.costmodel.answer.best_micro_batch`: the largest
     that fits and divides each rank's share), accumulating to ``global_batch`` sequences per optimizer step.
     """
     a = assumptions or StepAssumptions()
     name, cfg, predictions = step_predictions(where, model, gpus, strategies, a, shard_sizes)
-    batches = {p.strategy: (a.micro_batch, 1) for p in predictions}
+    batches = {p.strategy: (a.micro_batch, a.grad_accum) for p in predictions}
     if global_batch is not None:
+        if a.grad_accum != 1:
+            raise UserError("--global-batch ranks each strategy at its own micro-batch and accumulation; "
+                            "--grad-accum describes one run's: give one of them")
         usable = int(where.machine.memory_bytes * a.usable_fraction) if where.machine.memory_bytes else None
         resized = []
         for p in predictions:
@@ -303,8 +307,9 @@ class Advice:
     def entry(self, p: StepPrediction) -> dict[str, Any]:
         """One ``--json`` ranking entry: the documented keys first, then the step model's row."""
         ranked = next(r for r in self.decision.ranking if r.strategy == p.strategy)
-        mb, accum = self.batches.get(p.strategy, (self.assumptions.micro_batch, 1))
-        return {"strategy": p.strategy, "fits": p.fits, "peak_bytes": p.memory_total_bytes, "micro_batch": mb,
+        mb, accum = self.batches.get(p.strategy, (self.assumptions.micro_batch, self.assumptions.grad_accum))
+        return {"strategy": p.strategy, "fits": p.fits, "peak_bytes": p.memory_total_bytes,
+                "device_bytes": p.memory_total_bytes + p.memory_runtime_bytes, "micro_batch": mb,
                 "grad_accum": accum, "step_time_s": p.step_time_s,
                 "tokens_per_s": p.tokens_per_step / p.step_time_s
                 if p.step_time_s > 0 else None, "tied": ranked.tied, **p.to_row()}

@@ -113,7 +113,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       (4 if args.reduce_dtype == "float32" else 2),
                                       checkpointing=args.activation_checkpointing,
                                       trainable_fraction=args.trainable_fraction,
-                                      offload_optimizer=args.offload_optimizer)
+                                      offload_optimizer=args.offload_optimizer, grad_accum=args.grad_accum)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
@@ -199,7 +199,11 @@ def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_byte
     offload = ", optimizer offloaded to the CPU" if assumptions.offload_optimizer == "cpu" else ""
     mfu = "from the compute curve" if assumptions.mfu is None else f"{assumptions.mfu:g}"
     overlap = "from each strategy's schedule" if assumptions.overlap is None else f"{assumptions.overlap:g}"
-    return (f"assumes: micro-batch {assumptions.micro_batch}, seq len {seq_len}, {assumptions.dtype}, activation "
+    accum = f" x {assumptions.grad_accum} accumulated" if assumptions.grad_accum > 1 else ""
+    reduce = ("" if assumptions.reduce_bytes is None else
+              f", gradients reduced in {'float32' if assumptions.reduce_bytes == 4 else '16 bits'}")
+    return (f"assumes: micro-batch {assumptions.micro_batch}{accum}, seq len {seq_len}, {assumptions.dtype}{reduce}, "
+            "activation "
             f"checkpointing {assumptions.checkpointing}{frozen}{offload}, MFU {mfu} ({mfu_from}), "
             f"overlap {overlap} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
             f"of the GPU's ({usable})")
@@ -314,8 +318,8 @@ def _cmd_predict_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-MODEL_HELP = ("preset (tiny, gpt2-small, llama-1b, mistral-7b), a JSON object of dimensions, or the path of a "
-              "Hugging Face config.json")
+MODEL_HELP = ("preset (tiny, gpt2-small, llama-1b, mistral-7b), a JSON object of dimensions (shardscope's own or a "
+              "config.json's keys), or the path of a Hugging Face config.json")
 
 
 def _trainable(text: str) -> float:
@@ -397,7 +401,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=_positive(int, "--global-batch"), metavar="G",
                    help="sequences per optimizer step over all ranks: each strategy ranked at its own largest "
                         "micro-batch that fits and divides G / ranks, accumulating to G "
-                        "(default: --micro-batch, no accumulation)")
+                        "(default: --micro-batch, --grad-accum times)")
+    p.add_argument("--grad-accum", type=_positive(int, "--grad-accum"), default=1, metavar="K",
+                   help="micro-batches of --micro-batch accumulated per optimizer step, as the run does it, for every "
+                        "strategy (default 1; --global-batch instead picks each strategy's own)")
     p.add_argument("--transport", choices=("default", "pcie"), default="default",
                    help="pcie: NVLink unused (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0)")
     p.add_argument("--reduce-dtype", choices=("float32", "bfloat16", "float16"),

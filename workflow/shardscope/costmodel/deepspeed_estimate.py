@@ -29,7 +29,7 @@ def largest_layer_params(cfg: ModelConfig) -> int:
     the embedding or output head (vocab x d_model) or one MLP projection (d_model x d_ff).
     """
     kv = cfg.n_kv_heads * cfg.head_dim
-    return max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff, cfg.d_model * cfg.d_model, cfg.d_model * 2 * kv)
+    return max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff, cfg.d_model * cfg.q_dim, cfg.d_model * 2 * kv)
 
 
 def _import_estimators() -> tuple[Any, Any, str]:

@@ -11,9 +11,10 @@ FSDP's mixed precision).
 The coefficients are traced, not fitted to any timing: :func:`shardscope.training.kernel_traffic.traced_traffic`
 ran this project's decoder (:class:`shardscope.training.model.GPT`, eager PyTorch, SDPA attention) forward and
 backward on CPU under a ``TorchDispatchMode`` that adds up the input and output bytes of every op that is neither
-a view nor a matmul, at 1 and 2 blocks and 128 and 512 tokens, on five shapes (widths 256-512, 1-4 KV-head ratios,
-MLPs of 2-4x the width), and solved per token and block for ``c_h·h + c_kv·kv + c_f·f + c_a·a`` (``kv`` the KV
-width, ``f`` the MLP's inner size, ``a`` the heads; every residual under 0.01%), and outside the blocks for
+a view nor a matmul, at 1 and 2 blocks and 128 and 512 tokens, on seven shapes (widths 256-512, 1-4 KV-head ratios, MLPs of 2-4x the
+width, two with heads wider or narrower than the width over their count), and solved per token and block for
+``c_h·h + c_q·q + c_kv·kv + c_f·f + c_a·a`` (``q`` the queries' width, ``kv`` the KV width, ``f`` the MLP's inner
+size, ``a`` the heads; every residual under 0.01%), and outside the blocks for
 ``c_V·V + c_h·h`` (embedding, final norm, head, loss). ``tests/training/test_kernel_traffic.py`` traces shapes none
 of these were read from and compares. What the coefficients describe is an eager step as PyTorch runs it without
 fusion (no ``torch.compile``, no fused norm or rotary kernels); a fused or compiled step moves fewer bytes, which
@@ -27,26 +28,26 @@ from __future__ import annotations
 from shardscope.contracts.models import ModelConfig
 
 #: Bytes per token per block of the non-matmul ops, forward and backward together, as
-#: ``(c_h, c_kv, c_f, c_a)`` per (compute policy, MLP kind); see the module docstring for how they were traced.
+#: ``(c_h, c_q, c_kv, c_f, c_a)`` per (compute policy, MLP kind); see the module docstring for how they were traced.
 #: ``fp32``: a float32 model; ``autocast``: fp32 weights under bf16 autocast (DDP); ``bf16``: weights held in bf16
 #: (DeepSpeed's engine, FSDP's ``MixedPrecisionPolicy``), whose norms still upcast to fp32 inside.
-BLOCK_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float]] = {
-    ("fp32", "swiglu"): (427.8, 108.1, 56.1, 13.0),
-    ("autocast", "swiglu"): (429.8, 54.1, 28.1, 13.0),
-    ("bf16", "swiglu"): (365.8, 54.1, 28.1, 13.0),
-    ("fp32", "gelu"): (415.8, 108.1, 20.1, 13.0),
-    ("autocast", "gelu"): (405.8, 54.1, 10.1, 13.0),
-    ("bf16", "gelu"): (359.8, 54.1, 10.1, 13.0),
+BLOCK_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float, float]] = {
+    ("fp32", "swiglu"): (319.6, 108.2, 108.1, 56.1, 13.6),
+    ("autocast", "swiglu"): (375.6, 54.2, 54.1, 28.1, 13.6),
+    ("bf16", "swiglu"): (311.6, 54.2, 54.1, 28.1, 13.6),
+    ("fp32", "gelu"): (307.6, 108.2, 108.1, 20.1, 13.6),
+    ("autocast", "gelu"): (351.6, 54.2, 54.1, 10.1, 13.6),
+    ("bf16", "gelu"): (305.6, 54.2, 54.1, 10.1, 13.6),
 }
 #: The forward's share of :data:`BLOCK_BYTES_PER_TOKEN` (traced the same way): what full activation checkpointing
 #: streams a second time when backward recomputes each block.
-BLOCK_FORWARD_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float]] = {
-    ("fp32", "swiglu"): (123.9, 36.0, 20.0, 5.2),
-    ("autocast", "swiglu"): (121.9, 18.0, 10.0, 5.2),
-    ("bf16", "swiglu"): (117.9, 18.0, 10.0, 5.2),
-    ("fp32", "gelu"): (123.9, 36.0, 8.0, 5.2),
-    ("autocast", "gelu"): (115.9, 18.0, 4.0, 5.2),
-    ("bf16", "gelu"): (117.9, 18.0, 4.0, 5.2),
+BLOCK_FORWARD_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float, float]] = {
+    ("fp32", "swiglu"): (79.8, 44.1, 36.0, 20.0, 5.4),
+    ("autocast", "swiglu"): (99.8, 22.1, 18.0, 10.0, 5.4),
+    ("bf16", "swiglu"): (95.8, 22.1, 18.0, 10.0, 5.4),
+    ("fp32", "gelu"): (79.8, 44.1, 36.0, 8.0, 5.4),
+    ("autocast", "gelu"): (93.8, 22.1, 18.0, 4.0, 5.4),
+    ("bf16", "gelu"): (95.8, 22.1, 18.0, 4.0, 5.4),
 }
 #: Bytes per token outside the blocks, forward and backward, as ``(c_V, c_h)``: the embedding's lookup and its
 #: gradient, the final norm, and the loss's passes over the logits (cast to fp32, log-softmax and its backward).
@@ -77,7 +78,7 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: boo
     key = (policy, cfg.mlp)
     if key not in BLOCK_BYTES_PER_TOKEN:
         raise ValueError(f"no traced traffic for compute policy {policy!r} and MLP {cfg.mlp!r}")
-    shape = (cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ff, cfg.n_heads)
+    shape = (cfg.d_model, cfg.q_dim, cfg.n_kv_heads * cfg.head_dim, cfg.d_ff, cfg.n_heads)
     per_token = _dot(BLOCK_BYTES_PER_TOKEN[key], shape)
     if recompute:
         per_token += _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)

@@ -11,14 +11,15 @@ Every term is counted from what :class:`shardscope.training.model.GPT` and the s
 GPU, hidden ``h``, KV width ``kv = n_kv_heads x head_dim``, FFN ``f``, vocabulary ``V``, ``a`` heads:
 
 activations (saved for backward, alive when forward returns)
-    Per block, fp32: ``4T(9h + 3kv + 4f + a + 2) + 8·s·head_dim`` bytes: the block input and
+    Per block, fp32: ``4T(6h + 3q + 3kv + 4f + a + 2) + 8·s·head_dim`` bytes (``q = n_heads x head_dim``, the
+    queries' width, ``h`` unless the heads say otherwise): the block input and
     the mid-block residual, each RMSNorm's normalised and scaled outputs, rotated q and k, the
     fused KV projection (v is a view of it), the attention output and its re-layout copy, the
     MLP's gate, silu, up and product, one fp32 ``rsqrt`` per norm, the fused kernel's
     log-sum-exp per head, and the rotary cos/sin tables. bf16 under autocast (DDP): the fp32
     residual stream and norms, bf16 casts of each matmul input, and the bf16 copy of every
-    weight autocast makes (saved by the matmuls): ``T(30h + 6kv + 8f + 4a + 8) + 2·W_block``.
-    Pure bf16 (DeepSpeed, FSDP's mixed precision): ``T(30h + 6kv + 8f + 4a + 8)`` (each norm
+    weight autocast makes (saved by the matmuls): ``T(24h + 6q + 6kv + 8f + 4a + 8) + 2·W_block``.
+    Pure bf16 (DeepSpeed, FSDP's mixed precision): ``T(24h + 6q + 6kv + 8f + 4a + 8)`` (each norm
     upcasts its input twice, and both fp32 copies are saved). The output
     side: the final norm, the head's input and the fp32 log-softmax ``4TV``. Derived by
     listing the tensors and confirmed exactly with the tensor tracker at world size 1.
@@ -178,14 +179,14 @@ def frozen_saved(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     Traced with ``torch.autograd.graph.saved_tensors_hooks`` on this project's block (all weights frozen, an
     adapter on the query projection), SwiGLU and GELU, fp32 and bf16: the two norms' normalized inputs (saved for
     their gains' gradients), the output projection's input (the attention output's contiguous copy) and the MLP's
-    input and down projection's input (SwiGLU's product, GELU's output): four ``T x h`` tensors and one
-    ``T x d_ff``. The attention's normed input stays, saved by the adapter; the adapters' own rank-sized outputs
-    (a few elements per token) are not counted. 0 unless ``shape.frozen_weights``.
+    input and down projection's input (SwiGLU's product, GELU's output): three ``T x h`` tensors, one ``T x q``
+    (the queries' width) and one ``T x d_ff``. The attention's normed input stays, saved by the adapter; the adapters'
+    own rank-sized outputs (a few elements per token) are not counted. 0 unless ``shape.frozen_weights``.
     """
     if not shape.frozen_weights:
         return 0
     e = 4 if policy == "fp32" else 2
-    return shape.tokens * e * (4 * cfg.d_model + cfg.d_ff)
+    return shape.tokens * e * (3 * cfg.d_model + cfg.q_dim + cfg.d_ff)
 
 
 def block_weights(cfg: ModelConfig) -> int:
@@ -209,24 +210,26 @@ def _cast_cache(cfg: ModelConfig, shape: StepShape) -> int:
 
 
 def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
-    """Bytes one block saves for backward (see the module docstring for the list)."""
+    """Bytes one block saves for backward (see the module docstring for the list). Three of the width-sized tensors
+    are the queries' width ``q = n_heads x head_dim`` (the rotated queries, the attention output and its re-layout
+    copy), which is the width unless the model's heads say otherwise (``head_size``)."""
     t, s = shape.tokens, shape.seq_len
-    h, f, a, hd = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.head_dim
+    h, f, a, hd, q = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.head_dim, cfg.q_dim
     kv = cfg.n_kv_heads * hd
     # the MLP's T x d_ff tensors saved: SwiGLU's gate, up, silu and product; GELU's up and gelu outputs. Under
     # autocast each input matmul of the MLP saves its own bf16 copy of the (fp32) normed input: two, or one.
     hidden, input_casts = (4, 2) if cfg.mlp == "swiglu" else (2, 1)
     if policy == "fp32":
-        out, e = 4 * t * (9 * h + 3 * kv + hidden * f + a + 2) + 2 * 2 * s * (hd // 2) * 4, 4
+        out, e = 4 * t * (6 * h + 3 * q + 3 * kv + hidden * f + a + 2) + 2 * 2 * s * (hd // 2) * 4, 4
     elif policy == "autocast":
-        out = t * ((26 + 2 * input_casts) * h + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2
+        out = t * ((20 + 2 * input_casts) * h + 6 * q + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2
         out, e = out + _cast_cache(cfg, shape), 2
     else:
-        out, e = t * (30 * h + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
+        out, e = t * (24 * h + 6 * q + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
     if shape.attention == "eager":
         out += t * a * s * e  # the softmax probabilities, saved for the matmul with v
         if cfg.n_kv_heads != cfg.n_heads:
-            out += 2 * t * (h - kv) * e  # k and v repeated to every query head
+            out += 2 * t * (q - kv) * e  # k and v repeated to every query head
     return out - frozen_saved(cfg, shape, policy)
 
 

@@ -47,9 +47,9 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         kv = cfg.n_kv_heads * cfg.head_dim
-        self.wq = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.wq = nn.Linear(cfg.d_model, cfg.q_dim, bias=False)
         self.wkv = nn.Linear(cfg.d_model, 2 * kv, bias=False)
-        self.wo = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -58,7 +58,7 @@ class Attention(nn.Module):
         k, v = self.wkv(x).view(b, t, 2, c.n_kv_heads, c.head_dim).unbind(2)
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         y = F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True, enable_gqa=c.n_kv_heads != c.n_heads)
-        return self.wo(y.transpose(1, 2).reshape(b, t, c.d_model))
+        return self.wo(y.transpose(1, 2).reshape(b, t, c.q_dim))
 
 
 class MLP(nn.Module):
