@@ -232,3 +232,44 @@ def test_heads_wider_than_the_width_are_described_not_refused() -> None:
                               "num_attention_heads": 32, "head_dim": 128, "intermediate_size": 11008,
                               "vocab_size": 32000})
     assert llama.head_size is None and "head_size" not in llama.to_dict()
+
+
+def test_layernorm_families_build_torchs_fused_layernorm() -> None:
+    """GPT-2, GPT-NeoX, BLOOM and the BERT and BART families normalise with LayerNorm (a gain and a bias: one more
+    parameter per width per norm), Llama, Qwen, Gemma and T5 with RMSNorm; the worker builds what the shape says."""
+    from shardscope.contracts.models import resolve_model
+    from shardscope.training.model import GPT, assert_param_count
+
+    dims = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
+            "vocab_size": 300}
+    gpt2 = resolve_model({**dims, "model_type": "gpt2"})[1]
+    llama = resolve_model({**dims, "model_type": "llama"})[1]
+    t5 = resolve_model({"model_type": "t5", "d_model": 128, "num_layers": 1, "num_heads": 4, "d_ff": 512,
+                        "vocab_size": 300})[1]
+    assert (gpt2.norm, llama.norm, t5.norm) == ("layernorm", "rmsnorm", "rmsnorm")
+    assert gpt2.to_dict()["norm"] == "layernorm" and "norm" not in llama.to_dict()
+    untied = resolve_model({**dims, "model_type": "gpt2", "tie_word_embeddings": False})[1]
+    assert untied.param_count() - resolve_model({**dims, "model_type": "llama"})[1].param_count() \
+        == (2 * untied.n_layers + 1) * untied.d_model - untied.n_layers * untied.d_model * untied.d_ff  # biases; 2 MLP
+    # matrices, not SwiGLU's 3
+    assert_param_count(GPT(gpt2), gpt2)
+
+
+def test_a_fused_rmsnorm_is_named_by_a_norm_key_and_holds_less_than_the_eager_one() -> None:
+    """A config.json object may name the norm the run's framework uses (``"norm": "fused_rmsnorm"``: torchtitan's
+    kernel); the fused kernel keeps its input and one statistic where the eager RMSNorm keeps fp32 copies, so the
+    same Llama holds less and streams fewer bytes; the worker builds it with the same parameters."""
+    from dataclasses import replace
+
+    from shardscope.contracts.models import resolve_model
+    from shardscope.costmodel.answer import job_peak
+    from shardscope.training.model import GPT, assert_param_count
+
+    dims = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8,
+            "intermediate_size": 1376, "vocab_size": 4000, "max_position_embeddings": 2048}
+    eager = resolve_model(dims)[1]
+    fused = resolve_model({**dims, "norm": "fused_rmsnorm"})[1]
+    assert (eager.norm, fused.norm) == ("rmsnorm", "fused_rmsnorm") and eager.param_count() == fused.param_count()
+    a = StepAssumptions(micro_batch=4, seq_len=2048)
+    assert job_peak("fsdp", fused, 8, a).peak_bytes < job_peak("fsdp", eager, 8, a).peak_bytes
+    assert_param_count(GPT(replace(fused, n_layers=1)), replace(fused, n_layers=1))

@@ -199,14 +199,21 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: issue #402 (BLOOM-560M/1B1, ZeRO-1/2/3 on 2x TITAN RTX, asked with the run's --grad-accum 4): its 9 runs' order is
 #: all right (held-out top-1 6/8 -> 9/11, pairwise 45/54 -> 54/63), but its nvidia-smi memory is 17-30% above the
 #: modeled device bytes, so the held-out memory median is pinned 0.22 -> 0.24 and the absolute median x1.11 -> x1.16:
-#: new measurements, not a change of the model.
+#: new measurements, not a change of the model. Then the norm (torch's fused LayerNorm for the GPT-2, GPT-NeoX, BLOOM,
+#: BERT and BART families and llm-foundry's MPT-7B, whose blocks stream 35-55% fewer bytes than the eager RMSNorm;
+#: its saved activations traced too): held-out median ratio x1.42 -> x1.37, runs that ran but were predicted not to
+#: fit 6 -> 4, the defaults' absolute throughput median x1.07 -> x1.05 and worst x1.12 -> x1.06; the held-out absolute
+#: median x1.16 -> x1.21 and worst x2.47 -> x2.69 (pythia-70m on A40, a LayerNorm model 2x slower than every term
+#: here, now modeled faster still). Then torchtitan's Llama 2 13B described with the fused RMSNorm kernel its config
+#: named (norm_type = "fused_rmsnorm"): 74.7 GiB where the eager norm's copies made 101 GiB, so it fits as it ran
+#: (held-out runs that ran but were predicted not to fit 4 -> 3).
 PINNED: dict[str, dict[str, float]] = {
-    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.24, "memory_median": 0.13,
-                 "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.08, "absolute_worst": 1.12},
-    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.43, "ratio_worst": 2.94, "memory_median": 0.24,
-                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 6, "absolute_median": 1.16, "absolute_worst": 2.48},
-    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.4, "ratio_worst": 2.94, "memory_median": 0.22,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 6, "absolute_median": 1.11, "absolute_worst": 2.48},
+    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.13,
+                 "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.06},
+    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.37, "ratio_worst": 2.94, "memory_median": 0.24,
+                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 3, "absolute_median": 1.21, "absolute_worst": 2.69},
+    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.34, "ratio_worst": 2.94, "memory_median": 0.22,
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 3, "absolute_median": 1.1, "absolute_worst": 2.69},
 }
 
 

@@ -20,21 +20,24 @@ UNSEEN = [
                 mlp="gelu", tie_embeddings=True),
     ModelConfig(n_layers=2, d_model=288, n_heads=6, n_kv_heads=2, d_ff=800, vocab_size=640, max_seq_len=512,
                 head_size=80),
+    ModelConfig(n_layers=3, d_model=416, n_heads=13, n_kv_heads=13, d_ff=1664, vocab_size=1200, max_seq_len=512,
+                mlp="gelu", tie_embeddings=True, norm="layernorm"),
 ]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("cfg", UNSEEN, ids=["swiglu-mqa", "gelu-tied", "wide-heads"])
+@pytest.mark.parametrize("cfg", UNSEEN, ids=["swiglu-mqa", "gelu-tied", "wide-heads", "layernorm"])
 def test_a_micro_batch_streams_what_the_coefficients_say(cfg: ModelConfig, policy: str) -> None:
     forward, backward = traced_traffic(cfg, micro_batch=3, seq_len=96, policy=policy)
     assert elementwise_bytes(cfg, 3 * 96, policy) == pytest.approx(forward.bytes + backward.bytes, rel=0.01)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_a_blocks_forward_is_what_checkpointing_streams_again(policy: str) -> None:
+@pytest.mark.parametrize("which", [2, 3], ids=["wide-heads", "layernorm"])
+def test_a_blocks_forward_is_what_checkpointing_streams_again(policy: str, which: int) -> None:
     from dataclasses import replace
 
-    cfg = UNSEEN[2]
+    cfg = UNSEEN[which]
     deeper = replace(cfg, n_layers=cfg.n_layers + 2)
 
     def two_blocks_forward(micro_batch: int) -> int:
@@ -42,10 +45,21 @@ def test_a_blocks_forward_is_what_checkpointing_streams_again(policy: str) -> No
 
     # the slope in tokens: what each token costs (the weight casts and rotary tables of a micro-batch cancel)
     per_token = (two_blocks_forward(4) - two_blocks_forward(1)) / 2 / (3 * 160)
-    c_h, c_q, c_kv, c_f, c_a = BLOCK_FORWARD_BYTES_PER_TOKEN[(policy, cfg.mlp)]
+    c_h, c_q, c_kv, c_f, c_a = BLOCK_FORWARD_BYTES_PER_TOKEN[(policy, cfg.mlp, cfg.norm)]
     modeled = (c_h * cfg.d_model + c_q * cfg.q_dim + c_kv * cfg.n_kv_heads * cfg.head_dim + c_f * cfg.d_ff
                + c_a * cfg.n_heads)
     assert modeled == pytest.approx(per_token, rel=0.01)
+
+
+def test_a_fused_layernorm_streams_less_than_the_eager_rmsnorm() -> None:
+    """The eager RMSNorm upcasts to fp32 and streams several copies; torch's fused LayerNorm one read and write."""
+    from dataclasses import replace
+
+    cfg = UNSEEN[0]
+    for policy in POLICIES:
+        rms = sum(t.bytes for t in traced_traffic(cfg, 2, 64, policy))
+        fused = sum(t.bytes for t in traced_traffic(replace(cfg, norm="layernorm"), 2, 64, policy))
+        assert fused < 0.8 * rms
 
 
 def test_autocast_streams_more_than_a_bf16_model_and_float32_most_per_element() -> None:
@@ -54,3 +68,14 @@ def test_autocast_streams_more_than_a_bf16_model_and_float32_most_per_element() 
     cfg = UNSEEN[0]
     traced = {p: sum(t.bytes for t in traced_traffic(cfg, 2, 64, p)) for p in POLICIES}
     assert traced["bf16"] < traced["autocast"] and traced["bf16"] < traced["fp32"]
+
+
+def test_a_fused_rmsnorm_kernel_streams_as_torchs_fused_layernorm_does() -> None:
+    """The fused RMSNorm's stand-in here is a custom autograd function whose CPU ops show the eager math's bytes, so its
+    traffic is the traced fused LayerNorm's: one read and one write of each tensor (costmodel/elementwise.py)."""
+    from dataclasses import replace
+
+    cfg = UNSEEN[0]
+    fused = elementwise_bytes(replace(cfg, norm="fused_rmsnorm"), 4096, "bf16")
+    assert fused == elementwise_bytes(replace(cfg, norm="layernorm"), 4096, "bf16")
+    assert fused < 0.7 * elementwise_bytes(cfg, 4096, "bf16")

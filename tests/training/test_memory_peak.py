@@ -27,6 +27,12 @@ GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vo
 #: a GELU MLP and heads wider than the width over their count (queries 4 x 48 = 192 wide on a width of 160).
 WIDE_HEADS = ModelConfig(n_layers=3, d_model=160, n_heads=4, n_kv_heads=1, d_ff=448, vocab_size=700, max_seq_len=256,
                          mlp="gelu", head_size=48)
+#: torch's fused LayerNorm (GPT-2's, BLOOM's), tied, at yet another shape.
+LAYERNORM = ModelConfig(n_layers=2, d_model=176, n_heads=11, n_kv_heads=11, d_ff=704, vocab_size=900,
+                        max_seq_len=256, mlp="gelu", tie_embeddings=True, norm="layernorm")
+#: A fused RMSNorm kernel's autograd (torchtitan's fused_rmsnorm), GQA, untied.
+FUSED_RMS = ModelConfig(n_layers=3, d_model=208, n_heads=8, n_kv_heads=2, d_ff=560, vocab_size=640, max_seq_len=256,
+                        norm="fused_rmsnorm")
 
 
 def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy: str, checkpointing: str = "none") -> Any:
@@ -63,8 +69,9 @@ def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy
 
 
 @pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
-@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112)],
-                         ids=["tiny", "gqa", "wide-heads"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112),
+                                                   (LAYERNORM, 3, 72), (FUSED_RMS, 2, 88)],
+                         ids=["tiny", "gqa", "wide-heads", "layernorm", "fused-rmsnorm"])
 def test_activations_match_the_tensors_autograd_saves(policy: str, cfg: ModelConfig, micro_batch: int, seq: int) -> None:
     tracked = _tracked_single_process(cfg, micro_batch, seq, policy)
     shape = StepShape(micro_batch=micro_batch, seq_len=seq, dtype="float32" if policy == "fp32" else "bfloat16")
@@ -74,8 +81,9 @@ def test_activations_match_the_tensors_autograd_saves(policy: str, cfg: ModelCon
 
 
 @pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
-@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112)],
-                         ids=["tiny", "gqa", "wide-heads"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112),
+                                                   (LAYERNORM, 3, 72), (FUSED_RMS, 2, 88)],
+                         ids=["tiny", "gqa", "wide-heads", "layernorm", "fused-rmsnorm"])
 def test_checkpointed_activations_match_the_tracker(policy: str, cfg: ModelConfig, micro_batch: int, seq: int) -> None:
     """Full checkpointing through the worker's wrapper: forward keeps the block inputs, backward recomputes one block."""
     tracked = _tracked_single_process(cfg, micro_batch, seq, policy, checkpointing="full")

@@ -22,7 +22,12 @@ SHAPES = ({"d_model": 320, "n_heads": 5, "n_kv_heads": 1, "d_ff": 896, "mlp": "s
           {"d_model": 384, "n_heads": 6, "n_kv_heads": 6, "d_ff": 1000, "mlp": "gelu"},
           {"d_model": 192, "n_heads": 4, "n_kv_heads": 2, "d_ff": 832, "mlp": "gelu"},
           # heads wider than the width over their count (Gemma-7B's, Qwen3-32B's, T5-3B's shape of attention)
-          {"d_model": 200, "n_heads": 6, "n_kv_heads": 2, "d_ff": 640, "mlp": "swiglu", "head_size": 48})
+          {"d_model": 200, "n_heads": 6, "n_kv_heads": 2, "d_ff": 640, "mlp": "swiglu", "head_size": 48},
+          # torch's fused LayerNorm (GPT-2, BLOOM, BERT, BART families), GELU and SwiGLU
+          {"d_model": 352, "n_heads": 11, "n_kv_heads": 11, "d_ff": 1408, "mlp": "gelu", "norm": "layernorm"},
+          {"d_model": 224, "n_heads": 7, "n_kv_heads": 1, "d_ff": 608, "mlp": "swiglu", "norm": "layernorm"},
+          # a fused RMSNorm kernel's autograd (torchtitan's fused_rmsnorm)
+          {"d_model": 264, "n_heads": 6, "n_kv_heads": 2, "d_ff": 720, "mlp": "swiglu", "norm": "fused_rmsnorm"})
 MICRO_BATCH, SEQ = 3, 80
 
 
@@ -70,14 +75,16 @@ def _block(dims: dict, policy: str, frozen: bool) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
-@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: f"{d['mlp']}-{d['d_model']}{'-q' if 'head_size' in d else ''}")
+@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: f"{d['mlp']}-{d['d_model']}{'-q' if 'head_size' in d else ''}"
+                         f"{ {'layernorm': '-ln', 'fused_rmsnorm': '-fused'}.get(d.get('norm'), '') }")
 def test_a_trained_block_saves_what_the_model_says(dims: dict, policy: str) -> None:
     modeled, saved = _block(dims, policy, frozen=False)
     assert modeled == saved
 
 
 @pytest.mark.parametrize("policy", ["fp32", "bf16"])
-@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: f"{d['mlp']}-{d['d_model']}{'-q' if 'head_size' in d else ''}")
+@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: f"{d['mlp']}-{d['d_model']}{'-q' if 'head_size' in d else ''}"
+                         f"{ {'layernorm': '-ln', 'fused_rmsnorm': '-fused'}.get(d.get('norm'), '') }")
 def test_a_frozen_block_saves_no_inputs_for_weight_gradients(dims: dict, policy: str) -> None:
     """Within 0.5%: the adapter's own rank-sized outputs are all the model leaves out."""
     modeled, saved = _block(dims, policy, frozen=True)

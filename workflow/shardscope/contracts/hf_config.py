@@ -9,7 +9,8 @@ a GELU MLP); also the encoders (BERT, RoBERTa, DeBERTa: Llama's key names, a GEL
 BlenderBot, Marian, Pegasus: ``encoder_layers`` + ``decoder_layers``, ``encoder_attention_heads``,
 ``encoder_ffn_dim``), whose encoder and decoder stand as one decoder of all their layers (cross-attention,
 about a tenth of their weights, is not represented). The same keys may come as a JSON object (``--model
-'{"hidden_size": ...}'``, :func:`looks_like_hf`). Torch-free and offline: the file is read, nothing is downloaded.
+'{"hidden_size": ...}'``, :func:`looks_like_hf`), where a ``norm`` key (not one of transformers') may name the norm the
+run's framework uses in place of the family's (``fused_rmsnorm`` for torchtitan's fused kernel). Torch-free and offline: the file is read, nothing is downloaded.
 
 What is kept is what the memory and step models use: width, depth, heads, KV heads, MLP width and
 kind, vocabulary, tying and context. Biases, LayerNorm against RMSNorm and learned position tables
@@ -29,6 +30,11 @@ from shardscope.contracts.models import ModelConfig
 UNGATED_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "codegen", "phi", "bert",
                     "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "bart", "mbart", "blenderbot",
                     "blenderbot-small", "marian", "pegasus", "whisper")
+#: Families whose blocks normalise with LayerNorm (torch's fused kernel, with a bias); the others (Llama, Mistral, Qwen,
+#: Gemma, T5's T5LayerNorm) with an RMSNorm their modelling code writes out op by op.
+LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "codegen", "phi", "bert",
+                      "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "bart", "mbart", "blenderbot",
+                      "blenderbot-small", "marian", "pegasus", "whisper", "mpt", "stablelm", "starcoder2")
 #: Families whose config class sets ``tie_word_embeddings`` false when the file leaves it out (Llama, Mistral, Qwen,
 #: GPT-NeoX and GPT-J among them); every other family keeps transformers' ``PretrainedConfig`` default, true (GPT-2,
 #: BLOOM, OPT, Gemma, T5, BART). A config without a ``model_type`` is untied, as the decoder is by default.
@@ -149,6 +155,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
             and head_size == dims["d_model"] // dims["n_heads"]:
         head_size = None  # the width over the heads: the default, stored as it always was
     values["head_size"] = head_size
+    values["norm"] = doc.get("norm") or ("layernorm" if family in LAYERNORM_FAMILIES else "rmsnorm")
     try:
         return ModelConfig(**values)
     except ValueError as exc:

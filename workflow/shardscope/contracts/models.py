@@ -11,10 +11,15 @@ import json
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = ["MLP_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
+__all__ = ["MLP_KINDS", "NORM_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
 
 #: The feed-forward kinds the decoder builds: SwiGLU (gate, up, down) and GELU (up, down).
 MLP_KINDS = ("swiglu", "gelu")
+#: The norms the decoder builds: RMSNorm as Llama's eager code writes it (a gain, fp32 inside), torch's fused
+#: LayerNorm (a gain and a bias) as GPT-2, GPT-NeoX, BLOOM, OPT, Falcon, MPT and the BERT and BART families use, and
+#: a fused RMSNorm kernel (torchtitan's ``fused_rmsnorm``, Megatron's and Transformer Engine's) that keeps only its input
+#: and the reciprocal RMS for backward.
+NORM_KINDS = ("rmsnorm", "layernorm", "fused_rmsnorm")
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,10 @@ class ModelConfig:
     """Share the input embedding with the output head (GPT-2, Llama 3.2 1B) or not (Mistral)."""
     mlp: str = "swiglu"
     """``swiglu`` (Llama, Mistral, Qwen: gate, up and down projections) or ``gelu`` (GPT-2, GPT-NeoX: up and down)."""
+    norm: str = "rmsnorm"
+    """``rmsnorm`` (Llama, Mistral, Qwen, Gemma, T5 as Hugging Face writes them: eager, upcast to fp32 inside),
+    ``layernorm`` (torch's fused LayerNorm with a bias: GPT-2, GPT-NeoX, BLOOM, OPT, Falcon, MPT, BERT and BART
+    families) or ``fused_rmsnorm`` (one kernel, as torchtitan's ``fused_rmsnorm`` and Megatron's)."""
     head_size: int | None = None
     """Size of one attention head where it is not ``d_model / n_heads`` (Gemma-7B's 256 beside a width of 3072 over 16
     heads, Qwen3-32B's 128 beside 5120 over 64, T5's ``d_kv``): the queries and the attention output are then
@@ -54,6 +63,10 @@ class ModelConfig:
             if f.name == "mlp":
                 if value not in MLP_KINDS:
                     raise ValueError(f"model.mlp must be one of {', '.join(MLP_KINDS)}, got {value!r}")
+                continue
+            if f.name == "norm":
+                if value not in NORM_KINDS:
+                    raise ValueError(f"model.norm must be one of {', '.join(NORM_KINDS)}, got {value!r}")
                 continue
             if f.name == "head_size" and value is None:
                 continue
@@ -81,6 +94,11 @@ class ModelConfig:
         """Weight matrices of one MLP, each ``d_model x d_ff``: 3 for SwiGLU, 2 for GELU."""
         return 3 if self.mlp == "swiglu" else 2
 
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one norm: its gain, and LayerNorm's bias."""
+        return self.d_model * (2 if self.norm == "layernorm" else 1)
+
     def block_matmul_params(self) -> int:
         """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP."""
         kv = self.n_kv_heads * self.head_dim
@@ -89,9 +107,9 @@ class ModelConfig:
 
     def param_count(self) -> int:
         """Exact number of parameters of :class:`GPT` with this shape, computed without building it."""
-        block = self.block_matmul_params() + 2 * self.d_model
+        block = self.block_matmul_params() + 2 * self.norm_params
         embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
-        return embeddings + self.n_layers * block + self.d_model
+        return embeddings + self.n_layers * block + self.norm_params
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward and backward): the matmuls' ``6·N_matmul`` plus attention's scores.
@@ -110,11 +128,13 @@ class ModelConfig:
         return 6.0 * matmul + 12.0 * self.n_layers * self.q_dim * seq_len
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, so a shape
-        that has none is stored as it always was)."""
+        """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set and ``norm``
+        only where it is not RMSNorm, so a shape that has neither is stored as it always was)."""
         out = asdict(self)
         if out["head_size"] is None:
             del out["head_size"]
+        if out["norm"] == "rmsnorm":
+            del out["norm"]
         return out
 
 

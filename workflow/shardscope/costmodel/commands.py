@@ -389,7 +389,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--micro-batch", type=_positive(int, "--micro-batch"), default=1, help="sequences per GPU per step")
     p.add_argument("--seq-len", type=_positive(int, "--seq-len"), help="tokens per sequence (default: the model's, at most 4096)")
     p.add_argument("--mfu", type=_fraction, help="a constant model FLOPs utilisation of compute, e.g. "
-                   f"{DEFAULT_MFU} (default: calibrated, else a roofline curve through published runs)")
+                   f"{DEFAULT_MFU} (default: calibrated, else the matmuls on a roofline and the other ops' bytes at the "
+                        "memory's bandwidth, through a published run)")
     p.add_argument("--overlap", type=_fraction,
                    help=f"a constant share of communication that may hide behind compute, e.g. {DEFAULT_OVERLAP} "
                         "(default: calibrated, else each strategy's schedule)")

@@ -12,7 +12,8 @@ The coefficients are traced, not fitted to any timing: :func:`shardscope.trainin
 ran this project's decoder (:class:`shardscope.training.model.GPT`, eager PyTorch, SDPA attention) forward and
 backward on CPU under a ``TorchDispatchMode`` that adds up the input and output bytes of every op that is neither
 a view nor a matmul, at 1 and 2 blocks and 128 and 512 tokens, on seven shapes (widths 256-512, 1-4 KV-head ratios, MLPs of 2-4x the
-width, two with heads wider or narrower than the width over their count), and solved per token and block for
+width, two with heads wider or narrower than the width over their count), with each of the two norms the decoder
+builds, and solved per token and block for
 ``c_h·h + c_q·q + c_kv·kv + c_f·f + c_a·a`` (``q`` the queries' width, ``kv`` the KV width, ``f`` the MLP's inner
 size, ``a`` the heads; every residual under 0.01%), and outside the blocks for
 ``c_V·V + c_h·h`` (embedding, final norm, head, loss). ``tests/training/test_kernel_traffic.py`` traces shapes none
@@ -28,32 +29,51 @@ from __future__ import annotations
 from shardscope.contracts.models import ModelConfig
 
 #: Bytes per token per block of the non-matmul ops, forward and backward together, as
-#: ``(c_h, c_q, c_kv, c_f, c_a)`` per (compute policy, MLP kind); see the module docstring for how they were traced.
-#: ``fp32``: a float32 model; ``autocast``: fp32 weights under bf16 autocast (DDP); ``bf16``: weights held in bf16
-#: (DeepSpeed's engine, FSDP's ``MixedPrecisionPolicy``), whose norms still upcast to fp32 inside.
-BLOCK_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float, float]] = {
-    ("fp32", "swiglu"): (319.6, 108.2, 108.1, 56.1, 13.6),
-    ("autocast", "swiglu"): (375.6, 54.2, 54.1, 28.1, 13.6),
-    ("bf16", "swiglu"): (311.6, 54.2, 54.1, 28.1, 13.6),
-    ("fp32", "gelu"): (307.6, 108.2, 108.1, 20.1, 13.6),
-    ("autocast", "gelu"): (351.6, 54.2, 54.1, 10.1, 13.6),
-    ("bf16", "gelu"): (305.6, 54.2, 54.1, 10.1, 13.6),
+#: ``(c_h, c_q, c_kv, c_f, c_a)`` per (compute policy, MLP kind, norm); see the module docstring for how they were
+#: traced. ``fp32``: a float32 model; ``autocast``: fp32 weights under bf16 autocast (DDP); ``bf16``: weights held in
+#: bf16 (DeepSpeed's engine, FSDP's ``MixedPrecisionPolicy``). The eager RMSNorm (Llama's code, this worker's) upcasts
+#: to fp32 inside and streams several fp32 copies; torch's fused LayerNorm reads and writes each tensor once, so its
+#: blocks stream 35-55% fewer bytes.
+BLOCK_BYTES_PER_TOKEN: dict[tuple[str, str, str], tuple[float, float, float, float, float]] = {
+    ("fp32", "swiglu", "rmsnorm"): (319.6, 108.2, 108.1, 56.1, 13.6),
+    ("autocast", "swiglu", "rmsnorm"): (375.6, 54.2, 54.1, 28.1, 13.6),
+    ("bf16", "swiglu", "rmsnorm"): (311.6, 54.2, 54.1, 28.1, 13.6),
+    ("fp32", "gelu", "rmsnorm"): (307.6, 108.2, 108.1, 20.1, 13.6),
+    ("autocast", "gelu", "rmsnorm"): (351.6, 54.2, 54.1, 10.1, 13.6),
+    ("bf16", "gelu", "rmsnorm"): (305.6, 54.2, 54.1, 10.1, 13.6),
+    ("fp32", "swiglu", "layernorm"): (111.9, 108.1, 108.0, 56.0, 3.6),
+    ("autocast", "swiglu", "layernorm"): (167.9, 54.1, 54.0, 28.0, 3.6),
+    ("bf16", "swiglu", "layernorm"): (55.9, 54.0, 54.0, 28.0, 1.8),
+    ("fp32", "gelu", "layernorm"): (99.9, 108.1, 108.0, 20.0, 3.6),
+    ("autocast", "gelu", "layernorm"): (143.9, 54.1, 54.0, 10.0, 3.6),
+    ("bf16", "gelu", "layernorm"): (49.9, 54.0, 54.0, 10.0, 1.8),
 }
 #: The forward's share of :data:`BLOCK_BYTES_PER_TOKEN` (traced the same way): what full activation checkpointing
 #: streams a second time when backward recomputes each block.
-BLOCK_FORWARD_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float, float, float, float]] = {
-    ("fp32", "swiglu"): (79.8, 44.1, 36.0, 20.0, 5.4),
-    ("autocast", "swiglu"): (99.8, 22.1, 18.0, 10.0, 5.4),
-    ("bf16", "swiglu"): (95.8, 22.1, 18.0, 10.0, 5.4),
-    ("fp32", "gelu"): (79.8, 44.1, 36.0, 8.0, 5.4),
-    ("autocast", "gelu"): (93.8, 22.1, 18.0, 4.0, 5.4),
-    ("bf16", "gelu"): (95.8, 22.1, 18.0, 4.0, 5.4),
+BLOCK_FORWARD_BYTES_PER_TOKEN: dict[tuple[str, str, str], tuple[float, float, float, float, float]] = {
+    ("fp32", "swiglu", "rmsnorm"): (79.8, 44.1, 36.0, 20.0, 5.4),
+    ("autocast", "swiglu", "rmsnorm"): (99.8, 22.1, 18.0, 10.0, 5.4),
+    ("bf16", "swiglu", "rmsnorm"): (95.8, 22.1, 18.0, 10.0, 5.4),
+    ("fp32", "gelu", "rmsnorm"): (79.8, 44.1, 36.0, 8.0, 5.4),
+    ("autocast", "gelu", "rmsnorm"): (93.8, 22.1, 18.0, 4.0, 5.4),
+    ("bf16", "gelu", "rmsnorm"): (95.8, 22.1, 18.0, 4.0, 5.4),
+    ("fp32", "swiglu", "layernorm"): (39.9, 44.0, 36.0, 20.0, 1.8),
+    ("autocast", "swiglu", "layernorm"): (59.9, 22.0, 18.0, 10.0, 1.8),
+    ("bf16", "swiglu", "layernorm"): (20.0, 22.0, 18.0, 10.0, 0.9),
+    ("fp32", "gelu", "layernorm"): (39.9, 44.0, 36.0, 8.0, 1.8),
+    ("autocast", "gelu", "layernorm"): (53.9, 22.0, 18.0, 4.0, 1.8),
+    ("bf16", "gelu", "layernorm"): (20.0, 22.0, 18.0, 4.0, 0.9),
 }
 #: Bytes per token outside the blocks, forward and backward, as ``(c_V, c_h)``: the embedding's lookup and its
 #: gradient, the final norm, and the loss's passes over the logits (cast to fp32, log-softmax and its backward).
-OUTSIDE_BYTES_PER_TOKEN: dict[str, tuple[float, float]] = {
-    "fp32": (32.0, 132.4), "autocast": (44.0, 144.4), "bf16": (44.0, 142.4),
+OUTSIDE_BYTES_PER_TOKEN: dict[tuple[str, str], tuple[float, float]] = {
+    ("fp32", "rmsnorm"): (32.0, 132.4), ("autocast", "rmsnorm"): (44.0, 144.4), ("bf16", "rmsnorm"): (44.0, 142.4),
+    ("fp32", "layernorm"): (32.0, 28.2), ("autocast", "layernorm"): (44.0, 40.2), ("bf16", "layernorm"): (44.0, 14.2),
 }
+#: Norms whose traffic another's traced bytes stand for: a fused RMSNorm kernel reads its input and writes its output
+#: once each way, as torch's fused LayerNorm does (this project's stand-in for the kernel is a custom autograd function
+#: whose CPU ops would show the eager math's bytes, not the kernel's).
+TRAFFIC_NORM = {"fused_rmsnorm": "layernorm"}
 #: Bytes per weight per micro-batch that autocast adds: each fp32 weight cast to bf16 in forward (read 4, write 2)
 #: and its bf16 gradient cast back to fp32 in backward (read 2, write 4); traced as 12.2-12.5 bytes per block weight.
 AUTOCAST_WEIGHT_CAST_BYTES = 12
@@ -75,14 +95,15 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: boo
     a recomputed forward of every block under full checkpointing (``recompute``), the embedding's gradient (none when
     frozen weights, ``cast_share`` below 1, leave the embedding untrained) and autocast's weight casts
     (``cast_share``: the share of the weights held in fp32 that it casts)."""
-    key = (policy, cfg.mlp)
+    norm = TRAFFIC_NORM.get(cfg.norm, cfg.norm)
+    key = (policy, cfg.mlp, norm)
     if key not in BLOCK_BYTES_PER_TOKEN:
-        raise ValueError(f"no traced traffic for compute policy {policy!r} and MLP {cfg.mlp!r}")
+        raise ValueError(f"no traced traffic for compute policy {policy!r}, MLP {cfg.mlp!r} and norm {cfg.norm!r}")
     shape = (cfg.d_model, cfg.q_dim, cfg.n_kv_heads * cfg.head_dim, cfg.d_ff, cfg.n_heads)
     per_token = _dot(BLOCK_BYTES_PER_TOKEN[key], shape)
     if recompute:
         per_token += _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)
-    per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[policy], (cfg.vocab_size, cfg.d_model))
+    per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[(policy, norm)], (cfg.vocab_size, cfg.d_model))
     per_batch = 0.0
     if cast_share >= 1:
         element = 2 if policy == "bf16" else 4

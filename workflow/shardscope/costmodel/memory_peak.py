@@ -23,6 +23,9 @@ activations (saved for backward, alive when forward returns)
     upcasts its input twice, and both fp32 copies are saved). The output
     side: the final norm, the head's input and the fp32 log-softmax ``4TV``. Derived by
     listing the tensors and confirmed exactly with the tensor tracker at world size 1.
+    A fused norm (torch's LayerNorm, a fused RMSNorm kernel) saves its input and per-token statistics instead of
+    the eager RMSNorm's fp32 copies: ``8h`` bytes a token less per block in fp32 and autocast, ``16h`` in bf16
+    (LayerNorm's mean 8 bytes a token more), traced the same way.
     Eager attention adds the ``T·a·s`` probabilities per block (and k, v repeated to all heads
     under GQA); SDPA/flash keeps none. Full checkpointing keeps each block's input and one
     block's activations while that block is recomputed in backward (:func:`activation_bytes`);
@@ -181,12 +184,14 @@ def frozen_saved(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     their gains' gradients), the output projection's input (the attention output's contiguous copy) and the MLP's
     input and down projection's input (SwiGLU's product, GELU's output): three ``T x h`` tensors, one ``T x q``
     (the queries' width) and one ``T x d_ff``. The attention's normed input stays, saved by the adapter; the adapters'
-    own rank-sized outputs (a few elements per token) are not counted. 0 unless ``shape.frozen_weights``.
+    own rank-sized outputs (a few elements per token) are not counted. A fused LayerNorm saves its input for its
+    input's gradient whatever trains, so under it the norms' two are saved still. 0 unless ``shape.frozen_weights``.
     """
     if not shape.frozen_weights:
         return 0
     e = 4 if policy == "fp32" else 2
-    return shape.tokens * e * (3 * cfg.d_model + cfg.q_dim + cfg.d_ff)
+    widths = (3 if cfg.norm == "rmsnorm" else 1) * cfg.d_model  # a fused norm saves its input for its input's grad
+    return shape.tokens * e * (widths + cfg.q_dim + cfg.d_ff)
 
 
 def block_weights(cfg: ModelConfig) -> int:
@@ -195,8 +200,8 @@ def block_weights(cfg: ModelConfig) -> int:
 
 
 def block_params(cfg: ModelConfig) -> int:
-    """Parameters of one block: its matmuls and two norm gains."""
-    return block_weights(cfg) + 2 * cfg.d_model
+    """Parameters of one block: its matmuls and two norms (gains, and LayerNorm's biases)."""
+    return block_weights(cfg) + 2 * cfg.norm_params
 
 
 def root_params(cfg: ModelConfig) -> int:
@@ -226,6 +231,12 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> i
         out, e = out + _cast_cache(cfg, shape), 2
     else:
         out, e = t * (24 * h + 6 * q + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
+    if cfg.norm != "rmsnorm":
+        # a fused norm (torch's LayerNorm, a fused RMSNorm kernel) saves its input and per-token statistics (fp32),
+        # where the eager RMSNorm keeps fp32 copies: two T x h fp32 tensors fewer per block (fp32, autocast; beside
+        # LayerNorm's mean, 8 bytes a token more), four bf16-sized ones in a bf16 block (traced as the RMSNorm terms are)
+        stats = 8 if cfg.norm == "layernorm" and policy != "bf16" else 0
+        out -= t * ((16 * h if policy == "bf16" else 8 * h) - stats)
     if shape.attention == "eager":
         out += t * a * s * e  # the softmax probabilities, saved for the matmul with v
         if cfg.n_kv_heads != cfg.n_heads:
@@ -237,11 +248,15 @@ def head_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> in
     """Bytes the output side saves: final norm, head input, fp32 log-softmax, targets and token ids."""
     t, h, v = shape.tokens, cfg.d_model, cfg.vocab_size
     ids = 8 * t + 8 * shape.micro_batch * (shape.seq_len + 1)
+    # the final norm, fused (LayerNorm, a fused RMSNorm), keeps one T x h fp32 copy fewer (two bf16-sized ones in
+    # bf16; traced), LayerNorm its mean beside
+    stats = 4 if cfg.norm == "layernorm" and policy != "bf16" else 0
+    layernorm = 0 if cfg.norm == "rmsnorm" else t * ((8 * h if policy == "bf16" else 4 * h) - stats)
     if policy == "fp32":
-        return 4 * t * (3 * h + 1 + v) + ids
+        return 4 * t * (3 * h + 1 + v) + ids - layernorm
     if policy == "autocast":
-        return t * (10 * h + 4 + 4 * v) + int(2 * h * v * shape.cast_share) + ids
-    return t * (12 * h + 4 + 4 * v) + ids
+        return t * (10 * h + 4 + 4 * v) + int(2 * h * v * shape.cast_share) + ids - layernorm
+    return t * (12 * h + 4 + 4 * v) + ids - layernorm
 
 
 def residual_bytes(shape: StepShape, cfg: ModelConfig, policy: str) -> int:
@@ -254,6 +269,9 @@ def residual_bytes(shape: StepShape, cfg: ModelConfig, policy: str) -> int:
 #: input is one of ``per_block``'s tensors and also the saved checkpoint input), autocast 0, bf16 +1 (the
 #: mid-block residual, held by the recompute's frame though nothing saves it).
 RECOMPUTE_EXTRA_INPUTS = {"fp32": -1, "autocast": 0, "bf16": 1}
+#: The same under a fused norm (LayerNorm or a fused RMSNorm; traced likewise): it saves the mid-block residual itself
+#: (its input), so the bf16 block holds no extra copy of it and its own saved input counts once: -1.
+RECOMPUTE_EXTRA_INPUTS_LAYERNORM = {"fp32": -1, "autocast": 0, "bf16": -1}
 
 
 def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
@@ -271,7 +289,8 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
     if shape.checkpointing == "full":
         kept = residual_bytes(shape, cfg, policy)
         cache = _cast_cache(cfg, shape) if policy == "autocast" else 0
-        recomputed = per_block + RECOMPUTE_EXTRA_INPUTS[policy] * kept
+        extra = (RECOMPUTE_EXTRA_INPUTS if cfg.norm == "rmsnorm" else RECOMPUTE_EXTRA_INPUTS_LAYERNORM)[policy]
+        recomputed = per_block + extra * kept
         forward_end, blocks = layers * (kept + cache) + head, layers * kept + recomputed
         head_backward = layers * kept + head  # autocast's cache is gone once forward's autocast region ends
     else:
@@ -543,7 +562,7 @@ def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[s
     done, less what the MLP backward has freed (measured exactly on the tiny model, 2 ranks, at
     2 x 64 and 2 x 128 tokens); at the end, all gradients and no activations.
     """
-    head_grads = (cfg.vocab_size * cfg.d_model + cfg.d_model) * e_grad  # the output head and final norm
+    head_grads = (cfg.vocab_size * cfg.d_model + cfg.norm_params) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
     mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
     cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up

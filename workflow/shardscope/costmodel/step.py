@@ -81,7 +81,7 @@ DEFAULT_MFU = 0.45
 #: (``--overlap``, or a calibration). The step model's default is the strategy's schedule (:func:`scheduled_exposed_s`).
 DEFAULT_OVERLAP = 0.5
 #: Where the step model's defaults come from, as ``advise`` labels them (MFU, overlap).
-STEP_DEFAULTS_LABEL = ("default: roofline x published ceiling, no calibration",
+STEP_DEFAULTS_LABEL = ("default: matmul roofline x published ceiling + traced traffic, no calibration",
                        "default: each strategy's schedule, no calibration")
 
 
@@ -105,10 +105,10 @@ class EfficiencyPoint:
 
 
 #: MPT-7B as llm-foundry trains it (github.com/mosaicml/llm-foundry, scripts/train/yamls/pretrain/mpt-7b.yaml):
-#: 32 blocks of width 4096, 32 heads, a GELU MLP of 4 x the width (``expansion_ratio: 4``), a vocabulary padded to
-#: 50,432, tied embeddings, sequence 2048.
+#: 32 blocks of width 4096, 32 heads, a GELU MLP of 4 x the width (``expansion_ratio: 4``), LayerNorm
+#: (``low_precision_layernorm``), a vocabulary padded to 50,432, tied embeddings, sequence 2048.
 MPT_7B = ModelConfig(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=32, d_ff=16384, vocab_size=50432,
-                     max_seq_len=2048, tie_embeddings=True, mlp="gelu")
+                     max_seq_len=2048, tie_embeddings=True, mlp="gelu", norm="layernorm")
 #: The published runs the compute curve passes through, per GPU class: MosaicML's llm-foundry throughput tables
 #: (github.com/mosaicml/llm-foundry, scripts/train/benchmarking/README.md), MPT-7B (d_model 4096), seq 2048,
 #: micro-batch 6, 8 GPUs, FSDP FULL_SHARD, bf16, no activation checkpointing (so model FLOPs = hardware FLOPs).
@@ -425,7 +425,7 @@ def achieved_mfu(cfg: ModelConfig, tokens: int, seq_len: int, peak_flops: float,
 def unit_params(cfg: ModelConfig) -> list[int]:
     """Parameters per FSDP/ZeRO-3 unit: one per transformer block, plus embeddings/norm/head."""
     total = cfg.param_count()
-    block = (total - (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * cfg.d_model - cfg.d_model) // cfg.n_layers
+    block = (total - (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * cfg.d_model - cfg.norm_params) // cfg.n_layers
     return [block] * cfg.n_layers + [total - block * cfg.n_layers]
 
 

@@ -1,7 +1,7 @@
 """A GPT-style decoder you can read in one sitting (nanoGPT shape, Llama/Mistral details).
 
 Pre-norm blocks of grouped-query attention and a SwiGLU MLP with RMSNorm, untied embeddings,
-as in Llama and Mistral (a GELU MLP and tied embeddings where the shape asks, as in GPT-2). Its
+as in Llama and Mistral (a GELU MLP, LayerNorm and tied embeddings where the shape asks, as in GPT-2). Its
 shape and the published presets live in :mod:`shardscope.contracts.models` (torch-free); the
 weights are random, and nothing is downloaded.
 """
@@ -28,6 +28,41 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         norm = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
         return norm.type_as(x) * self.weight
+
+
+class _FusedRMSNormFunction(torch.autograd.Function):
+    """RMSNorm with a fused kernel's autograd: only the input and the reciprocal RMS per token are saved, and backward
+    recomputes the normalised input from them (as torchtitan's and Megatron's fused kernels do)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:  # noqa: ANN001
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return (x.float() * rstd).type_as(x) * weight
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:  # noqa: ANN001
+        x, weight, rstd = ctx.saved_tensors
+        normed = x.float() * rstd
+        weighted = (grad * weight).float()
+        grad_weight = (grad.float() * normed).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+        grad_x = rstd * (weighted - normed * (weighted * normed).mean(-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight, None
+
+
+class FusedRMSNorm(RMSNorm):
+    """:class:`RMSNorm` as one fused kernel's autograd sees it (``norm: fused_rmsnorm``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FusedRMSNormFunction.apply(x, self.weight, self.eps)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The block's norm as ``cfg.norm`` says: :class:`RMSNorm`, torch's fused ``nn.LayerNorm`` (with a bias) or
+    :class:`FusedRMSNorm`."""
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(cfg.d_model, eps=1e-5)
+    return FusedRMSNorm(cfg.d_model) if cfg.norm == "fused_rmsnorm" else RMSNorm(cfg.d_model)
 
 
 def rotary(x: torch.Tensor) -> torch.Tensor:
@@ -91,9 +126,9 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.d_model)
+        self.attn_norm = make_norm(cfg)
         self.attn = Attention(cfg)
-        self.mlp_norm = RMSNorm(cfg.d_model)
+        self.mlp_norm = make_norm(cfg)
         self.mlp = MLP(cfg) if cfg.mlp == "swiglu" else GeluMLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -109,7 +144,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model)
+        self.norm = make_norm(cfg)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init_weights)
         if cfg.tie_embeddings:
