@@ -1,11 +1,12 @@
 """Modeled time and memory of one training step per data-parallel strategy.
 
-Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × mfu)``, split 1/3 forward and
-2/3 backward (2N and 4N of the 6N FLOPs per token), times ``grad_accum`` micro-batches. The MFU is a given
-or calibrated constant, else :func:`achieved_mfu`: a roofline of the model's matmuls at the tokens per
-micro-batch and the width (the GPU's datasheet bandwidth, :data:`~shardscope.costmodel.hardware.MEMORY_BANDWIDTH_GBPS`)
-times a published efficiency ceiling per GPU class (:data:`PUBLISHED_EFFICIENCY`), so a larger micro-batch runs
-closer to the peak.
+Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × efficiency)``, split 1/3 forward and
+2/3 backward (2N and 4N of the 6N FLOPs per token), times ``grad_accum`` micro-batches. The efficiency is a given
+or calibrated MFU, else the matmuls' (:func:`matmul_efficiency`: a roofline at the tokens per micro-batch and the
+width, against the GPU's datasheet bandwidth, :data:`~shardscope.costmodel.hardware.MEMORY_BANDWIDTH_GBPS`, times a
+published efficiency ceiling per GPU class, :data:`PUBLISHED_EFFICIENCY`) plus the bytes the other ops stream
+(:mod:`shardscope.costmodel.elementwise`) at the memory's bandwidth (:func:`micro_batch_compute_s`), so a larger
+micro-batch runs closer to the peak and a 16-bit step is bounded by its elementwise traffic.
 
 Communication per step, Ψ parameters on the wire (the ZeRO paper's volumes, in nccl-tests sizes),
 gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`` setting, whose
@@ -61,6 +62,7 @@ activations and buffers, on the reserved basis, with the CUDA context and NCCL's
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -345,6 +347,7 @@ def roofline_share(tokens: int, width: int, peak_flops: float, memory_bytes_s: f
     return intensity / (intensity + peak_flops / memory_bytes_s)
 
 
+@functools.lru_cache(maxsize=None)
 def _ceiling(point: EfficiencyPoint) -> float:
     """The matmul-efficiency ceiling of ``point``'s GPU class: what the roofline share is multiplied by so that the
     published run's whole micro-batch (its matmuls at ``ceiling x roofline share`` of the peak, plus its non-matmul
