@@ -273,3 +273,14 @@ def test_a_fused_rmsnorm_is_named_by_a_norm_key_and_holds_less_than_the_eager_on
     a = StepAssumptions(micro_batch=4, seq_len=2048)
     assert job_peak("fsdp", fused, 8, a).peak_bytes < job_peak("fsdp", eager, 8, a).peak_bytes
     assert_param_count(GPT(replace(fused, n_layers=1)), replace(fused, n_layers=1))
+
+
+def test_falcons_multi_query_and_grouped_keys_are_read() -> None:
+    from shardscope.contracts.models import resolve_model
+
+    dims = {"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+            "vocab_size": 65024}
+    assert resolve_model({**dims, "multi_query": True})[1].n_kv_heads == 1
+    assert resolve_model({**dims, "hidden_size": 8192, "num_attention_heads": 128, "new_decoder_architecture": True,
+                          "num_kv_heads": 8})[1].n_kv_heads == 8
+    assert resolve_model(dims)[1].n_kv_heads == 71

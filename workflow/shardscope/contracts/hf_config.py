@@ -135,6 +135,10 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
             raise ValueError(f"{path}: the config has no intermediate_size, which a gated (SwiGLU) MLP's width needs")
         d_ff = 4 * dims["d_model"] if isinstance(dims["d_model"], int) else dims["d_model"]  # GPT-2's n_inner: null
     kv = doc.get("num_key_value_heads")
+    if kv is None and doc.get("new_decoder_architecture"):
+        kv = doc.get("num_kv_heads")  # Falcon-40B/180B's grouped keys and values
+    elif kv is None and doc.get("multi_query"):
+        kv = 1  # Falcon-7B's multi-query attention
     family = str(doc.get("model_type") or "").lower()
     tied = doc.get("tie_word_embeddings", bool(family) and family not in UNTIED_BY_DEFAULT)
     context = next((doc[k] for k in ("max_position_embeddings", "n_positions", "n_ctx") if doc.get(k) is not None),
