@@ -116,7 +116,7 @@ def depth(doc: dict[str, Any], path: str) -> Any:
     layers = _first(doc, KEYS["n_layers"], path)
     key = next(k for k in KEYS["n_layers"] if doc.get(k) is not None)
     decoder = doc.get(DECODER_LAYERS.get(key, ""))
-    if key in DECODER_LAYERS and decoder is None and key == "num_layers" and doc.get("model_type") == "t5":
+    if decoder is None and key == "num_layers" and doc.get("model_type") == "t5":
         decoder = layers  # T5's num_decoder_layers defaults to num_layers
     if decoder is not None and isinstance(layers, int) and isinstance(decoder, int) and not isinstance(decoder, bool):
         return layers + decoder

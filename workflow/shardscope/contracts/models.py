@@ -95,6 +95,12 @@ class ModelConfig:
         return 3 if self.mlp == "swiglu" else 2
 
     @property
+    def fused_norm(self) -> bool:
+        """Whether the norm is one kernel (torch's LayerNorm, a fused RMSNorm) that saves its input and per-token
+        statistics for backward, rather than the eager RMSNorm's fp32 copies."""
+        return self.norm != "rmsnorm"
+
+    @property
     def norm_params(self) -> int:
         """Parameters of one norm: its gain, and LayerNorm's bias."""
         return self.d_model * (2 if self.norm == "layernorm" else 1)

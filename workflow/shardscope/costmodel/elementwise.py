@@ -17,9 +17,10 @@ builds, and solved per token and block for
 ``c_h·h + c_q·q + c_kv·kv + c_f·f + c_a·a`` (``q`` the queries' width, ``kv`` the KV width, ``f`` the MLP's inner
 size, ``a`` the heads; every residual under 0.01%), and outside the blocks for
 ``c_V·V + c_h·h`` (embedding, final norm, head, loss). ``tests/training/test_kernel_traffic.py`` traces shapes none
-of these were read from and compares. What the coefficients describe is an eager step as PyTorch runs it without
-fusion (no ``torch.compile``, no fused norm or rotary kernels); a fused or compiled step moves fewer bytes, which
-the published efficiency point the matmul ceiling is anchored to absorbs (:func:`shardscope.costmodel.step.achieved_mfu`).
+of these were read from and compares. What the coefficients describe is an eager step as PyTorch runs it (no
+``torch.compile``, no fused rotary or activation kernels; the norm eager or fused as ``ModelConfig.norm`` says); a
+compiled step moves fewer bytes. The matmul ceiling is the published efficiency point less this traffic
+(:func:`shardscope.costmodel.step.matmul_efficiency`).
 
 Every number here is modeled. Torch-free.
 """

@@ -190,7 +190,7 @@ def frozen_saved(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     if not shape.frozen_weights:
         return 0
     e = 4 if policy == "fp32" else 2
-    widths = (3 if cfg.norm == "rmsnorm" else 1) * cfg.d_model  # a fused norm saves its input for its input's grad
+    widths = (1 if cfg.fused_norm else 3) * cfg.d_model  # a fused norm saves its input for its input's grad
     return shape.tokens * e * (widths + cfg.q_dim + cfg.d_ff)
 
 
@@ -231,12 +231,7 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> i
         out, e = out + _cast_cache(cfg, shape), 2
     else:
         out, e = t * (24 * h + 6 * q + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
-    if cfg.norm != "rmsnorm":
-        # a fused norm (torch's LayerNorm, a fused RMSNorm kernel) saves its input and per-token statistics (fp32),
-        # where the eager RMSNorm keeps fp32 copies: two T x h fp32 tensors fewer per block (fp32, autocast; beside
-        # LayerNorm's mean, 8 bytes a token more), four bf16-sized ones in a bf16 block (traced as the RMSNorm terms are)
-        stats = 8 if cfg.norm == "layernorm" and policy != "bf16" else 0
-        out -= t * ((16 * h if policy == "bf16" else 8 * h) - stats)
+    out -= 2 * t * fused_norm_saves_less(cfg, policy)  # the block's two norms
     if shape.attention == "eager":
         out += t * a * s * e  # the softmax probabilities, saved for the matmul with v
         if cfg.n_kv_heads != cfg.n_heads:
@@ -244,19 +239,29 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> i
     return out - frozen_saved(cfg, shape, policy)
 
 
+def fused_norm_saves_less(cfg: ModelConfig, policy: str) -> int:
+    """Bytes a token that one fused norm (torch's LayerNorm, a fused RMSNorm kernel) saves for backward fewer than
+    the eager RMSNorm, which keeps fp32 copies where a fused norm keeps its input and per-token statistics: one
+    ``h``-wide fp32 tensor in fp32 and autocast (less LayerNorm's 4-byte mean beside its rstd), two bf16-sized ones
+    in bf16; traced with ``saved_tensors_hooks`` and the tensor tracker as the RMSNorm terms are. 0 for the eager
+    RMSNorm."""
+    if not cfg.fused_norm:
+        return 0
+    if policy == "bf16":
+        return 8 * cfg.d_model
+    return 4 * cfg.d_model - (4 if cfg.norm == "layernorm" else 0)
+
+
 def head_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     """Bytes the output side saves: final norm, head input, fp32 log-softmax, targets and token ids."""
     t, h, v = shape.tokens, cfg.d_model, cfg.vocab_size
     ids = 8 * t + 8 * shape.micro_batch * (shape.seq_len + 1)
-    # the final norm, fused (LayerNorm, a fused RMSNorm), keeps one T x h fp32 copy fewer (two bf16-sized ones in
-    # bf16; traced), LayerNorm its mean beside
-    stats = 4 if cfg.norm == "layernorm" and policy != "bf16" else 0
-    layernorm = 0 if cfg.norm == "rmsnorm" else t * ((8 * h if policy == "bf16" else 4 * h) - stats)
+    fused = t * fused_norm_saves_less(cfg, policy)  # the final norm
     if policy == "fp32":
-        return 4 * t * (3 * h + 1 + v) + ids - layernorm
+        return 4 * t * (3 * h + 1 + v) + ids - fused
     if policy == "autocast":
-        return t * (10 * h + 4 + 4 * v) + int(2 * h * v * shape.cast_share) + ids - layernorm
-    return t * (12 * h + 4 + 4 * v) + ids - layernorm
+        return t * (10 * h + 4 + 4 * v) + int(2 * h * v * shape.cast_share) + ids - fused
+    return t * (12 * h + 4 + 4 * v) + ids - fused
 
 
 def residual_bytes(shape: StepShape, cfg: ModelConfig, policy: str) -> int:
@@ -271,7 +276,7 @@ def residual_bytes(shape: StepShape, cfg: ModelConfig, policy: str) -> int:
 RECOMPUTE_EXTRA_INPUTS = {"fp32": -1, "autocast": 0, "bf16": 1}
 #: The same under a fused norm (LayerNorm or a fused RMSNorm; traced likewise): it saves the mid-block residual itself
 #: (its input), so the bf16 block holds no extra copy of it and its own saved input counts once: -1.
-RECOMPUTE_EXTRA_INPUTS_LAYERNORM = {"fp32": -1, "autocast": 0, "bf16": -1}
+RECOMPUTE_EXTRA_INPUTS_FUSED_NORM = {"fp32": -1, "autocast": 0, "bf16": -1}
 
 
 def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
@@ -289,7 +294,7 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
     if shape.checkpointing == "full":
         kept = residual_bytes(shape, cfg, policy)
         cache = _cast_cache(cfg, shape) if policy == "autocast" else 0
-        extra = (RECOMPUTE_EXTRA_INPUTS if cfg.norm == "rmsnorm" else RECOMPUTE_EXTRA_INPUTS_LAYERNORM)[policy]
+        extra = (RECOMPUTE_EXTRA_INPUTS_FUSED_NORM if cfg.fused_norm else RECOMPUTE_EXTRA_INPUTS)[policy]
         recomputed = per_block + extra * kept
         forward_end, blocks = layers * (kept + cache) + head, layers * kept + recomputed
         head_backward = layers * kept + head  # autocast's cache is gone once forward's autocast region ends

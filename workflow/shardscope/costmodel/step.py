@@ -374,17 +374,23 @@ def matmul_efficiency(tokens: int, width: int, peak_flops: float, memory_gbps: f
     published GPU's ratio of peak to bandwidth is assumed.
     """
     point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(arch, "ampere")]
-    bandwidth = memory_gbps * 1e9 if memory_gbps else peak_flops * point.memory_gbps * 1e9 / point.peak_flops
+    bandwidth = _bandwidth(peak_flops, memory_gbps, arch)
     return min(1.0, _ceiling(point) * roofline_share(tokens, width, peak_flops, bandwidth, element_bytes))
+
+
+def _bandwidth(peak_flops: float, memory_gbps: float | None, arch: str) -> float:
+    """Bytes/s of a GPU's memory: its datasheet ``memory_gbps``, else its class's published GPU's ratio of bandwidth
+    to peak, at ``peak_flops``."""
+    if memory_gbps:
+        return memory_gbps * 1e9
+    point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(arch, "ampere")]
+    return peak_flops * point.memory_gbps * 1e9 / point.peak_flops
 
 
 def bandwidth_bytes_s(peak_flops: float, gpu: GpuSpec | None) -> float:
     """The device-memory bandwidth the step model streams at: the GPU's datasheet figure, else (no GPU named, or
     none in the table) its curve's published GPU's ratio of bandwidth to peak, at this peak."""
-    if gpu is not None and gpu.memory_bandwidth_gbps:
-        return gpu.memory_bandwidth_gbps * 1e9
-    point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(gpu.arch if gpu else "ampere", "ampere")]
-    return peak_flops * point.memory_gbps * 1e9 / point.peak_flops
+    return _bandwidth(peak_flops, gpu.memory_bandwidth_gbps if gpu else None, gpu.arch if gpu else "ampere")
 
 
 def streams_traffic(a: StepAssumptions, gpu: GpuSpec | None) -> bool:
