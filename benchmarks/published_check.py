@@ -23,6 +23,9 @@ It prints, for the cases that may set model defaults (``use: defaults``), the ca
   basis its number is (the basis of each measurement is printed);
 - OOM: runs that went out of memory and were predicted to fit (and runs that ran but were predicted not to);
 - absolute throughput: modeled over measured tokens/s per GPU where the source gives tokens or samples per second;
+- largest micro-batch: where a source says a run's micro-batch was the largest that ran (``micro_batch_is_max``),
+  the largest ``shardscope memory`` says fits, over it, as a factor >= 1, and how many are below or above (a run's
+  largest is a floor of the true one: the next size tried may have been far);
 - collectives: the nccl-tests peaks of tests/data/published/collectives.json (benchmarks/validation.py's rows);
 - the time one advise call takes.
 
@@ -190,8 +193,8 @@ def _gpu_memory(case: Mapping[str, Any]) -> float | None:
 
 
 def _flag_pairs(run: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(flag, value) of issue 31's flags that describe the run; selective checkpointing is given as full (the model
-    knows none and full)."""
+    """(flag, value) of issue 31's flags that describe the run; checkpointing named only ``selective`` (which of
+    torchtitan's two unsaid) is given as full."""
     ac = run.get("activation_checkpointing", "none")
     pairs = [("--dtype", run["dtype"]), ("--activation-checkpointing", "full" if ac == "selective" else ac)]
     if run.get("global_batch"):
@@ -427,6 +430,24 @@ def ask(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path,
     raise RuntimeError(f"{case['id']} / {run['label']}: advise exited {code}: {err.strip()[-300:]}")
 
 
+def ask_largest_micro_batch(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path,
+                            call: Callable[[Sequence[str]], tuple[int, str, str]] = call_inprocess,
+                            model_as: str = "json") -> int | None:
+    """The largest micro-batch ``shardscope memory`` says fits the case's GPU for the run's strategy and flags (its
+    ``largest_micro_batch``, the whole peak against all of the GPU's memory, as advise's fit is); None when the command
+    gives none or refuses the question."""
+    seq, model = run_seq_len(case, run), run_model(case, run)
+    others = [("cli (config.json)", _model_arg(model, workdir, "path"))] if model_as != "path" else []
+    others.append(("cli (own fields)", json.dumps(internal_dims(model["hf"], seq), separators=(",", ":"))))
+    argv = memory_argv(case, run, workdir, model_as) + ["--usable-memory", "1"]
+    code, out, _, _, _, _ = call_with_fallbacks(argv, call, [] if model.get("preset") else others)
+    if code != 0:
+        return None
+    rows = [row for row in json.loads(out) if row.get("strategy") == run["strategy"]]
+    value = rows[0].get("largest_micro_batch") if rows else None
+    return int(value) if value is not None else None
+
+
 # -------------------------------------------------------------------------------------------- the scoring
 def clear_winner(values: Mapping[str, float], gap: float = GAP) -> str | None:
     """The key of the largest value where it beats the second by more than ``gap`` (relative), else None."""
@@ -522,9 +543,14 @@ class RunResult:
     memory_basis: str | None
     answer: Answer | None
     error: str | None = None
+    measured_largest: int | None = None
+    """The run's micro-batch where the source says it was the largest that ran (``micro_batch_is_max``)."""
+    modeled_largest: int | None = None
+    """The model's largest micro-batch that fits, for such a run."""
     selective: bool = False
-    """Selective activation checkpointing: asked as full (the model has none and full), so its memory and fit are
-    not compared (selective holds more than full and less than none)."""
+    """Selective activation checkpointing of no named kind (``selective``): asked as full, so its memory and fit are
+    not compared (selective holds more than full and less than none); ``selective_op`` and ``selective_layer`` are
+    asked as they are."""
 
     @property
     def same_micro_batch(self) -> bool:
@@ -563,6 +589,9 @@ def check_case(case: Mapping[str, Any], workdir: Path, call: Callable[[Sequence[
         if answer and answer.micro_batch not in (None, run["micro_batch"]):
             answer.lost.append(f"micro-batch {run['micro_batch']} answered at {answer.micro_batch} "
                                "(memory and OOM not compared)")
+        largest = None
+        if run.get("micro_batch_is_max") and m["outcome"] == "ok" and run.get("activation_checkpointing") != "selective":
+            largest = ask_largest_micro_batch(case, run, workdir, call, model_as)
         thr = None
         if answer and answer.tokens_per_s:
             thr = answer.tokens_per_s / (run["gpus"] if case.get("compare") == "per_gpu" else 1)
@@ -572,7 +601,8 @@ def check_case(case: Mapping[str, Any], workdir: Path, call: Callable[[Sequence[
                              measured_tokens_per_gpu=measured_tokens_per_gpu(case, run),
                              measured_memory=memory_bytes(mem) if mem and m["outcome"] == "ok" else None,
                              memory_basis=mem.get("basis") if mem else None, answer=answer, error=error,
-                             selective=run.get("activation_checkpointing") == "selective"))
+                             measured_largest=run["micro_batch"] if run.get("micro_batch_is_max") else None,
+                             modeled_largest=largest, selective=run.get("activation_checkpointing") == "selective"))
     return out
 
 
@@ -605,6 +635,8 @@ def summarize(results: Sequence[RunResult], cases: Sequence[Mapping[str, Any]], 
     absolute = [max(q, 1 / q) for r in results
                 if r.measured_tokens_per_gpu and r.modeled_tokens_per_gpu and r.case not in no_absolute
                 for q in [r.modeled_tokens_per_gpu / r.measured_tokens_per_gpu]]
+    largest = [(r.modeled_largest / r.measured_largest) for r in results
+               if r.measured_largest and r.modeled_largest is not None and r.outcome == "ok"]
     seconds = [r.answer.seconds for r in results if r.answer and r.answer.route.startswith("cli")]
     return {
         "cases": len(by_case), "runs": len(results), "errors": sum(r.error is not None for r in results),
@@ -614,6 +646,9 @@ def summarize(results: Sequence[RunResult], cases: Sequence[Mapping[str, Any]], 
         "whole_peak_abs_error": dict(spread([abs(e) for e in mem_signed]), too_low=sum(e < 0 for e in mem_signed)),
         "oom": {"went_oom": ooms, "predicted_to_fit": fit_ooms, "ran": oks, "ran_but_predicted_not_to_fit": false_ooms},
         "absolute_throughput_factor": spread(absolute),
+        "largest_micro_batch_factor": dict(spread([max(q, 1 / q) if q else math.inf for q in largest]),
+                                           modeled_below=sum(q < 1 for q in largest),
+                                           modeled_above=sum(q > 1 for q in largest)),
         "seconds_per_call": spread(seconds),
     }
 
@@ -733,6 +768,10 @@ def print_summary(summary: Mapping[str, Any]) -> None:
               f"{o['ran_but_predicted_not_to_fit']} of {o['ran']} runs that ran predicted not to fit")
         print(f"  absolute tokens/s per GPU: median x{_num(absolute['median'], '.2f')}, worst "
               f"x{_num(absolute['worst'], '.2f')} ({absolute['n']} runs)")
+        big = s["largest_micro_batch_factor"]
+        print(f"  largest micro-batch, modeled vs the largest that ran: median x{_num(big['median'], '.2f')}, worst "
+              f"x{_num(big['worst'], '.2f')} ({big['n']} runs, {big['modeled_below']} modeled below, "
+              f"{big['modeled_above']} above)")
         t = s["seconds_per_call"]
         print(f"  one command call that answered: median {_num(t['median'], '.3f')} s, "
               f"slowest {_num(t['worst'], '.3f')} s "

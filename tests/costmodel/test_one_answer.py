@@ -11,6 +11,7 @@ Before issue 31 ``memory`` said 73.4 GB for ZeRO-1 where advise and the report s
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -51,10 +52,19 @@ def test_every_caller_gets_the_same_bytes(capsys: pytest.CaptureFixture[str], mi
     def run(s: str) -> dict:
         return {"job": {"strategy": s, "model": MODEL, "world_size": GPUS, "micro_batch": micro_batch, "seq_len": SEQ,
                         "dtype": "bfloat16", "activation_checkpointing": checkpointing}, "env": {"device_type": "cuda"}}
-    # figure 3 sets the modeled bars beside runs that recorded max_memory_allocated: the same question, on that basis
-    allocated = {s: job_peak(s, CFG, GPUS, question, basis="allocated").peak_bytes for s in STRATEGIES}
+    # figure 3 sets the modeled bars beside runs that recorded max_memory_allocated: the same question, on that basis,
+    # about this project's worker, whose DDP's gradients are views of its buckets (a run that says so: --ddp-bucket-view)
+    worker = replace(question, ddp_bucket_view=True)
+    allocated = {s: job_peak(s, CFG, GPUS, worker, basis="allocated").peak_bytes for s in STRATEGIES}
     figure = {s: modeled_for_job(run(s)).peak_bytes for s in STRATEGIES}
     assert figure == allocated
+    told = _json(capsys, "memory", *shape, "--ddp-bucket-view", "--json", "--no-deepspeed-estimate")
+    assert {r["strategy"]: r["peak"]["peak_bytes"] for r in told if r["strategy"] in STRATEGIES} == {
+        s: job_peak(s, CFG, GPUS, worker).peak_bytes for s in STRATEGIES}
+    # torch's default DDP holds its buckets beside the gradients: one more copy of the fp32 gradients (autocast)
+    copy = job_peak("ddp", CFG, GPUS, question).phases["forward"]["ddp_bucket_copy"]
+    assert copy == CFG.param_count() * 4
+    assert truth["ddp"] - job_peak("ddp", CFG, GPUS, worker).peak_bytes == pytest.approx(copy, rel=0.04)
 
 
 def test_advise_and_the_decision_map_rank_alike(capsys: pytest.CaptureFixture[str]) -> None:

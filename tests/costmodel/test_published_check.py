@@ -118,7 +118,9 @@ def test_the_question_carries_the_case_machine_and_the_run_flags(tmp_path: Path)
     argv = pc.advise_argv(case, case["runs"][0], tmp_path)
     pairs = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("--")}
     assert pairs["--topology"] == "preset:hgx-h100" and pairs["--gpus"] == "8" and pairs["--strategies"] == "fsdp"
-    assert pairs["--activation-checkpointing"] == "full"  # selective is asked as full
+    assert pairs["--activation-checkpointing"] == "selective_op"  # torchtitan's op policy, as its config names it
+    bare = dict(case["runs"][0], activation_checkpointing="selective")  # a source that does not say which
+    assert dict(pc._flag_pairs(bare))["--activation-checkpointing"] == "full"
     assert json.loads(pairs["--model"])["num_key_value_heads"] == 8
     titan = next(c for c in CASES if c["id"] == "hf-ds-blog-deberta-xl-2x-titanrtx")
     argv = pc.advise_argv(titan, titan["runs"][1], tmp_path)
@@ -206,14 +208,36 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: median x1.16 -> x1.21 and worst x2.47 -> x2.69 (pythia-70m on A40, a LayerNorm model 2x slower than every term
 #: here, now modeled faster still). Then torchtitan's Llama 2 13B described with the fused RMSNorm kernel its config
 #: named (norm_type = "fused_rmsnorm"): 74.7 GiB where the eager norm's copies made 101 GiB, so it fits as it ran
-#: (held-out runs that ran but were predicted not to fit 4 -> 3).
+#: (held-out runs that ran but were predicted not to fit 4 -> 3). Then torchtitan's selective checkpointing modeled as
+#: it runs (selective_op, selective_layer: traced, and asked so where the runs had been asked as full, their memory
+#: not compared) and what any checkpoint computes again counted op by op (torch's non-reentrant checkpoint stops before
+#: a block's last matmul; the head is never recomputed), with the torchtitan table's four rows that had been left out
+#: for want of the modes. The 70B selective-op OOM, compared at last, is predicted not to fit (held-out OOMs: 2 of 10
+#: predicted to fit, the same two), held-out absolute median x1.21 -> x1.11. Loosened, each named: the defaults' memory
+#: median 0.13 -> 0.16 (the two H100 runs' reserved memory compared at last, 15-17% above the model); their absolute
+#: median and worst x1.05/x1.06 -> x1.07/x1.17 (the same runs asked with their op policy, modeled 13-16% fast where
+#: full had made them 5% slow); the held-out median ratio x1.37 -> x1.39 and the all-split x1.34 -> x1.35 (BELLE's
+#: ZeRO ratios, and pythia-70m's FSDP run with checkpointing against its DDP runs); and the absolute worst x2.69 ->
+#: x2.92 (that pythia run, recomputing less). Lightning's checkpoint is non-reentrant, as modeled; Hugging Face's,
+#: which BELLE's DeepSpeed-Chat ran, is reentrant and recomputes the whole block, a difference the model does not draw.
+#: The largest micro-batch (runs a source calls the largest that ran), first pinned here: the model's was 2.1x theirs
+#: in the median, above in 20 of 21 held-out runs. Then torch DDP's default buckets (gradient_as_bucket_view off: a
+#: second copy of the gradients, what Hugging Face's Trainer, Accelerate and Lightning build; pytorch/pytorch#41954):
+#: held-out largest micro-batch median x2.14 -> x2.07 and worst x4.0 -> x3.0 (DeBERTa-XL's DDP 19 -> 9 against 8
+#: that ran), all-split median x2.10 -> x1.80; the held-out memory median 0.240 -> 0.245, loosened to 0.25 (OpenTau's
+#: DDP runs, a stand-in without its vision tower, already above their unstated-basis measurement, now further).
+#: What is left above is the 2021-22 Hugging Face runs' eager attention, dropout and unfused activations, which keep
+#: more than this project's decoder, the one traced.
 PINNED: dict[str, dict[str, float]] = {
-    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.13,
-                 "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.06},
-    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.37, "ratio_worst": 2.94, "memory_median": 0.24,
-                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 3, "absolute_median": 1.21, "absolute_worst": 2.69},
-    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.34, "ratio_worst": 2.94, "memory_median": 0.22,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 3, "absolute_median": 1.1, "absolute_worst": 2.69},
+    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.16,
+                 "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
+                 "largest_median": 1.52, "largest_worst": 1.52},
+    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.39, "ratio_worst": 2.94, "memory_median": 0.25,
+                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 3, "absolute_median": 1.11, "absolute_worst": 2.92,
+                 "largest_median": 2.08, "largest_worst": 3.0},
+    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.35, "ratio_worst": 2.94, "memory_median": 0.22,
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 3, "absolute_median": 1.11, "absolute_worst": 2.92,
+            "largest_median": 1.81, "largest_worst": 3.0},
 }
 
 
@@ -231,7 +255,9 @@ def _figures(s: dict[str, Any]) -> dict[str, float]:
             "memory_median": s["whole_peak_abs_error"]["median"], "memory_worst": s["whole_peak_abs_error"]["worst"],
             "oom_fit": s["oom"]["predicted_to_fit"], "false_oom": s["oom"]["ran_but_predicted_not_to_fit"],
             "absolute_median": s["absolute_throughput_factor"]["median"],
-            "absolute_worst": s["absolute_throughput_factor"]["worst"]}
+            "absolute_worst": s["absolute_throughput_factor"]["worst"],
+            "largest_median": s["largest_micro_batch_factor"]["median"],
+            "largest_worst": s["largest_micro_batch_factor"]["worst"]}
 
 
 @pytest.mark.parametrize("split", sorted(PINNED))
@@ -259,3 +285,12 @@ def test_the_ratio_listing_puts_each_ranked_case_measured_beside_modeled(checked
         len([r for r in results if r.case == c["id"] and r.measured_throughput and r.modeled_throughput]) >= 2
         for c in ranked)
     assert "measured   1.00  modeled   1.00" in out  # each case's first run is its unit
+
+
+def test_every_run_published_as_the_largest_gets_the_models_largest(checked: tuple[list[Any], dict[str, Any]]) -> None:
+    results, summary = checked
+    published = [r for r in results if r.measured_largest and r.outcome == "ok"]
+    assert published and all(r.modeled_largest for r in published)
+    assert summary["all"]["largest_micro_batch_factor"]["n"] == len(published)
+    big = summary["all"]["largest_micro_batch_factor"]
+    assert big["modeled_below"] + big["modeled_above"] <= big["n"]

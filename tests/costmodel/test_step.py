@@ -394,3 +394,25 @@ def test_advise_says_which_peak_a_float32_ranking_is_priced_at() -> None:
     notes = advise(doc, "llama-1b", 8, assumptions=StepAssumptions(dtype="float32")).notes
     assert any("fp32 CUDA-core peak, 67 TFLOP/s" in n for n in notes)
     assert not any("fp32 CUDA-core" in n for n in advise(doc, "llama-1b", 8).notes)
+
+
+def test_checkpointing_costs_what_it_computes_again_between_none_and_full() -> None:
+    """Compute time per checkpointing mode: full recomputes each block but its last matmul (torch's early stop);
+    torchtitan's selective modes less (every second block, or the unkept matmuls and no attention), so each lies
+    between none and full; the recomputed FLOPs are counted op by op in tests/training/test_memory_peak.py."""
+    from shardscope.costmodel.hardware import spec_for_name
+    from shardscope.costmodel.memory_peak import recompute_shares
+    from shardscope.costmodel.step import work_factor
+
+    h100 = spec_for_name("NVIDIA H100 80GB HBM3")
+    seconds = {}
+    for mode in ("none", "selective_op", "selective_layer", "full"):
+        pred = predict_step("fsdp", "llama-1b", CFG, 1, 989.4e12, lambda op, size: 0.0, None,
+                            StepAssumptions(micro_batch=2, seq_len=2048, checkpointing=mode), gpu=h100)
+        seconds[mode] = pred.compute_time_s
+    assert seconds["none"] < seconds["selective_op"] < seconds["full"]
+    assert seconds["none"] < seconds["selective_layer"] < seconds["full"]
+    full, _ = recompute_shares(CFG, "full", 2048)
+    assert 0.5 < full < 0.9  # the head and each block's down projection are not computed again
+    with pytest.raises(ValueError, match="depends on the model"):
+        work_factor(StepAssumptions(checkpointing="selective_op"))

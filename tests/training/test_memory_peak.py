@@ -33,6 +33,8 @@ LAYERNORM = ModelConfig(n_layers=2, d_model=176, n_heads=11, n_kv_heads=11, d_ff
 #: A fused RMSNorm kernel's autograd (torchtitan's fused_rmsnorm), GQA, untied.
 FUSED_RMS = ModelConfig(n_layers=3, d_model=208, n_heads=8, n_kv_heads=2, d_ff=560, vocab_size=640, max_seq_len=256,
                         norm="fused_rmsnorm")
+#: An odd depth (selective_layer wraps two blocks of five) with multi-query attention, at a shape no other test uses.
+ODD_DEPTH = ModelConfig(n_layers=5, d_model=96, n_heads=3, n_kv_heads=1, d_ff=320, vocab_size=300, max_seq_len=512)
 
 
 def _tracked_single_process(cfg: ModelConfig, micro_batch: int, seq: int, policy: str, checkpointing: str = "none") -> Any:
@@ -80,18 +82,75 @@ def test_activations_match_the_tensors_autograd_saves(policy: str, cfg: ModelCon
     assert abs(tracked.forward_buffer_peak_bytes / logits_bytes(cfg, shape, policy) - 1) < 0.10
 
 
+@pytest.mark.parametrize("mode", ["full", "selective_op", "selective_layer"])
 @pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
 @pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112),
-                                                   (LAYERNORM, 3, 72), (FUSED_RMS, 2, 88)],
-                         ids=["tiny", "gqa", "wide-heads", "layernorm", "fused-rmsnorm"])
-def test_checkpointed_activations_match_the_tracker(policy: str, cfg: ModelConfig, micro_batch: int, seq: int) -> None:
-    """Full checkpointing through the worker's wrapper: forward keeps the block inputs, backward recomputes one block."""
-    tracked = _tracked_single_process(cfg, micro_batch, seq, policy, checkpointing="full")
+                                                   (LAYERNORM, 3, 72), (FUSED_RMS, 2, 88), (ODD_DEPTH, 4, 200),
+                                                   (WIDE_HEADS, 6, 200)],
+                         ids=["tiny", "gqa", "wide-heads", "layernorm", "fused-rmsnorm", "odd-depth", "wide-heads-long"])
+def test_checkpointed_activations_match_the_tracker(mode: str, policy: str, cfg: ModelConfig, micro_batch: int,
+                                                    seq: int) -> None:
+    """Checkpointing through the worker's wrapper: ``full`` keeps the block inputs and recomputes one block in
+    backward; ``selective_op`` keeps beside each input the attention output and every other matmul's; and
+    ``selective_layer`` checkpoints every second block. The GELU shapes have an odd number of matmuls (the last one
+    kept under ``selective_op``), the long one a recompute that outgrows forward's end under autocast."""
+    tracked = _tracked_single_process(cfg, micro_batch, seq, policy, checkpointing=mode)
     dtype = "float32" if policy == "fp32" else "bfloat16"
-    acts = activation_bytes(cfg, StepShape(micro_batch=micro_batch, seq_len=seq, dtype=dtype, checkpointing="full"), policy)
+    acts = activation_bytes(cfg, StepShape(micro_batch=micro_batch, seq_len=seq, dtype=dtype, checkpointing=mode), policy)
     assert abs(tracked.activation_peak_bytes / acts["peak"] - 1) < 0.01, (tracked.activation_peak_bytes, acts)
     plain = activation_bytes(cfg, StepShape(micro_batch=micro_batch, seq_len=seq, dtype=dtype), policy)
-    assert acts["peak"] < 0.75 * plain["peak"]
+    full = activation_bytes(cfg, StepShape(micro_batch=micro_batch, seq_len=seq, dtype=dtype, checkpointing="full"),
+                            policy)
+    assert full["peak"] <= acts["peak"] < plain["peak"]
+    if mode == "full":
+        assert acts["peak"] < 0.75 * plain["peak"]
+
+
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), [(PRESETS["tiny"], 2, 64), (GQA, 3, 96), (WIDE_HEADS, 2, 112),
+                                                   (ODD_DEPTH, 4, 200)], ids=["tiny", "gqa", "wide-heads", "odd-depth"])
+def test_recomputed_matmul_flops_are_what_the_counter_counts(cfg: ModelConfig, micro_batch: int, seq: int) -> None:
+    """What backward computes again, per mode, against ``FlopCounterMode`` on the worker's step (the step's FLOPs less
+    the same step's without checkpointing). torch's non-reentrant checkpoint stops before the block's last matmul
+    when nothing needs its output. The CPU's attention kernel is not counted (its forward alone shows it), so only the
+    matmuls compare here; the attention term is the one ``flops_per_token`` already has."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from shardscope.costmodel.memory_peak import recomputed_flops_per_token
+    from shardscope.training.checkpointing import apply_checkpointing
+    from shardscope.training.model import GPT
+
+    def counted(mode: str, backward: bool = True) -> int:
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        apply_checkpointing(model, mode)
+        tokens = torch.randint(0, cfg.vocab_size, (micro_batch, seq + 1))
+        with FlopCounterMode(display=False) as counter:
+            loss = model(tokens)
+            if backward:
+                loss.backward()
+        return counter.get_total_flops()
+
+    tokens = micro_batch * seq
+    matmuls = cfg.n_layers * cfg.block_matmul_params() + cfg.vocab_size * cfg.d_model
+    assert counted("none", backward=False) == 2 * matmuls * tokens  # the forward's matmuls, no attention counted
+    plain = counted("none")
+    for mode in ("full", "selective_op", "selective_layer"):
+        matmul, attention = recomputed_flops_per_token(cfg, mode, seq)
+        assert (counted(mode) - plain) / tokens == pytest.approx(matmul, rel=1e-9), mode
+        assert attention == (0 if mode == "selective_op" else 4 * cfg.q_dim * seq * sum(
+            (i + 1) % 2 == 0 or mode == "full" for i in range(cfg.n_layers)))
+
+
+def test_selective_layer_wraps_every_second_block_and_selective_op_every_block() -> None:
+    pytest.importorskip("torch")
+    from shardscope.training.checkpointing import apply_checkpointing
+    from shardscope.training.model import GPT
+
+    model = GPT(ODD_DEPTH)
+    assert apply_checkpointing(model, "selective_layer") == 2
+    assert [getattr(b, "_shardscope_checkpointed", False) for b in model.blocks] == [False, True, False, True, False]
+    assert apply_checkpointing(GPT(ODD_DEPTH), "selective_op") == 5
 
 
 def test_checkpointing_refuses_an_unknown_mode() -> None:

@@ -120,7 +120,8 @@ class Search:
     global_batch: int | None
     """a positive integer up to 16777216 (sequences per optimizer step over all ranks) or null"""
     activation_checkpointing: str | None
-    """none or full: the trials and best runs recompute every block in backward; null: each job's"""
+    """none, full, selective_op or selective_layer: the trials and best runs recompute blocks in backward as that mode
+    says (full: every block; selective_op and selective_layer: torchtitan's); null: each job's"""
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,9 @@ class Training:
     memory_budget_gib: float | None
     """a per-GPU memory budget in GiB: runs whose peak exceeds it get outcome over_budget; null: none"""
     activation_checkpointing: str
-    """none, or full: every transformer block recomputed in backward"""
+    """none; full: every transformer block recomputed in backward; selective_op: torchtitan's op-level selective
+    checkpointing (each block keeps its attention output and every other matmul's); selective_layer: every second
+    block recomputed"""
     optimizer: str
     """adamw (fp32 master and moments), or adamw_bf16_states (ZeRO-1/2/3 in bf16 only)"""
     hsdp: str | bool

@@ -30,8 +30,13 @@ COLLECTIVE_DTYPES = ("float32", "bfloat16", "float16")
 REDUCE_DTYPES = ("auto", "float32", "bfloat16")
 #: Bucket policies: each framework's own sizes, or DDP's bucket bytes for every framework.
 BUCKET_POLICIES = ("default", "equal")
-#: Activation checkpointing a training job may run with: none, or every block recomputed in backward.
-CHECKPOINTING_MODES = ("none", "full")
+#: Activation checkpointing a training job may run with: none, every block recomputed in backward (full), or
+#: torchtitan's selective modes: each block keeps its attention output and every other matmul's (selective_op), or
+#: every second block recomputed (selective_layer). :mod:`shardscope.training.checkpointing` says how.
+CHECKPOINTING_MODES = ("none", "full", "selective_op", "selective_layer")
+#: ``selective_layer`` checkpoints one block in this many, the second, fourth, ... (torchtitan's default
+#: ``selective_ac_option`` "2").
+SELECTIVE_LAYER_EVERY = 2
 #: Optimizer-state variants the training worker runs (``adamw_bf16_states``: DeepSpeed's bf16 master and moments).
 WORKER_OPTIMIZERS = ("adamw", "adamw_bf16_states")
 #: The two models of the model states a modeled whole peak is built on, as figure 3 names them.

@@ -30,6 +30,10 @@ from dataclasses import dataclass
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 #: torch DDP's default bucket (``bucket_cap_mb=25``), the size the ``equal`` bucket policy gives every framework.
 DDP_BUCKET_BYTES = 25 * 2**20
+#: The worker's DDP makes its gradients views of the all-reduce buckets (``gradient_as_bucket_view=True``), so it holds
+#: them once; what the pipeline predicts for its own jobs says so (torch's default, which the memory model assumes for
+#: a run it is only told about, copies them: :data:`shardscope.costmodel.memory_peak.DDP_BUCKET_VIEW_DEFAULT`).
+WORKER_DDP_BUCKET_VIEW = True
 #: DeepSpeed's default ``reduce_bucket_size`` and ``allgather_bucket_size`` (elements).
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 #: DeepSpeed's default ``stage3_prefetch_bucket_size`` (elements).

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from shardscope.cli import gpu_count
-from shardscope.contracts.names import OPS
+from shardscope.contracts.names import CHECKPOINTING_MODES, OPS
 from shardscope.costmodel.decision import RULE_CITATION
 from shardscope.costmodel.memory_command import register_memory
 from shardscope.errors import UserError
@@ -113,7 +113,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       (4 if args.reduce_dtype == "float32" else 2),
                                       checkpointing=args.activation_checkpointing,
                                       trainable_fraction=args.trainable_fraction,
-                                      offload_optimizer=args.offload_optimizer, grad_accum=args.grad_accum)
+                                      offload_optimizer=args.offload_optimizer, grad_accum=args.grad_accum,
+                                      ddp_bucket_view=args.ddp_bucket_view)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
@@ -333,13 +334,20 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
     """The flags that describe the run itself, shared by ``advise`` and ``memory``."""
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
                    help="training dtype (default bfloat16; float16 is sized as bfloat16: the same bytes)")
-    p.add_argument("--activation-checkpointing", choices=("none", "full"), default="none",
-                   help="full: every block recomputed in backward (its input kept; one more forward of compute)")
+    p.add_argument("--activation-checkpointing", choices=CHECKPOINTING_MODES, default="none",
+                   help="full: every block recomputed in backward (its input kept; one more forward of compute); "
+                        "selective_op: torchtitan's op-level selective checkpointing (each block keeps its attention "
+                        "output and every other matmul's, recomputes the rest); selective_layer: torchtitan's "
+                        "layer-level, every second block checkpointed")
     p.add_argument("--trainable-fraction", type=_trainable, default=1.0, metavar="F",
                    help="share of the parameters that train (LoRA-style frozen weights): only they have gradients and "
                         "optimizer state (default 1)")
     p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
                    help="cpu: optimizer state and step on the host (ZeRO-Offload); the GPU keeps none of it")
+    p.add_argument("--ddp-bucket-view", action="store_true",
+                   help="the run's DDP is built with gradient_as_bucket_view=True (this project's worker does): its "
+                        "gradients are views of the all-reduce buckets; by default, as torch builds DDP (Hugging Face's "
+                        "Trainer, Accelerate, Lightning), the buckets are a second copy of the gradients")
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from shardscope.contracts.factors import algbw_gbps, busbw_gbps
 from shardscope.contracts.names import GROUPED_STRATEGIES
+from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
 from shardscope.costmodel.advise import Advice
 from shardscope.costmodel.calibrate import Calibration
 from shardscope.costmodel.collectives import CollectivePrediction, Job
@@ -132,7 +133,8 @@ def _plan_assumptions(profile: Mapping[str, Any], training: list[Mapping[str, An
     try:
         return StepAssumptions(micro_batch=int(profile["micro_batch"]), seq_len=int(profile["seq_len"]), dtype=dtype,
                                comm_bytes=2 if dtype == "bfloat16" else 4,
-                               reduce_bytes=2 if reduce_dtype == "bfloat16" else 4)
+                               reduce_bytes=2 if reduce_dtype == "bfloat16" else 4,
+                               ddp_bucket_view=WORKER_DDP_BUCKET_VIEW)
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"plan: the profile cannot size a training step ({exc})") from None
 

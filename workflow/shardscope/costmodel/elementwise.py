@@ -89,11 +89,11 @@ def _dot(coefficients: tuple[float, ...], values: tuple[int, ...]) -> float:
     return sum(c * v for c, v in zip(coefficients, values, strict=True))
 
 
-def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: bool = False,
+def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: float = 0.0,
                       cast_share: float = 1.0) -> float:
     """Bytes the non-matmul ops of one micro-batch of ``tokens`` tokens stream through GPU memory, forward and
     backward, in compute ``policy`` (``fp32``, ``autocast`` or ``bf16``): every block's, the ops outside the blocks,
-    a recomputed forward of every block under full checkpointing (``recompute``), the embedding's gradient (none when
+    the share ``recompute`` of the blocks' forward that checkpointing computes again (1 under full), the embedding's gradient (none when
     frozen weights, ``cast_share`` below 1, leave the embedding untrained) and autocast's weight casts
     (``cast_share``: the share of the weights held in fp32 that it casts)."""
     norm = TRAFFIC_NORM.get(cfg.norm, cfg.norm)
@@ -103,7 +103,7 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: boo
     shape = (cfg.d_model, cfg.q_dim, cfg.n_kv_heads * cfg.head_dim, cfg.d_ff, cfg.n_heads)
     per_token = _dot(BLOCK_BYTES_PER_TOKEN[key], shape)
     if recompute:
-        per_token += _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)
+        per_token += float(recompute) * _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)
     per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[(policy, norm)], (cfg.vocab_size, cfg.d_model))
     per_batch = 0.0
     if cast_share >= 1:

@@ -24,9 +24,10 @@ from typing import Any
 from shardscope.contracts.names import STRATEGIES
 from shardscope.costmodel.memory_check import TERM_COLUMNS
 from shardscope.costmodel.answer import job_peak
-from shardscope.costmodel.memory_peak import CHECKPOINTING
 from shardscope.costmodel.step import StepAssumptions
 
+#: The seed article's question: each strategy without and with full checkpointing (the report's two columns).
+SEED_CHECKPOINTING = ("none", "full")
 #: The seed article's case (Mistral-7B, 8 x 80 GB, seq 4096).
 SEED_CASE = {"model": "mistral-7b", "gpus": 8, "capacity_bytes": 80_000_000_000, "seq_len": 4096, "micro_batch": 1,
              "dtype": "bfloat16"}
@@ -58,7 +59,7 @@ def seed_case_rows(strategies: tuple[str, ...] = SEED_STRATEGIES) -> list[dict[s
     """The seed article's Mistral-7B case, per strategy, without and with full checkpointing."""
     c = SEED_CASE
     return [case_row("seed_mistral", s, c["model"], c["model"], c["gpus"], c["seq_len"], c["micro_batch"], c["dtype"], mode,
-                     c["capacity_bytes"]) for s in strategies for mode in CHECKPOINTING]
+                     c["capacity_bytes"]) for s in strategies for mode in SEED_CHECKPOINTING]
 
 
 def planned_case_rows(plan: Mapping[str, Any], capacity_bytes: int | None) -> list[dict[str, Any]]:

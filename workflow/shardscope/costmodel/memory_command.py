@@ -107,7 +107,8 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
     step = StepAssumptions(micro_batch=micro, seq_len=seq, dtype=args.dtype, trainable_fraction=args.trainable_fraction,
                            checkpointing=_choice("--activation-checkpointing", args.activation_checkpointing,
                                                  CHECKPOINTING),
-                           offload_optimizer=args.offload_optimizer, usable_fraction=args.usable_memory)
+                           offload_optimizer=args.offload_optimizer, usable_fraction=args.usable_memory,
+                           ddp_bucket_view=args.ddp_bucket_view)
     overrides = (args.param_bytes, args.grad_bytes, args.optimizer_bytes)
     given = any(v is not None for v in overrides) or args.no_master_weights
     knobs = {"attention": _choice("--attention", args.attention, ATTENTION_KERNELS), "optimizer": args.optimizer,
@@ -147,11 +148,16 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-deepspeed-estimate", action="store_true", help="skip DeepSpeed's own estimator (saves importing it)")
     p.add_argument("--seq-len", help="tokens per sequence for activations (default: the model's maximum, at most 4096)")
     p.add_argument("--micro-batch", default="1", help="sequences per GPU per step (default 1)")
-    p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
+    p.add_argument("--activation-checkpointing", default="none",
+                   help="none, full (every block recomputed in backward), or torchtitan's selective_op or "
+                        "selective_layer (see advise --help)")
     p.add_argument("--attention", default="sdpa", help="sdpa (fused/flash: no score matrix kept) or eager (softmax kept)")
     p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16, adamw_bf16_states (bf16 master and moments) "
                    "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")
+    p.add_argument("--ddp-bucket-view", action="store_true",
+                   help="the run's DDP uses gradient_as_bucket_view=True (see advise --help); by default its buckets "
+                        "are a second copy of the gradients, as torch builds DDP")
     p.add_argument("--trainable-fraction", type=float, default=1.0,
                    help="share of the parameters that train (LoRA-style frozen weights): gradients and optimizer state "
                         "for that share only (default 1)")

@@ -28,7 +28,9 @@ activations (saved for backward, alive when forward returns)
     (LayerNorm's mean 8 bytes a token more), traced the same way.
     Eager attention adds the ``T·a·s`` probabilities per block (and k, v repeated to all heads
     under GQA); SDPA/flash keeps none. Full checkpointing keeps each block's input and one
-    block's activations while that block is recomputed in backward (:func:`activation_bytes`);
+    block's activations while that block is recomputed in backward (:func:`activation_bytes`); torchtitan's
+    ``selective_op`` keeps beside each input the attention output and every other matmul's
+    (:func:`selective_op_saved_bytes`), its ``selective_layer`` checkpoints every second block;
     The blocks' backward also holds a few gradients (:func:`block_backward_temporaries`).
 buffers (temporary, by phase)
     forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's unsharded
@@ -57,6 +59,8 @@ buffers (temporary, by phase)
     model-sized copies and the still-gathered embedding (:func:`zero3_backward_end`), no
     activations left.
     step: the optimizer's temporaries (see :func:`step_temporaries`).
+    every phase, DDP on more than one GPU as torch builds it by default: its all-reduce buckets, a second copy of the
+    trainable gradients (:data:`DDP_BUCKET_VIEW_DEFAULT`; none under ``gradient_as_bucket_view``, as the worker runs).
 HSDP (``hsdp``, a shard group of ``g`` GPUs)
     FSDP inside each group, replicas across groups: model states sharded ``g`` ways, FSDP's
     buffers (:func:`hsdp_shard_group`).
@@ -79,7 +83,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from shardscope.contracts.models import ModelConfig
-from shardscope.contracts.names import STRATEGIES
+from shardscope.contracts.names import CHECKPOINTING_MODES, SELECTIVE_LAYER_EVERY, STRATEGIES
 from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 # DeepSpeed's stage3_max_reuse_distance: a model smaller than it stays gathered from forward to backward
 from shardscope.contracts.strategies import OFFLOAD_HOLDS, SHARDED, uses_deepspeed
@@ -89,7 +93,7 @@ from shardscope.contracts.strategies import ZERO3_MAX_REUSE_ELEMENTS as DEEPSPEE
 #: ``shard_group`` GPUs, replicate across groups) and ZeRO-3 with hpZ (secondary partition over ``shard_group``).
 MODELED_STRATEGIES = STRATEGIES
 ATTENTION_KERNELS = ("sdpa", "eager")
-CHECKPOINTING = ("none", "full")
+CHECKPOINTING = CHECKPOINTING_MODES
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_bf16_states", "adamw_8bit")
 OFFLOAD = ("none", "cpu")
 #: Bases a modeled peak can be stated on: ``allocated`` (tensors alive: ``torch.cuda.max_memory_allocated``, the CPU
@@ -118,6 +122,12 @@ NCCL_DEFAULT_CHANNELS = 32
 #: shapes vary step to step fragment far more (6.39 of 14.73 GiB, kohya-ss/sd-scripts#2029); a fixed-shape training
 #: step is what is modeled.
 ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
+#: torch DDP's default (``gradient_as_bucket_view=False``): the reducer allocates its all-reduce buckets when DDP is
+#: built, flat tensors as large as every gradient together, and copies each gradient into them, so the gradients are
+#: held twice for the whole run. With ``gradient_as_bucket_view=True`` (this project's worker) the gradients are views
+#: of the buckets: "peak memory dropped ~1GB (8250MB-7183MB)" for a model of ~1 GB of parameters (pytorch/pytorch
+#: #41954, the change that made the option; the saving is the gradients' size, as torch's DDP documentation says).
+DDP_BUCKET_VIEW_DEFAULT = False
 #: DeepSpeed's ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9): the fetch coordinator keeps at
 #: most this many gathered elements alive, its ``stage3_prefetch_bucket_size`` (5e7) of look-ahead included; so a
 #: model above it holds this many gathered, one below it (reused within the reuse distance) holds all of itself.
@@ -279,32 +289,101 @@ RECOMPUTE_EXTRA_INPUTS = {"fp32": -1, "autocast": 0, "bf16": 1}
 RECOMPUTE_EXTRA_INPUTS_FUSED_NORM = {"fp32": -1, "autocast": 0, "bf16": -1}
 
 
+def block_matmul_widths(cfg: ModelConfig) -> list[int]:
+    """Output widths of one block's matmuls in the order its forward runs them: queries, the fused key/value
+    projection, the attention's output projection, then the MLP's (SwiGLU's gate, up and down; GELU's up and down)."""
+    kv = cfg.n_kv_heads * cfg.head_dim
+    mlp = [cfg.d_ff, cfg.d_ff, cfg.d_model] if cfg.mlp == "swiglu" else [cfg.d_ff, cfg.d_model]
+    return [cfg.q_dim, 2 * kv, cfg.d_model, *mlp]
+
+
+def selective_op_saved_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
+    """Bytes one block keeps beyond its input under ``selective_op``: the first, third, ... matmul's output, and the
+    attention kernel's output with its fp32 log-sum-exp (traced with the tensor tracker on five shapes, each policy)."""
+    e = 4 if policy == "fp32" else 2
+    kept_matmuls = sum(block_matmul_widths(cfg)[0::2])
+    return shape.tokens * (e * (kept_matmuls + cfg.q_dim) + 4 * cfg.n_heads)
+
+
+def block_matmul_inputs(cfg: ModelConfig) -> list[int]:
+    """Input widths of one block's matmuls, in the order of :func:`block_matmul_widths`."""
+    return [cfg.d_model, cfg.d_model, cfg.q_dim, *([cfg.d_model] * (cfg.mlp_matrices - 1)), cfg.d_ff]
+
+
+def recomputed_flops_per_token(cfg: ModelConfig, mode: str, seq_len: int) -> tuple[float, float]:
+    """(matmul, attention) FLOPs per token that backward computes again under checkpointing ``mode``.
+
+    torch's non-reentrant checkpoint stops a recompute once the last tensor backward needs is saved (``early_stop``),
+    so a block's last matmul (its MLP's down projection) is not run again when its output is not kept: nothing saves
+    the block's output. ``full`` and ``selective_layer`` recompute each wrapped block's other matmuls and its attention;
+    ``selective_op`` the matmuls it did not keep (the second, fourth, ..., less the last) and no attention (kept).
+    Counted with ``FlopCounterMode`` on the worker's steps (``tests/training/test_memory_peak.py``)."""
+    widths, inputs = block_matmul_widths(cfg), block_matmul_inputs(cfg)
+    macs = [i * o for i, o in zip(inputs, widths)]
+    if mode == "selective_op":
+        unkept = macs[1::2]
+        if len(macs) % 2 == 0:  # the last matmul is unkept and, its output unused, never recomputed
+            unkept = unkept[:-1]
+        return 2.0 * cfg.n_layers * sum(unkept), 0.0
+    wrapped = sum(_checkpointed_blocks(cfg, mode))
+    return 2.0 * wrapped * sum(macs[:-1]), 4.0 * wrapped * cfg.q_dim * seq_len
+
+
+def recompute_shares(cfg: ModelConfig, mode: str, seq_len: int) -> tuple[float, float]:
+    """(FLOPs, other) shares of one forward that backward computes again under checkpointing ``mode``: of its FLOPs
+    (:func:`recomputed_flops_per_token` over :meth:`ModelConfig.flops_per_token`'s forward third, the head's
+    included) and of its blocks' other ops' traffic (every wrapped block's: ``selective_op`` keeps matmuls only)."""
+    matmul, attention = recomputed_flops_per_token(cfg, mode, seq_len)
+    return (matmul + attention) / (cfg.flops_per_token(seq_len) / 3), sum(_checkpointed_blocks(cfg, mode)) / cfg.n_layers
+
+
+def _checkpointed_blocks(cfg: ModelConfig, mode: str) -> list[bool]:
+    """Which blocks, in forward order, a checkpoint wraps (``selective_op`` wraps every block, keeping more of each)."""
+    if mode == "none":
+        return [False] * cfg.n_layers
+    if mode == "selective_layer":
+        return [(i + 1) % SELECTIVE_LAYER_EVERY == 0 for i in range(cfg.n_layers)]
+    return [True] * cfg.n_layers
+
+
 def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
-    """Activations: ``total`` alive when forward returns, ``blocks`` inside the blocks' backward, ``peak`` the larger.
+    """Activations: ``total`` alive when forward returns, ``blocks`` inside the blocks' backward, ``peak`` the larger;
+    ``in_block_backward[j]`` what is alive while the ``j``-th block of the backward (``j = 0`` the model's last)
+    runs its backward, its recompute included.
 
     Without checkpointing every block keeps ``per_block`` until its backward. With ``full``
     checkpointing forward keeps each block's input (and, under autocast, the bf16 weight copies
     autocast caches until its region ends: ``2·W_block`` per block), and backward recomputes one
     block at a time: every block input still alive plus one block's activations
-    (:data:`RECOMPUTE_EXTRA_INPUTS`).
+    (:data:`RECOMPUTE_EXTRA_INPUTS`). ``selective_op`` keeps, beside each input, what
+    :func:`selective_op_saved_bytes` says, and its recompute makes the rest of one block (and holds the block's MLP
+    output when the block's last matmul is kept: an odd number of them). ``selective_layer`` checkpoints every second
+    block as ``full`` does and keeps the others whole. Each traced with the tensor tracker at world size 1.
     """
     per_block = block_activation_bytes(cfg, shape, policy)
     head = head_activation_bytes(cfg, shape, policy)
-    layers = cfg.n_layers
-    if shape.checkpointing == "full":
-        kept = residual_bytes(shape, cfg, policy)
-        cache = _cast_cache(cfg, shape) if policy == "autocast" else 0
-        extra = (RECOMPUTE_EXTRA_INPUTS_FUSED_NORM if cfg.fused_norm else RECOMPUTE_EXTRA_INPUTS)[policy]
-        recomputed = per_block + extra * kept
-        forward_end, blocks = layers * (kept + cache) + head, layers * kept + recomputed
-        head_backward = layers * kept + head  # autocast's cache is gone once forward's autocast region ends
+    layers, mode = cfg.n_layers, shape.checkpointing
+    kept = residual_bytes(shape, cfg, policy)
+    cache = _cast_cache(cfg, shape) if policy == "autocast" else 0
+    extra = (RECOMPUTE_EXTRA_INPUTS_FUSED_NORM if cfg.fused_norm else RECOMPUTE_EXTRA_INPUTS)[policy]
+    if mode == "selective_op":
+        saved = selective_op_saved_bytes(cfg, shape, policy)
+        # a kept last matmul (an odd number of them) leaves its output, the block's MLP output, alive in the recompute
+        last_kept = len(block_matmul_widths(cfg)) % 2 * shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
+        stored, recomputed = kept + saved, per_block - saved + extra * kept + last_kept
     else:
-        kept, recomputed = per_block, 0
-        blocks = layers * per_block
-        forward_end = blocks + head
-        head_backward = forward_end
+        stored, recomputed = kept, per_block + extra * kept
+    wrapped = _checkpointed_blocks(cfg, mode)
+    # forward end: a wrapped block keeps what it stores (and autocast's cast cache until the region ends), the others
+    # all they save; backward of block i: the blocks before it as forward left them, and block i whole (recomputed)
+    held = [stored if w else per_block for w in wrapped]
+    forward_end = sum(stored + cache if w else per_block for w in wrapped) + head
+    head_backward = sum(held) + head  # autocast's cache is gone once forward's autocast region ends
+    in_block = [sum(held[:i]) + (stored + recomputed if w else per_block) for i, w in enumerate(wrapped)][::-1]
+    blocks = max(in_block)
     return {"blocks": blocks, "head": head, "total": forward_end, "head_backward": head_backward,
-            "peak": max(forward_end, blocks), "per_block": per_block, "kept_per_block": kept, "recomputed": recomputed}
+            "peak": max(forward_end, blocks), "per_block": per_block, "in_block_backward": in_block,
+            "recomputed": recomputed if any(wrapped) else 0}
 
 
 def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_grad_first: bool = False) -> list[dict[str, int]]:
@@ -503,8 +582,11 @@ def zero3_recompute_activations(acts: dict[str, int], cfg: ModelConfig, shape: S
     at 2 x 64 tokens, +262,144 B on small-gqa at 2 x 128, each exactly one ``T·h``).
     """
     extra = shape.tokens * cfg.d_model * (2 if policy == "bf16" else 4)
-    blocks = acts["blocks"] + extra
-    return {**acts, "blocks": blocks, "recomputed": acts["recomputed"] + extra, "peak": max(acts["total"], blocks)}
+    wrapped = _checkpointed_blocks(cfg, shape.checkpointing)[::-1]
+    in_block = [alive + (extra if w else 0) for alive, w in zip(acts["in_block_backward"], wrapped)]
+    blocks = max(in_block)
+    return {**acts, "blocks": blocks, "in_block_backward": in_block, "recomputed": acts["recomputed"] + extra,
+            "peak": max(acts["total"], blocks)}
 
 
 def zero3_backward_end(cfg: ModelConfig, e_param: int, e_reduce: int, bucket: int, device: str) -> dict[str, int]:
@@ -551,7 +633,7 @@ def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: 
         parts = {"root_unsharded": root, "root_grads": root_grads, "block_unsharded": block,
                  "prefetched_block_gather": block if j < cfg.n_layers - 1 else 0,
                  "previous_reduce_scatter_input": block if j > 0 else 0, "block_grads": mlp["block_grads"],
-                 "activations": max(acts["blocks"] - j * acts["kept_per_block"] - mlp["freed"], 0)}
+                 "activations": max(acts["in_block_backward"][j] - mlp["freed"], 0)}
         candidates.append({k: v for k, v in parts.items() if v or k == "activations"})
     return max(candidates, key=lambda parts: sum(parts.values()))
 
@@ -576,7 +658,7 @@ def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[s
         return min(nbytes, cap) if cap is not None else nbytes
     candidates = [{"reduce_bucket": bucket, "full_grads_so_far": grads(head_grads + k * block_grads),
                    "block_grads": mlp["block_grads"],
-                   "activations": max((cfg.n_layers - k) * acts["kept_per_block"] + acts["recomputed"] - mlp["freed"], 0)}
+                   "activations": max(acts["in_block_backward"][k] - mlp["freed"], 0)}
                   for k in range(cfg.n_layers)]
     candidates.append({"reduce_bucket": bucket, "full_grads_so_far": grads(cfg.param_count() * e_grad), "activations": 0})
     return max(candidates, key=lambda parts: sum(parts.values()))
@@ -672,7 +754,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                  optimizer: OptimizerAssumption | None = None, overhead_fraction: float = 0.0,
                  device: str = "gpu", held: dict[str, int] | None = None, fair: FairSettings | None = None,
                  overlap_comm: bool | None = None, shard_group: int | None = None, basis: str | None = None,
-                 nccl_channels: int | None = None, trainable_fraction: float = 1.0) -> PeakTerms:
+                 nccl_channels: int | None = None, trainable_fraction: float = 1.0,
+                 ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT) -> PeakTerms:
     """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
 
     ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
@@ -685,7 +768,9 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     allocator's reserve added, and the CUDA context and NCCL buffers in ``runtime_bytes``); default reserved on a GPU,
     allocated on CPU. A calibrated ``overhead_fraction`` replaces the reserve. ``nccl_channels``: NCCL's channels
     (:data:`NCCL_DEFAULT_CHANNELS`). ``trainable_fraction``: the share of the parameters the optimizer steps
-    (LoRA-style frozen weights); its step temporaries are per stepped parameter.
+    (LoRA-style frozen weights); its step temporaries are per stepped parameter. ``ddp_bucket_view``: DDP's
+    ``gradient_as_bucket_view`` (:data:`DDP_BUCKET_VIEW_DEFAULT`, torch's default, off: on more than one GPU its
+    buckets hold a second copy of the trainable gradients through every phase; the worker turns it on).
     """
     basis = basis or ("reserved" if device == "gpu" else "allocated")
     if basis not in BASES:
@@ -724,7 +809,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     else:
         held = {key: int(held[key]) for key in ("param_bytes", "grad_bytes", "optim_bytes")}
     acts = activation_bytes(cfg, shape, policy)
-    if strategy == "zero3" and shape.checkpointing == "full":
+    if strategy == "zero3" and shape.checkpointing != "none":
         acts = zero3_recompute_activations(acts, cfg, shape, policy)
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
     # the optimizer steps only the parameters given to it (the trainable ones): foreach AdamW's temporaries and
@@ -761,6 +846,9 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     if strategy == "zero3" and whole_bucket:
         e_reduce = dtype_bytes(fair.resolved_reduce_dtype(shape.dtype))
         phases["backward_end"] = zero3_backward_end(cfg, e_grad, e_reduce, buffers["backward_blocks"]["reduce_bucket"], device)
+    if strategy == "ddp" and gpus > 1 and not ddp_bucket_view:  # DDP's buckets, a second copy of the gradients
+        copy = int(cfg.param_count() * trainable_fraction) * e_grad
+        phases = {name: {"ddp_bucket_copy": copy, **parts} for name, parts in phases.items()}
     totals = {name: sum(parts.values()) for name, parts in phases.items()}
     phase = max(totals, key=lambda name: totals[name])
     transient = totals[phase]
@@ -777,6 +865,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                                   "runtime": runtime, "allocated_bytes": modeled,
                                   "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
                                   "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
+                                  "ddp_bucket_view": ddp_bucket_view,
                                   "activations_at_forward_end": acts["total"], "activation_peak": acts["peak"]}, **held)
 
 
@@ -859,7 +948,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
                shard_group: int | None = None, held: dict[str, int] | None = None,
                overlap_comm: bool | None = None, basis: str | None = None,
-               nccl_channels: int | None = None, trainable_fraction: float = 1.0) -> PeakTerms:
+               nccl_channels: int | None = None, trainable_fraction: float = 1.0,
+               ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -886,7 +976,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                       checkpointing=checkpointing, cast_share=trainable_fraction)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
                         device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
-                        basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction)
+                        basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction,
+                        ddp_bucket_view=ddp_bucket_view)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:

@@ -68,12 +68,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from shardscope.contracts.models import ModelConfig
-from shardscope.contracts.names import GROUPED_STRATEGIES, OPS, STRATEGIES
+from shardscope.contracts.names import CHECKPOINTING_MODES, GROUPED_STRATEGIES, OPS, STRATEGIES
 from shardscope.contracts.peak_flops import float32_peak_flops
 from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS, dtype_bytes
 from shardscope.costmodel.hardware import GpuSpec
 from shardscope.costmodel.elementwise import elementwise_bytes
-from shardscope.costmodel.memory_peak import compute_policy
+from shardscope.costmodel.memory_peak import DDP_BUCKET_VIEW_DEFAULT, compute_policy, recompute_shares
 from shardscope.costmodel.optimizer_step import STREAM_SHARE, optimizer_step_s
 
 #: A constant model FLOPs utilisation, for callers that want one (``--mfu``): PaLM reports 46.2% MFU training 540B
@@ -182,12 +182,17 @@ class StepAssumptions:
     ddp_bucket_bytes: int = DDP_BUCKET_BYTES
     deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
     checkpointing: str = "none"
-    """Activation checkpointing, ``none`` or ``full`` (every block recomputed in backward: one more forward)."""
+    """Activation checkpointing: ``none``, ``full`` (every block recomputed in backward: one more forward), or
+    torchtitan's ``selective_op`` and ``selective_layer`` (:mod:`shardscope.training.checkpointing`)."""
     trainable_fraction: float = 1.0
     """Share of the parameters that train (LoRA-style frozen weights): only they have gradients, optimizer state and
     weight-gradient FLOPs, and only their gradients are reduced."""
     offload_optimizer: str = "none"
     """``cpu``: the optimizer state lives in host memory (ZeRO-Offload); the GPU keeps none of it."""
+    ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT
+    """DDP's ``gradient_as_bucket_view``: off (torch's default, what Hugging Face's Trainer, Accelerate and Lightning
+    build) keeps its all-reduce buckets as a second copy of the gradients; on (this project's worker) the gradients
+    are views of them (:data:`~shardscope.costmodel.memory_peak.DDP_BUCKET_VIEW_DEFAULT`)."""
 
     def __post_init__(self) -> None:
         if self.reduce_bytes is not None and (isinstance(self.reduce_bytes, bool) or self.reduce_bytes not in (2, 4)):
@@ -210,8 +215,9 @@ class StepAssumptions:
             raise ValueError(f"usable memory fraction must be in (0, 1], got {self.usable_fraction!r}")
         if self.dtype not in ("bfloat16", "float16", "float32"):
             raise ValueError(f"dtype must be bfloat16, float16 or float32, got {self.dtype!r}")
-        if self.checkpointing not in ("none", "full"):
-            raise ValueError(f"activation checkpointing must be none or full, got {self.checkpointing!r}")
+        if self.checkpointing not in CHECKPOINTING_MODES:
+            raise ValueError(f"activation checkpointing must be one of {', '.join(CHECKPOINTING_MODES)}, "
+                             f"got {self.checkpointing!r}")
         if not 0 < self.trainable_fraction <= 1:
             raise ValueError(f"trainable fraction must be in (0, 1], got {self.trainable_fraction!r}")
         if self.offload_optimizer not in ("none", "cpu"):
@@ -412,13 +418,14 @@ def micro_batch_compute_s(strategy: str, cfg: ModelConfig, a: StepAssumptions, p
     seq = a.seq_len_for(cfg)
     tokens = a.micro_batch * seq
     flops = cfg.flops_per_token(seq) * tokens
-    seconds = flops / (peak_flops * compute_mfu(cfg, a, peak_flops, gpu)) * work_factor(a)
+    matmul_again, other_again = recompute_shares(cfg, a.checkpointing, seq)
+    work = work_factor(a, matmul_again)
+    seconds = flops / (peak_flops * compute_mfu(cfg, a, peak_flops, gpu)) * work
     if streams_traffic(a, gpu):
         policy = compute_policy(strategy, a.dtype, a.trainable_fraction < 1)
-        traffic = elementwise_bytes(cfg, tokens, policy, recompute=a.checkpointing == "full",
-                                    cast_share=a.trainable_fraction)
+        traffic = elementwise_bytes(cfg, tokens, policy, recompute=other_again, cast_share=a.trainable_fraction)
         seconds += traffic / ((bandwidth or bandwidth_bytes_s(peak_flops, gpu)) * STREAM_SHARE)
-    return seconds, flops * work_factor(a) / (peak_flops * seconds)
+    return seconds, flops * work / (peak_flops * seconds)
 
 
 def achieved_mfu(cfg: ModelConfig, tokens: int, seq_len: int, peak_flops: float, gpu: GpuSpec | None = None,
@@ -550,10 +557,15 @@ def recorded_messages(strategy: str, cfg: ModelConfig, a: StepAssumptions,
     return out
 
 
-def work_factor(a: StepAssumptions) -> float:
+def work_factor(a: StepAssumptions, recomputed: float | None = None) -> float:
     """The step's FLOPs relative to ``6·N`` per token: forward 2, input gradients 2, weight gradients 2 × the
-    trainable fraction (frozen weights need none), and one more forward (2) under full activation checkpointing."""
-    return (2 + (2 if a.checkpointing == "full" else 0) + 2 + 2 * a.trainable_fraction) / 6
+    trainable fraction (frozen weights need none), and the share of a forward that checkpointing computes again (2 ×
+    ``recomputed``, :func:`~shardscope.costmodel.memory_peak.recompute_shares`; one whole forward under ``full``)."""
+    if recomputed is None:
+        if a.checkpointing not in ("none", "full"):
+            raise ValueError(f"the recomputed share of {a.checkpointing!r} checkpointing depends on the model: pass it")
+        recomputed = 1.0 if a.checkpointing == "full" else 0.0
+    return (2 + 2 * recomputed + 2 + 2 * a.trainable_fraction) / 6
 
 
 def whole_peak_terms(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions,

@@ -51,7 +51,7 @@ MEANINGS: dict[str, str] = {
     "grad_accum": "micro-batches per optimizer step (null: 1, older runs)", "repeats": "timed windows (or pooled repeats)",
     "global_batch": "sequences per optimizer step over every rank", "step": "timed step index (0 = first timed step)",
     "repeat": "timed window the step belongs to", "rank": "rank of the process",
-    "activation_checkpointing": "activation checkpointing mode (none, full)", "checkpointing": "activation checkpointing",
+    "activation_checkpointing": "activation checkpointing mode (none, full, selective_op, selective_layer)", "checkpointing": "activation checkpointing",
     "device": "cpu or gpu", "attention": "attention implementation assumed (sdpa, eager)",
     # collectives
     "size_bytes": "message size per rank", "time_s": "time of one collective (mean over iterations, slowest rank)",

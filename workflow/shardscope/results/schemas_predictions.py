@@ -13,7 +13,7 @@ import pandas as pd
 import pandera.pandas as pa
 from pandera.typing import Series
 
-from shardscope.contracts.names import OPS
+from shardscope.contracts.names import CHECKPOINTING_MODES, OPS
 from shardscope.results.tablebase import _Table, algbw_matches, busbw_matches
 from shardscope.contracts.names import FABRICS
 from shardscope.contracts.names import STRATEGIES
@@ -130,7 +130,7 @@ class _WholePeakTerms(_Table):
     dtype: Series[str] = pa.Field(isin=["float32", "bfloat16"])
     micro_batch: Series[int] = pa.Field(ge=1)
     seq_len: Series[int] = pa.Field(ge=1)
-    checkpointing: Series[str] = pa.Field(isin=["none", "full"])
+    checkpointing: Series[str] = pa.Field(isin=list(CHECKPOINTING_MODES))
     device: Series[str] = pa.Field(isin=["cpu", "gpu"])
     param_bytes: Series[int] = pa.Field(ge=0)
     grad_bytes: Series[int] = pa.Field(ge=0)

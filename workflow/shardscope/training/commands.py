@@ -79,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights (the same under every strategy)")
     p.add_argument("--comm-profile", action="store_true",
                    help="profile one extra step with torch.profiler and record the share of time in communication")
-    p.add_argument("--activation-checkpointing", default="none", help="none, or full (every block recomputed in backward)")
+    p.add_argument("--activation-checkpointing", default="none",
+                   help="none, full (every block recomputed in backward), or torchtitan's selective_op or selective_layer")
     p.add_argument("--optimizer", default="adamw",
                    help="adamw, or adamw_bf16_states (bf16 master and moments: zero1-3 with --dtype bfloat16)")
     p.add_argument("--shard-size", type=int, help="hsdp: ranks of one shard group; zero3_hpz: ranks of one secondary "

@@ -29,6 +29,7 @@ from torch import nn
 from shardscope.device import DistContext
 from shardscope.contracts.names import STRATEGIES
 from shardscope.contracts.fairness import DDP_BUCKET_BYTES, FairSettings, deepspeed_bucket_elements
+from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
 from shardscope.training.model import GPT, ModelConfig
 
 __all__ = ["STRATEGIES", "OptimConfig", "Prepared", "prepare", "seeded_model"]
@@ -137,7 +138,7 @@ def prepare_ddp(cfg: ModelConfig, ctx: DistContext, dtype: torch.dtype, optim: O
     fair = fair or FairSettings()
     reduce_dtype = fair.resolved_reduce_dtype(_dtype_name(dtype))
     model = seeded_model(cfg, seed, ctx.device)
-    ddp = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None, gradient_as_bucket_view=True,
+    ddp = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None, gradient_as_bucket_view=WORKER_DDP_BUCKET_VIEW,
               bucket_cap_mb=DDP_BUCKET_BYTES / 2**20)
     bf16_hook = default_hooks.bf16_compress_hook if ctx.is_cuda else bf16_wire_hook
     hook = bf16_hook if reduce_dtype == "bfloat16" else default_hooks.allreduce_hook
