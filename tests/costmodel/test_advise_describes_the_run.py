@@ -284,3 +284,29 @@ def test_falcons_multi_query_and_grouped_keys_are_read() -> None:
     assert resolve_model({**dims, "hidden_size": 8192, "num_attention_heads": 128, "new_decoder_architecture": True,
                           "num_kv_heads": 8})[1].n_kv_heads == 8
     assert resolve_model(dims)[1].n_kv_heads == 71
+
+
+def test_eager_attention_from_the_flag_or_the_config_holds_more_and_runs_slower(capsys: pytest.CaptureFixture[str]) -> None:
+    """--attention eager (or a config's attn_implementation) prices Hugging Face's eager attention: every score's float32
+    softmax and its cast kept and streamed; a config's attention dropout keeps its mask too. The flag and the config
+    give the same answer; selective_op beside it is refused in one sentence."""
+    shape = ("--gpus", "8", *H100, "--seq-len", "2048", "--micro-batch", "1")
+    fused = _advise(capsys, "--model", "llama-1b", *shape)
+    flag = _advise(capsys, "--model", "llama-1b", "--attention", "eager", *shape)
+    config = _advise(capsys, "--model", json.dumps({"preset": "llama-1b", "attention": "eager"}), *shape)
+    assert _peaks(flag) == _peaks(config)
+    assert all(_peaks(flag)[s] > _peaks(fused)[s] for s in _peaks(fused))
+    times = {doc_id: {r["strategy"]: r["step_time_s"] for r in doc["ranking"]}
+             for doc_id, doc in (("fused", fused), ("eager", flag))}
+    # ZeRO-3's step here is its host calls' (the same either way); the others compute longer
+    assert all(times["eager"][s] >= times["fused"][s] for s in times["fused"]) and times["eager"]["fsdp"] > 1.5 * times[
+        "fused"]["fsdp"]
+    dropout = _advise(capsys, "--model", json.dumps({"preset": "llama-1b", "attention": "eager",
+                                                     "attention_dropout": 0.1}), *shape)
+    assert all(_peaks(dropout)[s] > _peaks(flag)[s] for s in _peaks(flag))
+    code, _, err = _run(capsys, "advise", "--model", "llama-1b", "--attention", "eager", *shape,
+                        "--activation-checkpointing", "selective_op")
+    assert code == 2 and "selective_op" in err and err.count("\n") == 1
+    back = _advise(capsys, "--model", json.dumps({"preset": "llama-1b", "attention": "eager"}), "--attention", "sdpa",
+                   *shape)
+    assert _peaks(back) == _peaks(fused)  # the flag names the run's attention over its model's

@@ -226,18 +226,25 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: held-out largest micro-batch median x2.14 -> x2.07 and worst x4.0 -> x3.0 (DeBERTa-XL's DDP 19 -> 9 against 8
 #: that ran), all-split median x2.10 -> x1.80; the held-out memory median 0.240 -> 0.245, loosened to 0.25 (OpenTau's
 #: DDP runs, a stand-in without its vision tower, already above their unstated-basis measurement, now further).
-#: What is left above is the 2021-22 Hugging Face runs' eager attention, dropout and unfused activations, which keep
-#: more than this project's decoder, the one traced.
+#: Then eager attention (Hugging Face's code, traced: a float32 softmax, its cast and dropout kept for every score, and
+#: their traffic), which the 2021-23 Hugging Face runs used, their transformers having no other for these families, with
+#: each config's attention dropout: T5-large's DDP and DeBERTa-XL's DDP now get exactly the largest micro-batch that
+#: ran (16 and 8), held-out largest median x2.07 -> x1.86 and worst x3.0 -> x2.6, all-split x1.80 -> x1.69, held-out
+#: absolute median x1.10 -> x1.08. Loosened: held-out runs that ran but were predicted not to fit 3 -> 8 (five of those
+#: largest runs, now modeled 1-2% over their GPU: T5's ZeRO-2 at 40 and 50 against 39 and 49, DeBERTa's ZeRO-2 at 40
+#: against 39, Blenderbot's ZeRO-2, T5-3B's offload at 20; a largest run sits at the edge, where a model right on
+#: average puts about half above), the held-out median ratio x1.39 -> x1.44 and the all-split x1.35 -> x1.37 (BELLE's
+#: ZeRO-3 ratios: the eager attention's compute dilutes the communication that makes ZeRO-3 slow there).
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.16,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.52, "largest_worst": 1.52},
-    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.39, "ratio_worst": 2.94, "memory_median": 0.25,
-                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 3, "absolute_median": 1.11, "absolute_worst": 2.92,
-                 "largest_median": 2.08, "largest_worst": 3.0},
-    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.35, "ratio_worst": 2.94, "memory_median": 0.22,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 3, "absolute_median": 1.11, "absolute_worst": 2.92,
-            "largest_median": 1.81, "largest_worst": 3.0},
+    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.44, "ratio_worst": 2.94, "memory_median": 0.25,
+                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 8, "absolute_median": 1.09, "absolute_worst": 2.92,
+                 "largest_median": 1.86, "largest_worst": 2.6},
+    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.37, "ratio_worst": 2.94, "memory_median": 0.22,
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 8, "absolute_median": 1.09, "absolute_worst": 2.92,
+            "largest_median": 1.69, "largest_worst": 2.6},
 }
 
 

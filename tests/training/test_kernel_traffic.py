@@ -79,3 +79,19 @@ def test_a_fused_rmsnorm_kernel_streams_as_torchs_fused_layernorm_does() -> None
     fused = elementwise_bytes(replace(cfg, norm="fused_rmsnorm"), 4096, "bf16")
     assert fused == elementwise_bytes(replace(cfg, norm="layernorm"), 4096, "bf16")
     assert fused < 0.7 * elementwise_bytes(cfg, 4096, "bf16")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("cfg", UNSEEN, ids=["swiglu-mqa", "gelu-tied", "wide-heads", "layernorm"])
+def test_eager_attention_streams_its_score_matrices_as_the_coefficients_say(cfg: ModelConfig, policy: str) -> None:
+    """Hugging Face's eager attention (scale, causal mask, float32 softmax and its cast, forward and backward) on the
+    shapes above, none of which its coefficients were solved from: the whole micro-batch within 1%."""
+    from dataclasses import replace
+
+    eager = replace(cfg, attention="eager")
+    forward, backward = traced_traffic(eager, micro_batch=2, seq_len=120, policy=policy)
+    assert elementwise_bytes(eager, 2 * 120, policy, seq_len=120) == pytest.approx(forward.bytes + backward.bytes,
+                                                                                   rel=0.01)
+    assert elementwise_bytes(eager, 2 * 120, policy, seq_len=120) > elementwise_bytes(cfg, 2 * 120, policy)
+    with pytest.raises(ValueError, match="seq_len"):
+        elementwise_bytes(eager, 2 * 120, policy)

@@ -427,3 +427,68 @@ def test_fsdp_forward_end_holds_the_root_and_the_last_blocks_gather_buffer() -> 
     forward = {k: v for k, v in terms.phases["forward"].items() if k != "activations"}
     assert sum(forward.values()) == 4_919_680 and terms.peak_phase == "forward"
     assert terms.peak_bytes == 31_600_644 - 108  # the tracked peak, less the optimizer's 108 B of step counters
+
+
+#: Shapes for eager attention (none of them the shapes its terms were read from): MHA, GQA, MQA with wide heads, a
+#: LayerNorm and a fused RMSNorm, a long sequence over few heads, GELU and SwiGLU.
+EAGER_SHAPES = [
+    (ModelConfig(n_layers=2, d_model=112, n_heads=4, n_kv_heads=4, d_ff=300, vocab_size=333, max_seq_len=256), 2, 72),
+    (ModelConfig(n_layers=3, d_model=144, n_heads=6, n_kv_heads=2, d_ff=416, vocab_size=555, max_seq_len=256,
+                 mlp="gelu", norm="layernorm"), 3, 44),
+    (ModelConfig(n_layers=2, d_model=120, n_heads=3, n_kv_heads=1, d_ff=352, vocab_size=444, max_seq_len=256,
+                 head_size=56, norm="fused_rmsnorm"), 2, 130),
+]
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+@pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), EAGER_SHAPES, ids=["mha", "gqa-layernorm", "mqa-wide-fused"])
+def test_eager_attention_keeps_what_the_model_says(cfg: ModelConfig, micro_batch: int, seq: int, policy: str,
+                                                   dropout: float) -> None:
+    """Hugging Face's eager attention in the worker (float32 softmax, its cast, dropout in training): the saved
+    activations against the tracker, without and with full and layer checkpointing (on a CPU dropout keeps its noise in
+    the compute dtype, on a GPU a bool mask: the model says which by ``device``)."""
+    from dataclasses import replace
+
+    eager = replace(cfg, attention="eager", attention_dropout=dropout)
+    dtype = "float32" if policy == "fp32" else "bfloat16"
+    for mode in ("none", "full", "selective_layer"):
+        tracked = _tracked_single_process(eager, micro_batch, seq, policy, checkpointing=mode)
+        acts = activation_bytes(eager, StepShape(micro_batch, seq, dtype, checkpointing=mode), policy, device="cpu")
+        assert abs(tracked.activation_peak_bytes / acts["peak"] - 1) < 0.01, (mode, tracked.activation_peak_bytes, acts)
+    fused = activation_bytes(cfg, StepShape(micro_batch, seq, dtype), policy)["peak"]
+    assert activation_bytes(eager, StepShape(micro_batch, seq, dtype), policy)["peak"] > fused
+    with pytest.raises(ValueError, match="selective_op"):
+        activation_bytes(eager, StepShape(micro_batch, seq, dtype, checkpointing="selective_op"), policy)
+
+
+def test_eager_attention_reads_from_a_config_and_a_gpus_dropout_mask_is_a_bool() -> None:
+    from dataclasses import replace
+
+    from shardscope.contracts.models import resolve_model
+    from shardscope.costmodel.memory_peak import eager_attention_bytes
+
+    _, gpt2 = resolve_model({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100,
+                             "n_positions": 128, "attn_pdrop": 0.1, "attn_implementation": "eager"})
+    assert gpt2.attention == "eager" and gpt2.attention_dropout == 0.1
+    _, flash = resolve_model({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "intermediate_size": 128, "vocab_size": 100, "_attn_implementation": "flash_attention_2"})
+    assert flash.attention == "sdpa" and flash.attention_dropout == 0.0
+    shape = StepShape(2, 64, "bfloat16")
+    scores = shape.tokens * gpt2.n_heads * 64
+    cpu, gpu = (eager_attention_bytes(gpt2, shape, "bf16", device) for device in ("cpu", "gpu"))
+    assert cpu - gpu == scores * (2 - 1)  # the noise in bf16 on a CPU, a bool mask on a GPU
+    no_dropout = eager_attention_bytes(replace(gpt2, attention_dropout=0.0), shape, "bf16")
+    assert gpu - no_dropout == scores * 1  # the mask and the dropped probabilities in place of the freed cast
+
+
+@pytest.mark.xfail(strict=True, reason="a known miss: with eager attention, a fused LayerNorm and few, wide score "
+                   "matrices (8 heads over a width of 128), full checkpointing's recompute peaks before its end, while the "
+                   "scores' transient is alive (tracked 639,820 B against 602,400 B modeled in bf16, +6%; +2% in fp32); "
+                   "the model takes the recompute's end")
+def test_eager_attention_under_full_checkpointing_where_the_scores_dominate() -> None:
+    cfg = ModelConfig(n_layers=3, d_model=128, n_heads=8, n_kv_heads=8, d_ff=256, vocab_size=500, max_seq_len=512,
+                      mlp="gelu", norm="layernorm", attention="eager")
+    tracked = _tracked_single_process(cfg, 2, 50, "bf16", checkpointing="full")
+    acts = activation_bytes(cfg, StepShape(2, 50, "bfloat16", checkpointing="full"), "bf16", device="cpu")
+    assert abs(tracked.activation_peak_bytes / acts["peak"] - 1) < 0.01

@@ -57,6 +57,13 @@ HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "num_hidden_lay
                           "intermediate_size", "n_inner", "ffn_dim", "encoder_ffn_dim", "num_key_value_heads",
                           "max_position_embeddings", "n_positions", "tie_word_embeddings", "hidden_act",
                           "activation_function", "feed_forward_proj", "architectures"})
+#: Keys that name the attention implementation: shardscope's own, and transformers' (``attn_implementation`` as
+#: ``from_pretrained`` takes it; ``_attn_implementation`` where a config saved it). ``eager`` is modeled as eager;
+#: ``sdpa``, ``flash_attention_2`` and the rest keep no score matrix, as torch's fused kernel.
+ATTENTION_KEYS = ("attention", "attn_implementation", "_attn_implementation")
+#: Keys of the dropout on the attention probabilities, by family: Llama's and BART's ``attention_dropout``, GPT-2's
+#: ``attn_pdrop``, BERT's and DeBERTa's ``attention_probs_dropout_prob``, T5's ``dropout_rate`` (its one dropout).
+ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout_rate")
 
 
 def looks_like_hf(spec: dict[str, Any]) -> bool:
@@ -160,6 +167,11 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
         head_size = None  # the width over the heads: the default, stored as it always was
     values["head_size"] = head_size
     values["norm"] = doc.get("norm") or ("layernorm" if family in LAYERNORM_FAMILIES else "rmsnorm")
+    attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None), "sdpa")
+    values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
+    dropout_key = next((k for k in ATTENTION_DROPOUT_KEYS if doc.get(k) is not None), None)
+    if dropout_key is not None:
+        values["attention_dropout"] = doc[dropout_key]
     try:
         return ModelConfig(**values)
     except ValueError as exc:

@@ -11,7 +11,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = ["MLP_KINDS", "NORM_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
+__all__ = ["ATTENTION_KINDS", "MLP_KINDS", "NORM_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
 
 #: The feed-forward kinds the decoder builds: SwiGLU (gate, up, down) and GELU (up, down).
 MLP_KINDS = ("swiglu", "gelu")
@@ -20,6 +20,10 @@ MLP_KINDS = ("swiglu", "gelu")
 #: a fused RMSNorm kernel (torchtitan's ``fused_rmsnorm``, Megatron's and Transformer Engine's) that keeps only its input
 #: and the reciprocal RMS for backward.
 NORM_KINDS = ("rmsnorm", "layernorm", "fused_rmsnorm")
+#: The attention the decoder builds: torch's fused ``scaled_dot_product_attention`` (flash or memory-efficient on a
+#: GPU: no score matrix kept), or Hugging Face's eager code (the scores' matmul, scaled, the causal mask added, a
+#: float32 softmax cast back, dropout, the matmul with the values; keys and values repeated to every query head).
+ATTENTION_KINDS = ("sdpa", "eager")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,12 @@ class ModelConfig:
     """Size of one attention head where it is not ``d_model / n_heads`` (Gemma-7B's 256 beside a width of 3072 over 16
     heads, Qwen3-32B's 128 beside 5120 over 64, T5's ``d_kv``): the queries and the attention output are then
     ``n_heads x head_size`` wide; None: ``d_model / n_heads``."""
+    attention: str = "sdpa"
+    """``sdpa`` (torch's fused kernel) or ``eager`` (Hugging Face's eager code: :data:`ATTENTION_KINDS`)."""
+    attention_dropout: float = 0.0
+    """Dropout on the attention probabilities in training (Hugging Face's ``attention_dropout``, GPT-2's
+    ``attn_pdrop``, the BERT family's ``attention_probs_dropout_prob``, T5's ``dropout_rate``); eager attention keeps
+    its mask and the dropped probabilities for backward, so it is modeled there; 0 for none."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -67,6 +77,14 @@ class ModelConfig:
             if f.name == "norm":
                 if value not in NORM_KINDS:
                     raise ValueError(f"model.norm must be one of {', '.join(NORM_KINDS)}, got {value!r}")
+                continue
+            if f.name == "attention":
+                if value not in ATTENTION_KINDS:
+                    raise ValueError(f"model.attention must be one of {', '.join(ATTENTION_KINDS)}, got {value!r}")
+                continue
+            if f.name == "attention_dropout":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                    raise ValueError(f"model.attention_dropout must be a number at least 0 and below 1, got {value!r}")
                 continue
             if f.name == "head_size" and value is None:
                 continue
@@ -134,13 +152,13 @@ class ModelConfig:
         return 6.0 * matmul + 12.0 * self.n_layers * self.q_dim * seq_len
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set and ``norm``
-        only where it is not RMSNorm, so a shape that has neither is stored as it always was)."""
+        """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, ``norm`` only
+        where it is not RMSNorm, ``attention`` and ``attention_dropout`` only where not fused and none, so a shape that
+        has none of them is stored as it always was)."""
         out = asdict(self)
-        if out["head_size"] is None:
-            del out["head_size"]
-        if out["norm"] == "rmsnorm":
-            del out["norm"]
+        for key, default in (("head_size", None), ("norm", "rmsnorm"), ("attention", "sdpa"), ("attention_dropout", 0.0)):
+            if out[key] == default:
+                del out[key]
         return out
 
 

@@ -66,7 +66,7 @@ def trainable_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, fra
 
 
 def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, shard_group: int | None = None, *,
-             attention: str = "sdpa", optimizer: str = "adamw", overhead_fraction: float = 0.0,
+             attention: str | None = None, optimizer: str = "adamw", overhead_fraction: float = 0.0,
              held: dict[str, int] | None = None, **run: Any) -> PeakTerms:
     """The whole modeled peak of one GPU running ``strategy`` on ``gpus`` GPUs with the step ``a`` describes.
 

@@ -7,6 +7,7 @@ output or topology.json, this machine's probe, or a published layout (:mod:`.pre
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import math
 import sys
 from typing import Any
@@ -97,10 +98,11 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     from shardscope.costmodel.step import StepAssumptions
     from shardscope.costmodel.sweep import DEFAULT_SIZES, predict_sweep
 
-    from shardscope.contracts.models import parse_model_spec
+    from shardscope.contracts.models import parse_model_spec, resolve_model
+    from shardscope.costmodel.memory_peak import check_checkpointing
 
     try:
-        model = parse_model_spec(args.model)
+        model = with_attention(parse_model_spec(args.model), args.attention)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     doc, source = load_topology(args.topology)
@@ -115,6 +117,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       trainable_fraction=args.trainable_fraction,
                                       offload_optimizer=args.offload_optimizer, grad_accum=args.grad_accum,
                                       ddp_bucket_view=args.ddp_bucket_view)
+        check_checkpointing(resolve_model(model)[1], args.activation_checkpointing)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
@@ -330,6 +333,17 @@ def _trainable(text: str) -> float:
     return value
 
 
+def with_attention(model: Any, attention: str | None) -> Any:
+    """The ``--model`` value with the run's attention in place of its model's (``--attention``; None: as it is): a
+    preset or a config.json path becomes its dimensions, a JSON object gains the key. ValueError on a bad value."""
+    if attention is None:
+        return model
+    from shardscope.contracts.models import resolve_model
+
+    name, cfg = resolve_model(model)
+    return {"name": name, **replace(cfg, attention=attention).to_dict()}
+
+
 def run_shape_args(p: argparse.ArgumentParser) -> None:
     """The flags that describe the run itself, shared by ``advise`` and ``memory``."""
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
@@ -344,6 +358,10 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
                         "optimizer state (default 1)")
     p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
                    help="cpu: optimizer state and step on the host (ZeRO-Offload); the GPU keeps none of it")
+    p.add_argument("--attention", choices=("sdpa", "eager"),
+                   help="sdpa: torch's fused kernel (flash: no score matrix kept); eager: Hugging Face's eager code (a "
+                        "float32 softmax, its cast and any attention dropout kept for every score); default: the "
+                        "model's (sdpa unless its config names eager)")
     p.add_argument("--ddp-bucket-view", action="store_true",
                    help="the run's DDP is built with gradient_as_bucket_view=True (this project's worker does): its "
                         "gradients are views of the all-reduce buckets; by default, as torch builds DDP (Hugging Face's "

@@ -83,6 +83,36 @@ AUTOCAST_WEIGHT_CAST_BYTES = 12
 #: added into it (3 more: read both, write one). Traced as 8 and 20 bytes per embedding weight in fp32, 4 and 10 in
 #: bf16 (autocast: fp32, beside its casts).
 EMBEDDING_GRAD_PASSES = {False: 2, True: 5}
+#: Eager attention (:func:`shardscope.training.model.eager_attention`, Hugging Face's code) beside the fused kernel, per
+#: block and micro-batch: ``c_as·T·a·s + c_q·T·q + c_kv·T·kv + c_ss·s² + g·(c_gq·T·q + c_gkv·T·kv)`` bytes (``g`` 1 under
+#: grouped or multi-query attention: the keys and values repeated to every head), as ``(c_as, c_q, c_kv, c_ss, c_gq,
+#: c_gkv)``. Per score element: the scale, the causal mask, the float32 softmax and its cast back, forward and backward
+#: (the two matmuls are timed by their FLOPs). Solved from seven traced shapes (MHA, GQA, MQA, wide heads), residuals 0;
+#: forward and backward, then the forward alone (what a recompute streams again).
+EAGER_ATTENTION_BYTES: dict[str, tuple[float, ...]] = {
+    "fp32": (44, 14, 2, 16, 18, 6), "autocast": (56, 7, 1, 8, 9, 3), "bf16": (56, 7, 1, 8, 9, 3)}
+EAGER_ATTENTION_FORWARD_BYTES: dict[str, tuple[float, ...]] = {
+    "fp32": (24, 8, 0, 16, 8, 0), "autocast": (28, 4, 0, 8, 4, 0), "bf16": (28, 4, 0, 8, 4, 0)}
+#: Bytes per score element of dropout on the attention probabilities as torch's fused GPU kernel runs it (derived, not
+#: traced: the CPU's dropout is another implementation): forward reads the probabilities and writes them and a bool
+#: mask, backward reads the gradient and the mask and writes the gradient: ``4·e + 2``.
+def eager_dropout_bytes(element: int) -> int:
+    """Bytes per score element of attention dropout, forward and backward (see above)."""
+    return 4 * element + 2
+
+
+def eager_attention_traffic(cfg: ModelConfig, tokens: int, seq_len: int, policy: str, recompute: float = 0.0) -> float:
+    """Bytes one micro-batch's eager attention streams beyond the fused kernel, every block, with its dropout and the
+    share ``recompute`` of its forward that checkpointing runs again; 0 for the fused kernel."""
+    if cfg.attention != "eager":
+        return 0.0
+    gqa = 1 if cfg.n_kv_heads != cfg.n_heads else 0
+    q, kv, a = cfg.q_dim, cfg.n_kv_heads * cfg.head_dim, cfg.n_heads
+    values = (tokens * a * seq_len, tokens * q, tokens * kv, seq_len * seq_len, gqa * tokens * q, gqa * tokens * kv)
+    per_block = _dot(EAGER_ATTENTION_BYTES[policy], values) + recompute * _dot(EAGER_ATTENTION_FORWARD_BYTES[policy], values)
+    if cfg.attention_dropout > 0:
+        per_block += eager_dropout_bytes(4 if policy == "fp32" else 2) * tokens * a * seq_len * (1 + recompute / 2)
+    return cfg.n_layers * per_block
 
 
 def _dot(coefficients: tuple[float, ...], values: tuple[int, ...]) -> float:
@@ -90,12 +120,13 @@ def _dot(coefficients: tuple[float, ...], values: tuple[int, ...]) -> float:
 
 
 def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: float = 0.0,
-                      cast_share: float = 1.0) -> float:
+                      cast_share: float = 1.0, seq_len: int | None = None) -> float:
     """Bytes the non-matmul ops of one micro-batch of ``tokens`` tokens stream through GPU memory, forward and
     backward, in compute ``policy`` (``fp32``, ``autocast`` or ``bf16``): every block's, the ops outside the blocks,
     the share ``recompute`` of the blocks' forward that checkpointing computes again (1 under full), the embedding's gradient (none when
-    frozen weights, ``cast_share`` below 1, leave the embedding untrained) and autocast's weight casts
-    (``cast_share``: the share of the weights held in fp32 that it casts)."""
+    frozen weights, ``cast_share`` below 1, leave the embedding untrained), autocast's weight casts
+    (``cast_share``: the share of the weights held in fp32 that it casts) and, for eager attention, its score
+    matrices (:func:`eager_attention_traffic`, sequences of ``seq_len`` tokens)."""
     norm = TRAFFIC_NORM.get(cfg.norm, cfg.norm)
     key = (policy, cfg.mlp, norm)
     if key not in BLOCK_BYTES_PER_TOKEN:
@@ -113,4 +144,9 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: flo
     if policy == "autocast":
         weights = cfg.n_layers * cfg.block_matmul_params() + cfg.vocab_size * cfg.d_model
         casts = AUTOCAST_WEIGHT_CAST_BYTES * weights * cast_share
-    return per_token * tokens + per_batch + casts
+    eager = 0.0
+    if cfg.attention == "eager":
+        if seq_len is None:
+            raise ValueError("eager attention's traffic depends on the sequence length: pass seq_len")
+        eager = eager_attention_traffic(cfg, tokens, seq_len, policy, float(recompute))
+    return per_token * tokens + per_batch + casts + eager

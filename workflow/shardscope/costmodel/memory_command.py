@@ -111,8 +111,9 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
                            ddp_bucket_view=args.ddp_bucket_view)
     overrides = (args.param_bytes, args.grad_bytes, args.optimizer_bytes)
     given = any(v is not None for v in overrides) or args.no_master_weights
-    knobs = {"attention": _choice("--attention", args.attention, ATTENTION_KERNELS), "optimizer": args.optimizer,
-             "overhead_fraction": args.overhead_fraction}
+    if args.attention is not None:  # the run's attention, in place of the one its model names
+        cfg = replace(cfg, attention=_choice("--attention", args.attention, ATTENTION_KERNELS))
+    knobs = {"optimizer": args.optimizer, "overhead_fraction": args.overhead_fraction}
     for row in rows:
         held = {key: row[key] for key in ("param_bytes", "grad_bytes", "optim_bytes")} if given else None
         group = row["shard_group"] if row["strategy"] in GROUPED_STRATEGIES else None
@@ -151,7 +152,9 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--activation-checkpointing", default="none",
                    help="none, full (every block recomputed in backward), or torchtitan's selective_op or "
                         "selective_layer (see advise --help)")
-    p.add_argument("--attention", default="sdpa", help="sdpa (fused/flash: no score matrix kept) or eager (softmax kept)")
+    p.add_argument("--attention", help="sdpa (torch's fused kernel, flash: no score matrix kept) or eager (Hugging Face's "
+                                       "eager code: the float32 softmax, its cast and any dropout kept per score); "
+                                       "default: the model's (sdpa unless its config names eager)")
     p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16, adamw_bf16_states (bf16 master and moments) "
                    "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")

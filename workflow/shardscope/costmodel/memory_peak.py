@@ -26,8 +26,9 @@ activations (saved for backward, alive when forward returns)
     A fused norm (torch's LayerNorm, a fused RMSNorm kernel) saves its input and per-token statistics instead of
     the eager RMSNorm's fp32 copies: ``8h`` bytes a token less per block in fp32 and autocast, ``16h`` in bf16
     (LayerNorm's mean 8 bytes a token more), traced the same way.
-    Eager attention adds the ``T·a·s`` probabilities per block (and k, v repeated to all heads
-    under GQA); SDPA/flash keeps none. Full checkpointing keeps each block's input and one
+    Eager attention (``ModelConfig.attention``, Hugging Face's code) adds the float32 softmax of every score, its cast
+    and any dropout's mask and output, with k and v repeated to every head (:func:`eager_attention_bytes`);
+    SDPA/flash keeps none. Full checkpointing keeps each block's input and one
     block's activations while that block is recomputed in backward (:func:`activation_bytes`); torchtitan's
     ``selective_op`` keeps beside each input the attention output and every other matmul's
     (:func:`selective_op_saved_bytes`), its ``selective_layer`` checkpoints every second block;
@@ -224,7 +225,28 @@ def _cast_cache(cfg: ModelConfig, shape: StepShape) -> int:
     return int(2 * block_weights(cfg) * shape.cast_share)
 
 
-def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
+def eager_attention_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: str = "gpu") -> int:
+    """Bytes one block's eager attention (:func:`shardscope.training.model.eager_attention`, Hugging Face's code) keeps
+    beyond what the fused kernel's terms of :func:`block_activation_bytes` count.
+
+    Per score element (``T·a·s`` of them): the float32 softmax output and its cast back to the compute dtype (4, or
+    4 + 2 in 16 bits); with attention dropout in training, the dropped probabilities and the mask (a bool on a GPU,
+    torch's fused kernel; the compute dtype on a CPU, whose dropout multiplies by a noise tensor) in place of the
+    freed cast. Beside them the repeated keys and values the two matmuls keep (``2·e·T·q``) replace what the fused
+    kernel kept and eager does not: its output, its log-sum-exp and its copies of the keys and values
+    (``e·T·(q + 3·kv) + 4·T·a``). Traced with the tensor tracker on seven shapes (MHA, GQA, MQA, wide heads), three
+    precisions, with and without dropout (``tests/training/test_memory_peak.py``)."""
+    t, s, a, q = shape.tokens, shape.seq_len, cfg.n_heads, cfg.q_dim
+    kv = cfg.n_kv_heads * cfg.head_dim
+    e = 4 if policy == "fp32" else 2
+    cast = 0 if e == 4 else e
+    per_score = 4 + cast
+    if cfg.attention_dropout > 0:
+        per_score += (1 if device == "gpu" else e) + e - cast
+    return t * a * s * per_score + 2 * e * t * q - e * t * (q + 3 * kv) - 4 * t * a
+
+
+def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: str = "gpu") -> int:
     """Bytes one block saves for backward (see the module docstring for the list). Three of the width-sized tensors
     are the queries' width ``q = n_heads x head_dim`` (the rotated queries, the attention output and its re-layout
     copy), which is the width unless the model's heads say otherwise (``head_size``)."""
@@ -242,10 +264,8 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> i
     else:
         out, e = t * (24 * h + 6 * q + 6 * kv + 2 * hidden * f + 4 * a + 8) + 2 * 2 * s * (hd // 2) * 2, 2
     out -= 2 * t * fused_norm_saves_less(cfg, policy)  # the block's two norms
-    if shape.attention == "eager":
-        out += t * a * s * e  # the softmax probabilities, saved for the matmul with v
-        if cfg.n_kv_heads != cfg.n_heads:
-            out += 2 * t * (q - kv) * e  # k and v repeated to every query head
+    if shape.attention == "eager" or cfg.attention == "eager":
+        out += eager_attention_bytes(cfg, shape, policy, device)
     return out - frozen_saved(cfg, shape, policy)
 
 
@@ -310,6 +330,14 @@ def block_matmul_inputs(cfg: ModelConfig) -> list[int]:
     return [cfg.d_model, cfg.d_model, cfg.q_dim, *([cfg.d_model] * (cfg.mlp_matrices - 1)), cfg.d_ff]
 
 
+def check_checkpointing(cfg: ModelConfig, mode: str, attention: str = "sdpa") -> None:
+    """ValueError for ``selective_op`` beside eager attention: torchtitan's policy keeps the fused kernel's outputs;
+    eager attention's matmuls are batched ones it neither counts nor keeps, a combination not traced here."""
+    if mode == "selective_op" and "eager" in (cfg.attention, attention):
+        raise ValueError("selective_op checkpointing keeps the fused attention kernel's outputs; with eager attention "
+                         "it is not modeled: use sdpa attention, or full or selective_layer checkpointing")
+
+
 def recomputed_flops_per_token(cfg: ModelConfig, mode: str, seq_len: int) -> tuple[float, float]:
     """(matmul, attention) FLOPs per token that backward computes again under checkpointing ``mode``.
 
@@ -318,6 +346,7 @@ def recomputed_flops_per_token(cfg: ModelConfig, mode: str, seq_len: int) -> tup
     the block's output. ``full`` and ``selective_layer`` recompute each wrapped block's other matmuls and its attention;
     ``selective_op`` the matmuls it did not keep (the second, fourth, ..., less the last) and no attention (kept).
     Counted with ``FlopCounterMode`` on the worker's steps (``tests/training/test_memory_peak.py``)."""
+    check_checkpointing(cfg, mode)
     widths, inputs = block_matmul_widths(cfg), block_matmul_inputs(cfg)
     macs = [i * o for i, o in zip(inputs, widths)]
     if mode == "selective_op":
@@ -346,7 +375,7 @@ def _checkpointed_blocks(cfg: ModelConfig, mode: str) -> list[bool]:
     return [True] * cfg.n_layers
 
 
-def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
+def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: str = "gpu") -> dict[str, int]:
     """Activations: ``total`` alive when forward returns, ``blocks`` inside the blocks' backward, ``peak`` the larger;
     ``in_block_backward[j]`` what is alive while the ``j``-th block of the backward (``j = 0`` the model's last)
     runs its backward, its recompute included.
@@ -360,7 +389,8 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> dict[st
     output when the block's last matmul is kept: an odd number of them). ``selective_layer`` checkpoints every second
     block as ``full`` does and keeps the others whole. Each traced with the tensor tracker at world size 1.
     """
-    per_block = block_activation_bytes(cfg, shape, policy)
+    check_checkpointing(cfg, shape.checkpointing, shape.attention)
+    per_block = block_activation_bytes(cfg, shape, policy, device)
     head = head_activation_bytes(cfg, shape, policy)
     layers, mode = cfg.n_layers, shape.checkpointing
     kept = residual_bytes(shape, cfg, policy)
@@ -808,7 +838,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         held = model_states(strategy, cfg, gpus, shape.dtype, states, optimizer)
     else:
         held = {key: int(held[key]) for key in ("param_bytes", "grad_bytes", "optim_bytes")}
-    acts = activation_bytes(cfg, shape, policy)
+    acts = activation_bytes(cfg, shape, policy, device)
     if strategy == "zero3" and shape.checkpointing != "none":
         acts = zero3_recompute_activations(acts, cfg, shape, policy)
     buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
@@ -943,7 +973,7 @@ def settings_of_run(settings: dict[str, Any] | None) -> tuple[FairSettings, bool
 
 
 def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int, micro_batch: int = 1,
-               checkpointing: str = "none", *, dtype: str = "bfloat16", attention: str = "sdpa",
+               checkpointing: str = "none", *, dtype: str = "bfloat16", attention: str | None = None,
                states: str = "implementation", optimizer: OptimizerAssumption | None = None,
                overhead_fraction: float = 0.0, device: str = "gpu", fair: FairSettings | None = None,
                shard_group: int | None = None, held: dict[str, int] | None = None,
@@ -971,8 +1001,10 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if seq_len > cfg.max_seq_len:
         raise ValueError(f"seq_len must be at most the model's maximum sequence length {cfg.max_seq_len}, got {seq_len}")
+    if attention is not None and attention != cfg.attention:  # a run's attention given apart from its model's
+        cfg = replace(cfg, attention=attention)
     # frozen weights held in 16 bits (held given, or the trainable states) are not cast by autocast
-    shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=attention,
+    shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=cfg.attention,
                       checkpointing=checkpointing, cast_share=trainable_fraction)
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
                         device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,

@@ -423,7 +423,8 @@ def micro_batch_compute_s(strategy: str, cfg: ModelConfig, a: StepAssumptions, p
     seconds = flops / (peak_flops * compute_mfu(cfg, a, peak_flops, gpu)) * work
     if streams_traffic(a, gpu):
         policy = compute_policy(strategy, a.dtype, a.trainable_fraction < 1)
-        traffic = elementwise_bytes(cfg, tokens, policy, recompute=other_again, cast_share=a.trainable_fraction)
+        traffic = elementwise_bytes(cfg, tokens, policy, recompute=other_again, cast_share=a.trainable_fraction,
+                                    seq_len=seq)
         seconds += traffic / ((bandwidth or bandwidth_bytes_s(peak_flops, gpu)) * STREAM_SHARE)
     return seconds, flops * work / (peak_flops * seconds)
 

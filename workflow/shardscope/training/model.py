@@ -76,7 +76,8 @@ def rotary(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Causal grouped-query self-attention with rotary positions."""
+    """Causal grouped-query self-attention with rotary positions: torch's fused kernel, or Hugging Face's eager code
+    (``cfg.attention``, :func:`eager_attention`)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -92,8 +93,28 @@ class Attention(nn.Module):
         q = self.wq(x).view(b, t, c.n_heads, c.head_dim).transpose(1, 2)
         k, v = self.wkv(x).view(b, t, 2, c.n_kv_heads, c.head_dim).unbind(2)
         k, v = k.transpose(1, 2), v.transpose(1, 2)
-        y = F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True, enable_gqa=c.n_kv_heads != c.n_heads)
+        if c.attention == "eager":
+            y = eager_attention(rotary(q), rotary(k), v, c.attention_dropout if self.training else 0.0)
+        else:
+            y = F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True,
+                                               enable_gqa=c.n_kv_heads != c.n_heads)
         return self.wo(y.transpose(1, 2).reshape(b, t, c.q_dim))
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float) -> torch.Tensor:
+    """Causal attention as Hugging Face's eager code computes it (``eager_attention_forward`` of its Llama): keys and
+    values repeated to every query head, the scores' matmul scaled, the causal mask added, the softmax in float32 cast
+    back to the compute dtype, dropout in training, the matmul with the values. Every intermediate is a real tensor of
+    ``heads x seq x seq`` per sequence, which is why it is modeled apart from the fused kernel."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    seq = q.shape[2]
+    mask = torch.full((seq, seq), float("-inf"), device=q.device, dtype=q.dtype).triu(1)
+    scores = torch.matmul(q, k.transpose(2, 3)) * q.shape[-1] ** -0.5 + mask
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    probs = F.dropout(probs, p=dropout, training=dropout > 0)
+    return torch.matmul(probs, v)
 
 
 class MLP(nn.Module):
