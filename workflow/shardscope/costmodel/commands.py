@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from shardscope.cli import gpu_count
+from shardscope.contracts.models import ATTENTION_KINDS
 from shardscope.contracts.names import CHECKPOINTING_MODES, OPS
 from shardscope.costmodel.decision import RULE_CITATION
 from shardscope.costmodel.memory_command import register_memory
@@ -358,7 +359,7 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
                         "optimizer state (default 1)")
     p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
                    help="cpu: optimizer state and step on the host (ZeRO-Offload); the GPU keeps none of it")
-    p.add_argument("--attention", choices=("sdpa", "eager"),
+    p.add_argument("--attention", choices=ATTENTION_KINDS,
                    help="sdpa: torch's fused kernel (flash: no score matrix kept); eager: Hugging Face's eager code (a "
                         "float32 softmax, its cast and any attention dropout kept for every score); default: the "
                         "model's (sdpa unless its config names eager)")

@@ -83,7 +83,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from shardscope.contracts.models import ModelConfig
+from shardscope.contracts.models import ATTENTION_KINDS, ModelConfig
 from shardscope.contracts.names import CHECKPOINTING_MODES, SELECTIVE_LAYER_EVERY, STRATEGIES
 from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 # DeepSpeed's stage3_max_reuse_distance: a model smaller than it stays gathered from forward to backward
@@ -93,7 +93,7 @@ from shardscope.contracts.strategies import ZERO3_MAX_REUSE_ELEMENTS as DEEPSPEE
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
 #: ``shard_group`` GPUs, replicate across groups) and ZeRO-3 with hpZ (secondary partition over ``shard_group``).
 MODELED_STRATEGIES = STRATEGIES
-ATTENTION_KERNELS = ("sdpa", "eager")
+ATTENTION_KERNELS = ATTENTION_KINDS
 CHECKPOINTING = CHECKPOINTING_MODES
 OPTIMIZERS = ("adamw", "adamw_bf16", "adamw_bf16_states", "adamw_8bit")
 OFFLOAD = ("none", "cpu")

@@ -14,12 +14,14 @@ sub-module hooks while recomputing, and DDP's gradient hooks see the same parame
 (:mod:`shardscope.training.memtrack`) counts what a recompute creates as activations (they
 are the block's activations, only made late), not as buffers.
 
-The selective modes are torchtitan's (``activation_checkpoint.mode = "selective"``, torchtitan/models/llama3/
-infra/parallelize.py), rewritten here: ``selective_layer`` checkpoints every second block (its ``selective_ac_option``
+The selective modes are torchtitan's (``activation_checkpoint.mode = "selective"``; read in its
+``torchtitan/parallelisms/parallelize_llama.py`` at commit 0413364, the commit of its published 64 x A100 numbers), rewritten
+here: ``selective_layer`` checkpoints every second block (its ``selective_ac_option``
 "2", the second, fourth, ...) and runs the others plainly; ``selective_op`` wraps every block in a checkpoint whose
 policy (``torch.utils.checkpoint.create_selective_checkpoint_contexts``) keeps the attention kernel's outputs and the
 output of every other matmul of the block (the first, third, ...; the count restarts in each block and again in its
-recompute), and recomputes the rest.
+recompute), and recomputes the rest. It counts the projections' ``mm``; eager attention's batched matmuls are neither
+counted nor kept, so the memory model refuses ``selective_op`` beside eager attention rather than guess.
 """
 
 from __future__ import annotations
