@@ -350,10 +350,11 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
                    help="training dtype (default bfloat16; float16 is sized as bfloat16: the same bytes)")
     p.add_argument("--activation-checkpointing", choices=CHECKPOINTING_MODES, default="none",
-                   help="full: every block recomputed in backward (its input kept; one more forward of compute); "
-                        "selective_op: torchtitan's op-level selective checkpointing (each block keeps its attention "
-                        "output and every other matmul's, recomputes the rest); selective_layer: torchtitan's "
-                        "layer-level, every second block checkpointed")
+                   help="full: every block recomputed in backward (its input kept; its forward computed again but "
+                        "the last matmul, which torch's checkpoint skips); selective_op: torchtitan's op-level "
+                        "selective checkpointing (each block keeps its attention output and every other matmul's, "
+                        "recomputes the rest); selective_layer: torchtitan's layer-level, every second block "
+                        "checkpointed")
     p.add_argument("--trainable-fraction", type=_trainable, default=1.0, metavar="F",
                    help="share of the parameters that train (LoRA-style frozen weights): only they have gradients and "
                         "optimizer state (default 1)")

@@ -182,7 +182,8 @@ class StepAssumptions:
     ddp_bucket_bytes: int = DDP_BUCKET_BYTES
     deepspeed_bucket_elements: int = DEEPSPEED_BUCKET_ELEMENTS
     checkpointing: str = "none"
-    """Activation checkpointing: ``none``, ``full`` (every block recomputed in backward: one more forward), or
+    """Activation checkpointing: ``none``, ``full`` (every block recomputed in backward: its forward but the last
+    matmul, :func:`~shardscope.costmodel.memory_peak.recomputed_flops_per_token`), or
     torchtitan's ``selective_op`` and ``selective_layer`` (:mod:`shardscope.training.checkpointing`)."""
     trainable_fraction: float = 1.0
     """Share of the parameters that train (LoRA-style frozen weights): only they have gradients, optimizer state and
