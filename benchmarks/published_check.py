@@ -405,16 +405,26 @@ def library_advise(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Pat
     return answer_from_advise(result.to_dict(), run["strategy"], seq, run["micro_batch"], seconds, "library", lost)
 
 
+def model_fallbacks(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path,
+                    model_as: str = "json") -> list[tuple[str, str]]:
+    """(route, --model value) to try where the command refuses the run's model as given: its config.json path (when it
+    was given as JSON), then shardscope's own fields; none for a preset."""
+    model = run_model(case, run)
+    if model.get("preset"):
+        return []
+    others = [("cli (config.json)", _model_arg(model, workdir, "path"))] if model_as != "path" else []
+    others.append(("cli (own fields)", json.dumps(internal_dims(model["hf"], run_seq_len(case, run)),
+                                                  separators=(",", ":"))))
+    return others
+
+
 def ask(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path,
         call: Callable[[Sequence[str]], tuple[int, str, str]] = call_inprocess, model_as: str = "json") -> Answer:
     """The modeled answer for one run: ``memory`` for a memory-only case, else ``advise``, the model given as JSON
     text or a config.json path (``model_as``); RuntimeError when the command refuses the question for another reason
     than a missing flag or the model's form."""
-    seq, model = run_seq_len(case, run), run_model(case, run)
-    others = [("cli (config.json)", _model_arg(model, workdir, "path"))] if model_as != "path" else []
-    others.append(("cli (own fields)", json.dumps(internal_dims(model["hf"], seq), separators=(",", ":"))))
-    if model.get("preset"):
-        others = []
+    seq = run_seq_len(case, run)
+    others = model_fallbacks(case, run, workdir, model_as)
     if case.get("memory_only"):
         code, out, err, lost, route, seconds = call_with_fallbacks(memory_argv(case, run, workdir, model_as), call,
                                                                    others)
@@ -436,11 +446,8 @@ def ask_largest_micro_batch(case: Mapping[str, Any], run: Mapping[str, Any], wor
     """The largest micro-batch ``shardscope memory`` says fits the case's GPU for the run's strategy and flags (its
     ``largest_micro_batch``, the whole peak against all of the GPU's memory, as advise's fit is); None when the command
     gives none or refuses the question."""
-    seq, model = run_seq_len(case, run), run_model(case, run)
-    others = [("cli (config.json)", _model_arg(model, workdir, "path"))] if model_as != "path" else []
-    others.append(("cli (own fields)", json.dumps(internal_dims(model["hf"], seq), separators=(",", ":"))))
     argv = memory_argv(case, run, workdir, model_as) + ["--usable-memory", "1"]
-    code, out, _, _, _, _ = call_with_fallbacks(argv, call, [] if model.get("preset") else others)
+    code, out, _, _, _, _ = call_with_fallbacks(argv, call, model_fallbacks(case, run, workdir, model_as))
     if code != 0:
         return None
     rows = [row for row in json.loads(out) if row.get("strategy") == run["strategy"]]

@@ -24,6 +24,8 @@ NORM_KINDS = ("rmsnorm", "layernorm", "fused_rmsnorm")
 #: GPU: no score matrix kept), or Hugging Face's eager code (the scores' matmul, scaled, the causal mask added, a
 #: float32 softmax cast back, dropout, the matmul with the values; keys and values repeated to every query head).
 ATTENTION_KINDS = ("sdpa", "eager")
+#: The fields of :class:`ModelConfig` that name one of a few kinds, and those kinds.
+_KINDS = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "attention": ATTENTION_KINDS}
 
 
 @dataclass(frozen=True)
@@ -70,17 +72,9 @@ class ModelConfig:
                 if not isinstance(value, bool):
                     raise ValueError(f"model.tie_embeddings must be true or false, got {value!r}")
                 continue
-            if f.name == "mlp":
-                if value not in MLP_KINDS:
-                    raise ValueError(f"model.mlp must be one of {', '.join(MLP_KINDS)}, got {value!r}")
-                continue
-            if f.name == "norm":
-                if value not in NORM_KINDS:
-                    raise ValueError(f"model.norm must be one of {', '.join(NORM_KINDS)}, got {value!r}")
-                continue
-            if f.name == "attention":
-                if value not in ATTENTION_KINDS:
-                    raise ValueError(f"model.attention must be one of {', '.join(ATTENTION_KINDS)}, got {value!r}")
+            if f.name in _KINDS:
+                if value not in _KINDS[f.name]:
+                    raise ValueError(f"model.{f.name} must be one of {', '.join(_KINDS[f.name])}, got {value!r}")
                 continue
             if f.name == "attention_dropout":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:

@@ -93,11 +93,13 @@ EAGER_ATTENTION_BYTES: dict[str, tuple[float, ...]] = {
     "fp32": (44, 14, 2, 16, 18, 6), "autocast": (56, 7, 1, 8, 9, 3), "bf16": (56, 7, 1, 8, 9, 3)}
 EAGER_ATTENTION_FORWARD_BYTES: dict[str, tuple[float, ...]] = {
     "fp32": (24, 8, 0, 16, 8, 0), "autocast": (28, 4, 0, 8, 4, 0), "bf16": (28, 4, 0, 8, 4, 0)}
-#: Bytes per score element of dropout on the attention probabilities as torch's fused GPU kernel runs it (derived, not
-#: traced: the CPU's dropout is another implementation): forward reads the probabilities and writes them and a bool
-#: mask, backward reads the gradient and the mask and writes the gradient: ``4·e + 2``.
+
+
 def eager_dropout_bytes(element: int) -> int:
-    """Bytes per score element of attention dropout, forward and backward (see above)."""
+    """Bytes per score element of dropout on the attention probabilities, forward and backward, as torch's fused GPU
+    kernel runs it (derived, not traced: the CPU's dropout is another implementation): forward reads the
+    probabilities and writes them and a bool mask, backward reads the gradient and the mask and writes the gradient:
+    ``4·e + 2`` for elements of ``element`` bytes."""
     return 4 * element + 2
 
 
