@@ -235,16 +235,24 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: against 39, Blenderbot's ZeRO-2, T5-3B's offload at 20; a largest run sits at the edge, where a model right on
 #: average puts about half above), the held-out median ratio x1.39 -> x1.44 and the all-split x1.35 -> x1.37 (BELLE's
 #: ZeRO-3 ratios: the eager attention's compute dilutes the communication that makes ZeRO-3 slow there).
+#: Then the backward re-traced with the tracker that sees an operator's outputs beside the inputs it releases: the
+#: log-softmax's backward holds three T·V fp32 tensors at once (the loss's gradient, the log-softmax output, the
+#: logits' gradient), SwiGLU's product backward three T·f gradients, and FSDP2 keeps the last block's gather through the
+#: head's backward (benchmarks/memory_model_check.py: 57 of 60 real 2-rank runs within 0.15% of the tracked peak).
+#: Defaults memory median 0.158 -> 0.103 (torchtitan's reserved 8B peaks -15/-17% -> -10/-11%), largest micro-batch
+#: x1.52 -> x1.33; held-out worst 0.442 -> 0.404, largest median x1.86 -> x1.79. Loosened: the held-out memory median
+#: 0.245 -> 0.254, to 0.26: 13 of its 17 memory runs moved toward their measurement, but the median row is now one of
+#: OpenTau's DDP runs (a stand-in without its vision tower, already above its unstated-basis measurement: +23% -> +28%).
 PINNED: dict[str, dict[str, float]] = {
-    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.16,
+    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
-                 "largest_median": 1.52, "largest_worst": 1.52},
-    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.44, "ratio_worst": 2.94, "memory_median": 0.25,
-                 "memory_worst": 0.45, "oom_fit": 2, "false_oom": 8, "absolute_median": 1.09, "absolute_worst": 2.92,
-                 "largest_median": 1.86, "largest_worst": 2.6},
-    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.37, "ratio_worst": 2.94, "memory_median": 0.22,
+                 "largest_median": 1.34, "largest_worst": 1.34},
+    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.44, "ratio_worst": 2.94, "memory_median": 0.26,
+                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 8, "absolute_median": 1.09, "absolute_worst": 2.92,
+                 "largest_median": 1.79, "largest_worst": 2.6},
+    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.37, "ratio_worst": 2.94, "memory_median": 0.2,
             "memory_worst": 0.7, "oom_fit": 5, "false_oom": 8, "absolute_median": 1.09, "absolute_worst": 2.92,
-            "largest_median": 1.69, "largest_worst": 2.6},
+            "largest_median": 1.57, "largest_worst": 2.6},
 }
 
 

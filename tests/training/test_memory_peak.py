@@ -21,6 +21,7 @@ from shardscope.costmodel.memory_peak import (
     zero_reduce_bucket,
 )
 from shardscope.contracts.fairness import DDP_BUCKET_BYTES, FairSettings
+from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
 
 GQA = ModelConfig(n_layers=2, d_model=128, n_heads=4, n_kv_heads=2, d_ff=384, vocab_size=512, max_seq_len=256)
 #: A shape none of the terms were read from: another depth, width, vocabulary and sequence, multi-query attention,
@@ -206,7 +207,11 @@ def test_peak_is_states_plus_the_largest_phase() -> None:
     assert terms.peak_phase == max(phases, key=phases.get)
     assert terms.peak_bytes == terms.state_bytes + phases[terms.peak_phase] and terms.runtime_bytes == 0
     assert terms.state_bytes == 16 * cfg.param_count() // 8
-    assert terms.phases["backward"]["gathered_params"] > 0 and terms.phases["backward"]["reduce_bucket"] > 0
+    assert terms.phases["backward"]["gathered_params"] > 0 and terms.phases["backward_blocks"]["reduce_bucket"] > 0
+    # the head's backward peaks in the log-softmax's backward, three T·V fp32 tensors alive, before the bucket exists
+    tv4 = 4096 * cfg.vocab_size * 4
+    assert terms.phases["backward"]["loss_grad"] == terms.phases["backward"]["logits_grad"] == tv4
+    assert "reduce_bucket" not in terms.phases["backward"]
 
 
 def test_optimizer_assumptions_change_the_optimizer_bytes() -> None:
@@ -348,27 +353,30 @@ SMALL_GQA = ModelConfig(n_layers=4, d_model=256, n_heads=8, n_kv_heads=4, d_ff=7
 
 @pytest.mark.parametrize(("strategy", "cfg", "seq", "checkpointing", "phase", "measured"), [
     # where T != h, so that a T·f activation gradient and an h·f weight gradient, T·V and V·h, differ
-    ("fsdp", SMALL_GQA, 64, "none", "backward", 19_015_684),  # 2nd block in backward: prefetch + previous reduce-scatter input
+    pytest.param("fsdp", SMALL_GQA, 64, "none", "backward", 19_015_684, marks=pytest.mark.xfail(strict=True, reason=(
+        "FSDP2's in-block moment without checkpointing holds three T·f gradients more than the model's moments "
+        "(tracked whole peak 1.026 of the model: benchmarks/memory_model_check.py)"))),  # 2nd block in backward
     ("fsdp", SMALL_GQA, 128, "full", "backward", 19_144_708),
     ("fsdp", PRESETS["tiny"], 128, "full", "backward", 5_639_172),  # 2 blocks: the last block's, prefetch beside it
-    ("ddp", SMALL_GQA, 64, "none", "backward", 3_276_804),  # the head's weight gradient beside the logits' gradient
+    pytest.param("ddp", SMALL_GQA, 64, "none", "backward", 3_276_804, marks=pytest.mark.xfail(strict=True, reason=(
+        "the tracker peaks at the head's both-gradients moment, one T·h above the model's log-softmax moment "
+        "(whole peak 1.002 of the model)"))),  # the head's weight gradient beside the logits' gradient
     ("ddp", PRESETS["tiny"], 64, "full", "backward", 589_828),  # equal moments: the first, down's weight gradient
     ("ddp", PRESETS["tiny"], 128, "full", "backward", 1_703_940),  # silu output's and the product's gradients
     ("zero1", PRESETS["tiny"], 128, "none", "backward", 2_002_490_892),
     ("zero2", PRESETS["tiny"], 128, "none", "backward", 2_001_703_948),  # the bucket beside the head's second moment only
-    ("zero3", PRESETS["tiny"], 128, "full", "backward", 2_003_541_004),  # ZeRO-3's linear: the input's gradient first
+    pytest.param("zero3", PRESETS["tiny"], 128, "full", "backward", 2_003_541_004, marks=pytest.mark.xfail(
+        strict=True, reason="ZeRO-3 with full checkpointing peaks at a later moment of the MLP's backward than the "
+        "model's (fewer gradients, more activations: whole peak within 0.02%)")),  # ZeRO-3's linear: input's first
 ])
-@pytest.mark.xfail(strict=True, reason="re-measured with the corrected tracker (issue 33: an operator's outputs and "
-                   "the inputs it releases are alive together), which sees one or two more T·f (or T·h) gradients "
-                   "inside the MLP's backward than the model's moments, traced with the old tracker; the moments are "
-                   "to be re-traced (issue 31)")
 def test_buffers_at_the_peak_are_the_traced_moments(strategy: str, cfg: ModelConfig, seq: int, checkpointing: str, phase: str,
                                                     measured: int) -> None:
     """Buffers alive at the tracked peak, measured on 2 CPU ranks in fp32 at 2 sequences
     (``shardscope train --cpu --nproc 2 --micro-batch 2 --dtype float32``: the ``buffer_bytes`` of the
     rank with the largest tracked peak), against the
     modeled phase the run peaked in; the few bytes apart are the loss's scalars (4 B each)."""
-    terms = predict_peak(strategy, cfg, 2, StepShape(2, seq, checkpointing=checkpointing), device="cpu")
+    terms = predict_peak(strategy, cfg, 2, StepShape(2, seq, checkpointing=checkpointing), device="cpu",
+                         ddp_bucket_view=WORKER_DDP_BUCKET_VIEW)
     parts = max((p for name, p in terms.phases.items() if name.split("_")[0] == phase), key=lambda p: sum(p.values()))
     modeled = sum(v for k, v in parts.items() if k != "activations")
     assert 0 <= measured - modeled <= 16, (modeled, parts)
@@ -419,14 +427,20 @@ def test_gpu_peak_is_reserved_with_context_and_nccl_beside_it_and_cpu_stays_allo
 def test_fsdp_forward_end_holds_the_root_and_the_last_blocks_gather_buffer() -> None:
     """Traced on a shape no other test uses (3 blocks, width 160, FFN 448, vocabulary 1500, 3 x 96 tokens, fp32,
     2 ranks): at forward's end the tracker saw the logits, the root's unsharded embedding and head, and one
-    block-sized all-gather buffer, 4,919,680 bytes of buffers; the root's own gather buffer was already freed."""
+    block-sized all-gather buffer, 4,919,680 bytes of buffers; the root's own gather buffer was already freed.
+    Re-run with the tracker that sees an operator's outputs beside the inputs it releases
+    (``shardscope train --strategy fsdp --cpu --nproc 2 --micro-batch 3 --seq-len 96 --dtype float32``): the step
+    peaks in the log-softmax's backward, 6,647,684 bytes of buffers (the root and the last block's gather still
+    unsharded, the loss's and the logits' gradients) and a tracked peak of 33,326,348 bytes."""
     from shardscope.contracts.models import ModelConfig
 
     cfg = ModelConfig(n_layers=3, d_model=160, n_heads=5, n_kv_heads=5, d_ff=448, vocab_size=1500, max_seq_len=128)
     terms = predict_peak("fsdp", cfg, 2, StepShape(3, 96), device="cpu")
     forward = {k: v for k, v in terms.phases["forward"].items() if k != "activations"}
-    assert sum(forward.values()) == 4_919_680 and terms.peak_phase == "forward"
-    assert terms.peak_bytes == 31_600_644 - 108  # the tracked peak, less the optimizer's 108 B of step counters
+    assert sum(forward.values()) == 4_919_680
+    backward = {k: v for k, v in terms.phases["backward"].items() if k != "activations"}
+    assert terms.peak_phase == "backward" and sum(backward.values()) == 6_647_684 - 4  # less the loss's scalar
+    assert abs(terms.peak_bytes / 33_326_348 - 1) < 1e-4
 
 
 #: Shapes for eager attention (none of them the shapes its terms were read from): MHA, GQA, MQA with wide heads, a

@@ -25,10 +25,9 @@ def overhead_fraction(strategy_runs: dict[str, dict[str, Any]]) -> float:
     return calibrate_overhead(max(r["tracked_peak_bytes"] for r in doc["ranks"]), modeled_for_job(doc))
 
 
-#: Known misses, each with its reason (strict: the day the model matches, the mark must go).
-KNOWN_MISSES = {"zero1": "the corrected tracker (issue 33) sees one more T·f gradient inside the MLP's backward beside "
-                         "ZeRO-1's kept weight gradients (buffers beside the bucket 1.19x); the model's moments, traced "
-                         "with the old tracker, are to be re-traced (issue 31)"}
+#: Known misses, each with its reason (strict: the day the model matches, the mark must go). None since the MLP's and
+#: the head's backward moments were re-traced with the corrected tracker (issue 31).
+KNOWN_MISSES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("strategy", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[s]))

@@ -37,10 +37,11 @@ buffers (temporary, by phase)
     forward end: the logits (and their fp32 copy in bf16); FSDP keeps the root's unsharded
     embedding/head and the last block's all-gather output; ``fsdp_grad_op`` keeps every unit unsharded
     plus one gather buffer.
-    backward, the head's: the larger of two moments of its matmul's backward, the logits'
-    gradient beside its first gradient, or both its gradients with the logits' gradient freed
+    backward, the head's: the largest of three moments, the log-softmax's backward (the loss's gradient, the
+    log-softmax output and the logits' gradient, three ``T·V`` fp32 tensors at once) and two of its matmul's
+    backward, the logits' gradient beside its first gradient, or both its gradients with the logits' gradient freed
     (:func:`head_backward`; DeepSpeed's bucket, allocated at the first gradient hook, only
-    beside the second); ZeRO-1/2 the reduce
+    beside the last); FSDP the root and the last block's gather still unsharded; ZeRO-1/2 the reduce
     bucket; ZeRO-3 every parameter reused within ``stage3_max_reuse_distance`` (1e9 elements)
     still gathered, plus the bucket; inside the blocks ZeRO-3 has released the head's and the
     final norm's (:func:`zero3_released_before_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
@@ -417,26 +418,28 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: st
 
 
 def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_grad_first: bool = False) -> list[dict[str, int]]:
-    """The largest moments inside one block's SwiGLU backward (``down(silu(gate(x)) * up(x))``), between operators, in time order.
+    """The largest moments inside one block's MLP backward, between operators, in time order.
 
-    Traced operator by operator with the tensor tracker (tiny model, 2 x 128 tokens, where
-    ``T != h`` tells a ``T·f`` gradient from an ``h·f`` weight gradient; at ``T = h`` they are
-    the same size). The gradient flowing into the block (``T·h``, the residual's dtype) is alive
-    throughout. torch's matmul backward makes a weight's gradient before its input's;
-    DeepSpeed ZeRO-3's own linear (``zero3_linear_wrap``) the input's first
-    (``input_grad_first``). The moments, each with the weight gradients alive if the strategy
-    keeps them (``weight_grads_kept``: FSDP until the block's reduce-scatter, ZeRO-1 until the end
-    of backward) or only until their ``AccumulateGrad`` copies them away (``weight_grads_transient``:
-    DDP's bucket views, ZeRO-2/3's buckets), the activations' gradients, and the block's
-    activations ``freed`` by then:
+    Traced operator by operator with the tensor tracker, which counts an operator's outputs beside the inputs it
+    releases (world size 1, fp32 and autocast, the shapes of ``tests/training/test_memory_peak.py``; SwiGLU
+    ``down(silu(gate(x)) * up(x))`` and GELU ``down(gelu(up(x)))``). The gradient flowing into the block (``T·h``, the
+    residual's dtype) is alive throughout. torch's matmul backward makes a weight's gradient before its input's;
+    DeepSpeed ZeRO-3's own linear (``zero3_linear_wrap``) the input's first (``input_grad_first``). The moments, each
+    with the weight gradients alive if the strategy keeps them (``weight_grads_kept``: FSDP until the block's
+    reduce-scatter, ZeRO-1 until the end of backward) or only until their ``AccumulateGrad`` copies them away
+    (``weight_grads_transient``: DDP's buckets, ZeRO-2/3's), the activations' gradients, and the block's activations
+    ``freed`` by then:
 
-    ``down_weight_grad`` (torch) or ``product_grad`` (ZeRO-3): ``down``'s first output made, the
-    product still alive; ``down_done``: the product's gradient (``T·f``) and ``down``'s weight
-    gradient made, the product (saved only by ``down``) freed; ``silu_output_grad``: the product's
-    backward has made the gradient of silu's output (``T·f``), ``down``'s weight gradient copied
-    away unless kept; ``gate_weight_grad``: all three weight gradients made, the gradients of
-    ``up``'s input (``T·h``) and ``gate``'s output (``T·f``) alive, gate's, up's, silu's outputs and
-    the product freed (4 ``T·f``).
+    ``down_weight_grad`` (torch) or ``product_grad`` (ZeRO-3): ``down``'s first output made; ``down_done``: the
+    gradient of ``down``'s input (``T·f``) made beside ``down``'s weight gradient, with the input (the product, or
+    GELU's output) still alive, since ``down`` frees what it saved only once it returns (under autocast beside a
+    bf16 copy of the flowing gradient and the weight's bf16 gradient, cast to fp32 after). SwiGLU: ``product_grads``:
+    the product's backward makes the gradients of silu's and up's outputs (two ``T·f``) beside the product's gradient,
+    the product (and under autocast ``down``'s bf16 weight copy) freed; ``gate_weight_grad`` and ``gate_input_grad``:
+    all three weight gradients made, the gradient of ``up``'s input (``T·h``) and of ``gate``'s output (``T·f``)
+    alive, then ``gate``'s input's gradient beside them, gate's, up's, silu's outputs and the product freed (4
+    ``T·f``). GELU: ``gelu_grad``: GELU's backward makes the gradient of up's output beside the gradient of its own,
+    GELU's output freed; ``up_grads``: up's gradients, with GELU's input freed as well.
     """
     t, h, f = shape.tokens, cfg.d_model, cfg.d_ff
     e_act = 4 if policy == "fp32" else 2  # matmul and SwiGLU outputs (bf16 under autocast too)
@@ -449,13 +452,27 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
     first = ({"weight_grads_kept": 0, "weight_grads_transient": 0, "activation_grads": flowing + hidden, "freed": 0}
              if input_grad_first else
              {"weight_grads_kept": weight, "weight_grads_transient": weight, "activation_grads": flowing, "freed": 0})
-    return [first,
-            {"weight_grads_kept": weight, "weight_grads_transient": weight, "activation_grads": flowing + hidden,
-             "freed": product},
-            {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 2 * hidden,
-             "freed": product},
+    # under autocast down's matmul ran in bf16: its input's gradient is made beside a bf16 copy of the flowing one and
+    # its weight's bf16 gradient (cast to fp32 after), and its bf16 weight copy, saved for it, is freed with the product
+    autocast = policy == "autocast"
+    down_done = {"weight_grads_kept": weight,
+                 "weight_grads_transient": h * f * 2 if autocast and weight else weight,
+                 "activation_grads": flowing + hidden + (t * h * 2 if autocast else 0), "freed": 0}
+    weight_cast = h * f * 2 if autocast else 0
+    if cfg.mlp != "swiglu":  # down(gelu(up(x))): gelu's backward, then up's two gradients
+        gelu_out = 0 if shape.frozen_weights else hidden
+        return [first, down_done,
+                {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 2 * hidden,
+                 "freed": gelu_out},
+                {"weight_grads_kept": 2 * weight, "weight_grads_transient": weight,
+                 "activation_grads": flowing + hidden + t * h * e_act, "freed": hidden + gelu_out}]
+    return [first, down_done,
+            {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 3 * hidden,
+             "freed": product + weight_cast},
             {"weight_grads_kept": 3 * weight, "weight_grads_transient": weight,
-             "activation_grads": flowing + t * h * e_act + hidden, "freed": 3 * hidden + product}]
+             "activation_grads": flowing + t * h * e_act + hidden, "freed": 3 * hidden + product},
+            {"weight_grads_kept": 3 * weight, "weight_grads_transient": weight,
+             "activation_grads": flowing + 2 * t * h * e_act + hidden, "freed": 3 * hidden + product}]
 
 
 def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, weight_grads_kept: bool,
@@ -571,9 +588,10 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     elif strategy == "fsdp":
         # the root's unsharded parameters, and the last block's all-gather output, which FSDP2 keeps past that
         # block's forward (traced at 3 x 96 tokens, width 160, vocabulary 1500: a [block_params] buffer beside the
-        # root's views; at the tiny model's shape a block and the root hold the same parameters within 0.05%)
+        # root's views; at the tiny model's shape a block and the root hold the same parameters within 0.05%) and
+        # through the head's backward, until that block's own backward uses it (traced on 2 ranks, tiny model, 2 x 128)
         forward["root_unsharded"] = root
-        forward["last_block_gather"] = block
+        forward["last_block_gather"] = head["last_block_gather"] = block
         head["root_unsharded"] = blocks["root_unsharded"] = root
         blocks["block_gather_params_grads"] = 3 * block
     elif strategy == "fsdp_grad_op":
@@ -901,11 +919,14 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
 
 def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, acts: dict[str, int], log_softmax: int,
                   head_input: int, e_grad: int, input_grad_first: bool = False) -> dict[str, int]:
-    """The head's backward: the larger of its two moments between operators, beside the strategy's buffers then.
+    """The head's backward: the largest of its three moments, beside the strategy's buffers then.
 
-    Traced operator by operator (tiny model, 2 x 128 tokens; small-gqa, 2 x 64): the
-    log-softmax's backward frees the log-softmax output as the logits' gradient (``4·T·V``)
-    appears. The head's matmul backward then makes one gradient with the logits' gradient and
+    Traced operator by operator (tiny model, 2 x 128 tokens; small-gqa, 2 x 64), with an operator's outputs and the
+    inputs it releases alive together: the log-softmax's backward makes the logits' gradient (``4·T·V``) while the
+    loss's gradient (``4·T·V``, dense) and the log-softmax output it was saved for are still alive
+    (``log_softmax_backward``: three ``T·V`` fp32 tensors at once, whatever the precision, since the loss takes an
+    fp32 copy of the logits; for a large vocabulary the step's peak), and frees both after it. The head's matmul
+    backward then makes one gradient with the logits' gradient and
     the head's input still alive (``first_grad_made``): the weight's (``V·h``, autograd's output
     until its ``AccumulateGrad``) in torch's order, the input's (``T·h``) under ZeRO-3's own
     linear (``input_grad_first``); then the other, the logits' gradient and the head's input
@@ -917,12 +938,14 @@ def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, a
     """
     weight_grad, input_grad = cfg.vocab_size * cfg.d_model * e_grad, head_input
     before_bucket = {k: v for k, v in buffers.items() if k != "reduce_bucket"}
+    log_softmax_backward = {**before_bucket, "loss_grad": log_softmax, "logits_grad": log_softmax,
+                            "activations": acts["head_backward"]}
     first = {"head_input_grad": input_grad} if input_grad_first else {"head_weight_grad": weight_grad}
     first_grad_made = {**before_bucket, "logits_grad": shape.tokens * cfg.vocab_size * 4, **first,
                        "activations": acts["head_backward"] - log_softmax}
     both_grads_made = {**buffers, "head_weight_grad": weight_grad, "head_input_grad": input_grad,
                        "activations": acts["head_backward"] - log_softmax - head_input}
-    return max((first_grad_made, both_grads_made), key=lambda parts: sum(parts.values()))
+    return max((log_softmax_backward, first_grad_made, both_grads_made), key=lambda parts: sum(parts.values()))
 
 
 def gpu_runtime_bytes(strategy: str, gpus: int, nccl_channels: int | None = None) -> dict[str, int]:
