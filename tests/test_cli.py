@@ -175,6 +175,14 @@ def test_memory_one_strategy_as_text() -> None:
     assert len(rows) == 1 and rows[0].split()[0] == "zero2" and "MB" in rows[0] and "GiB" not in proc.stdout
 
 
+@pytest.mark.parametrize(("dtype", "named"), [("float16", "fp16 params and grads"), ("bfloat16", "bf16 params and grads")])
+def test_memory_names_the_runs_16_bit_format(dtype: str, named: str) -> None:
+    """float16 is sized as bfloat16 (the same bytes) but named as what it is."""
+    proc = shardscope("memory", "--model", "tiny", "--strategy", "zero2", "--gpus", "2", "--dtype", dtype)
+    assert proc.returncode == 0, proc.stderr
+    assert named in proc.stdout and ("bf16" in proc.stdout) == (dtype == "bfloat16")
+
+
 def test_memory_unknown_model_is_a_user_error() -> None:
     assert_user_error(shardscope("memory", "--model", "gpt3", "--gpus", "8"), "gpt3")
 

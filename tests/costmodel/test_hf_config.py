@@ -38,6 +38,32 @@ def test_qwen2_config_counts_all_but_its_qkv_biases() -> None:
     assert cfg.param_count() == 494_032_768 - 24 * (896 + 2 * 128)  # published count less the q, k, v biases
 
 
+def test_original_t5_config_is_ungated_as_t5config_defaults_it() -> None:
+    """t5-large's file has no feed_forward_proj: T5Config's default, relu, is an ungated MLP (two matrices)."""
+    name, cfg = resolve_model(str(HF / "t5-large" / "config.json"))
+    assert name == "t5-large" and "feed_forward_proj" not in json.loads((HF / "t5-large" / "config.json").read_text())
+    assert (cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.mlp, cfg.tie_embeddings) == (48, 1024, 4096, "gelu", True)
+    # 48 blocks of 4 + 8 (x 1024^2) and the 32128-word table; the published 737.7 M adds the decoder's cross-attention
+    # (24 x 4 x 1024^2 = 100.7 M), which the stand-in decoder does not represent
+    assert cfg.param_count() == 48 * (12 * 1024 * 1024 + 2 * cfg.norm_params) + 32128 * 1024 + cfg.norm_params
+
+
+@pytest.mark.parametrize("experts", [{"num_local_experts": 8}, {"num_experts": 64}, {"n_routed_experts": 256},
+                                     {"moe_num_experts": [64, 64]}], ids=["mixtral", "qwen-moe", "deepseek", "ernie"])
+def test_mixture_of_experts_is_refused_not_read_as_its_dense_part(tmp_path: Path, experts: dict) -> None:
+    path = _write(tmp_path, {**MISTRAL, **experts, "num_experts_per_tok": 2})
+    with pytest.raises(ValueError) as err:
+        resolve_model(path)
+    key = next(iter(experts))
+    assert str(err.value).startswith(f"{path}: {key} ") and "mixture-of-experts" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_one_expert_is_a_dense_model(tmp_path: Path) -> None:
+    assert resolve_model(_write(tmp_path, {**MISTRAL, "num_experts": 1}))[1].param_count() == \
+        PRESETS["mistral-7b"].param_count()
+
+
 def _write(tmp_path: Path, doc: dict) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(doc))

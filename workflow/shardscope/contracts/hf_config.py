@@ -26,10 +26,11 @@ from typing import Any
 from shardscope.contracts.models import ModelConfig
 
 #: Families whose MLP is ungated (up, activation, down: GELU or ReLU); the others gate it (SwiGLU or GeGLU: gate, up,
-#: down). T5's own ``feed_forward_proj`` says which it is (``relu``, ``gated-gelu``).
+#: down). T5's own ``feed_forward_proj`` says which it is (``relu``, ``gated-gelu``); the original T5 checkpoints
+#: (t5-small to t5-11b) leave it out and take ``T5Config``'s default, ``relu``, so ``t5`` is listed here too.
 UNGATED_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "codegen", "phi", "bert",
                     "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "bart", "mbart", "blenderbot",
-                    "blenderbot-small", "marian", "pegasus", "whisper")
+                    "blenderbot-small", "marian", "pegasus", "whisper", "t5")
 #: Families whose blocks normalise with LayerNorm (torch's fused kernel, with a bias); the others (Llama, Mistral, Qwen,
 #: Gemma, T5's T5LayerNorm) with an RMSNorm their modelling code writes out op by op.
 LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "codegen", "phi", "bert",
@@ -61,6 +62,10 @@ HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "num_hidden_lay
 #: ``from_pretrained`` takes it; ``_attn_implementation`` where a config saved it). ``eager`` is modeled as eager;
 #: ``sdpa``, ``flash_attention_2`` and the rest keep no score matrix, as torch's fused kernel.
 ATTENTION_KEYS = ("attention", "attn_implementation", "_attn_implementation")
+#: Keys that give a mixture-of-experts config its number of experts (Mixtral's ``num_local_experts``, Qwen-MoE's and
+#: OLMoE's ``num_experts``, DeepSeek's ``n_routed_experts``, ERNIE's ``moe_num_experts``): the memory and step models
+#: describe dense blocks only, so such a config is refused rather than read as its dense part.
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 #: Keys of the dropout on the attention probabilities, by family: Llama's and BART's ``attention_dropout``, GPT-2's
 #: ``attn_pdrop``, BERT's and DeBERTa's ``attention_probs_dropout_prob``, T5's ``dropout_rate`` (its one dropout).
 ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout_rate")
@@ -130,8 +135,20 @@ def depth(doc: dict[str, Any], path: str) -> Any:
     return layers
 
 
+def refuse_experts(doc: dict[str, Any], path: str) -> None:
+    """Refuse a mixture-of-experts config (more than one expert under any of :data:`EXPERT_KEYS`) in one sentence:
+    read as a dense model it would count one expert's weights and so answer for a model several times smaller."""
+    for key in EXPERT_KEYS:
+        experts = doc.get(key)
+        many = experts if isinstance(experts, list) else [experts]
+        if any(isinstance(n, int) and not isinstance(n, bool) and n > 1 for n in many):
+            raise ValueError(f"{path}: {key} {experts} makes it a mixture-of-experts model, which shardscope does not "
+                             f"model (its memory and step models describe dense blocks); give a dense model")
+
+
 def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     """The :class:`ModelConfig` of a parsed config.json (``path`` names it in errors)."""
+    refuse_experts(doc, path)
     dims = {name: _first(doc, keys, path) for name, keys in KEYS.items()}
     dims["n_layers"] = depth(doc, path)
     mlp = mlp_kind(doc)

@@ -22,7 +22,8 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     try:
         dtype = memory_dtype(args.dtype)
         optim_bytes = args.optimizer_bytes if args.optimizer_bytes is not None else _optimizer_bytes(args)
-        per_param = assumptions(dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes)
+        per_param = assumptions(dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes,
+                                half="fp16" if args.dtype == "float16" else "bf16")
         rows = memory_table(parse_model_spec(args.model), args.strategy, args.gpus, dtype, per_param=per_param,
                             gpu_memory_gb=args.gpu_memory_gb, deepspeed_estimates=not args.no_deepspeed_estimate,
                             shard_group=_shard_group(args))

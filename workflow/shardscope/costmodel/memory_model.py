@@ -77,16 +77,18 @@ def bytes_per_param(dtype: str, master_weights: bool = True) -> tuple[int, int, 
 
 
 def assumptions(dtype: str = "bfloat16", master_weights: bool = True, param_bytes: float | None = None,
-                grad_bytes: float | None = None, optim_bytes: float | None = None) -> BytesPerParam:
+                grad_bytes: float | None = None, optim_bytes: float | None = None,
+                half: str = "bf16") -> BytesPerParam:
     """The bytes per parameter for ``dtype``, with any of the three overridden by the user.
 
     The defaults are the ZeRO paper's (bf16: 2 + 2 + 12 with a fp32 master copy, 2 + 2 + 8
     without, the seed article's case; fp32: 4 + 4 + 8, where the parameters are the master).
+    ``half``: how the description names the 16-bit format (``fp16`` for a float16 run, sized as bfloat16).
     """
     p, g, o = bytes_per_param(dtype, master_weights)
     if dtype == "bfloat16":
-        text = ("bf16 params and grads; fp32 master weights + Adam moments" if master_weights
-                else "bf16 params and grads; fp32 Adam moments, no master copy")
+        text = (f"{half} params and grads; fp32 master weights + Adam moments" if master_weights
+                else f"{half} params and grads; fp32 Adam moments, no master copy")
     else:
         text = "fp32 params and grads; fp32 Adam moments (the params are the master copy)"
     overrides = {"param_bytes": param_bytes, "grad_bytes": grad_bytes, "optim_bytes": optim_bytes}
