@@ -22,10 +22,20 @@ from shardscope.errors import UserError
     ("NVIDIA H100 80GB HBM3", "hopper", 80), ("NVIDIA H200", "hopper", 141), ("NVIDIA H100 NVL", "hopper", 94),
     ("NVIDIA A100-SXM4-40GB", "ampere", 40), ("NVIDIA A100 80GB PCIe", "ampere", 80), ("Tesla V100-SXM2-16GB", "volta", 16),
     ("NVIDIA RTX A6000", "ga10x", 48), ("NVIDIA L40S", "ada", 48), ("NVIDIA B300", "blackwell", 288),
-    ("AMD Instinct MI300X", "cdna", 192)])
+    ("AMD Instinct MI300X", "cdna", 192), ("AMD Instinct MI250X", "cdna", 64), ("AMD Instinct MI250", "cdna", 64)])
 def test_spec_for_name(name: str, arch: str, memory_gb: int) -> None:
     spec = spec_for_name(name)
     assert spec is not None and spec.arch == arch and spec.memory_bytes == memory_gb * 2**30  # datasheet GB are binary
+
+
+def test_an_mi250x_is_counted_per_gcd_as_rocm_enumerates_it() -> None:
+    """One OAM is two GPUs to ROCm and torch: each holds half its 128 GB, 383 TFLOP/s and 3.2 TB/s."""
+    from shardscope.contracts.peak_flops import float32_peak_flops, peak_flops
+    from shardscope.costmodel.hardware import MEMORY_BANDWIDTH_GBPS
+
+    assert peak_flops("AMD Instinct MI250X") == 383e12 / 2 and peak_flops("AMD Instinct MI250") == 362.1e12 / 2
+    assert float32_peak_flops("AMD Instinct MI250X", 191.5e12, "cdna") == 47.9e12 / 2
+    assert MEMORY_BANDWIDTH_GBPS["MI250X"] == MEMORY_BANDWIDTH_GBPS["MI210"] == 1638.0  # an MI210 is one such GCD
 
 
 def test_unknown_name_has_no_spec() -> None:

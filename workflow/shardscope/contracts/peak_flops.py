@@ -12,8 +12,9 @@ figure, half the "with sparsity" one), the Ada and Blackwell GeForce/RTX PRO arc
 white papers (RTX 4090 165.2, RTX 5090 209.5, RTX 6000 Ada 364.2, RTX PRO 6000 503.8 TFLOP/s),
 the Ampere GA102 and Turing white papers (RTX 3090 71, RTX 3080 59.5, RTX 2080 Ti 56.9; TITAN RTX and
 Quadro RTX 6000/8000 130.5, full-rate fp32 accumulate), the Ada white paper (RTX 4080 97.5), the A30
-datasheet (165 bf16 dense), AMD Instinct datasheets (MI300X/MI325X 1307.4, MI300A 980.6, MI250X 383,
-MI250 362.1, MI210 181, MI100 92.3 bf16 TFLOP/s).
+datasheet (165 bf16 dense), AMD Instinct datasheets (MI300X/MI325X 1307.4, MI300A 980.6, MI210 181, MI100 92.3 bf16
+TFLOP/s; MI250X 383 and MI250 362.1 per OAM, listed per GCD, 191.5 and 181.05: ROCm and torch enumerate each of an
+OAM's two GCDs as one GPU).
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ _PEAKS: tuple[tuple[str, float], ...] = (
     ("MI325X", 1307.4e12),
     ("MI300X", 1307.4e12),
     ("MI300A", 980.6e12),
-    ("MI250X", 383e12),
-    ("MI250", 362.1e12),
+    ("MI250X", 191.5e12),
+    ("MI250", 181.05e12),
     ("MI210", 181e12),
 )
 
@@ -83,7 +84,7 @@ _FP32_PEAKS: tuple[tuple[str, float], ...] = (
     ("RTX 2080 Ti", 13.4e12), ("TITAN RTX", 16.3e12), ("Quadro RTX 8000", 16.3e12), ("Quadro RTX 6000", 16.3e12),
     ("A30", 10.3e12), ("RTX 4080", 48.7e12), ("RTX 3080", 29.8e12), ("MI100", 23.1e12), ("A6000", 38.7e12),
     ("A5000", 27.8e12), ("A40", 37.4e12), ("P100", 9.3e12), ("GTX 1080", 11.3e12), ("1080", 11.3e12),
-    ("MI325X", 163.4e12), ("MI300X", 163.4e12), ("MI300A", 122.6e12), ("MI250X", 47.9e12), ("MI250", 45.3e12),
+    ("MI325X", 163.4e12), ("MI300X", 163.4e12), ("MI300A", 122.6e12), ("MI250X", 23.95e12), ("MI250", 22.65e12),
     ("MI210", 22.6e12),
 )
 

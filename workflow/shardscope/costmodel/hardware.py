@@ -83,7 +83,8 @@ NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY
 #: H800 3350, H20 4000, GH200 4000 (96 GB HBM3), B200/GB200 8000, B300/GB300 8000, V100 900, P100 732, T4 320,
 #: L40S/L40/L20 864, L4 300, A10/A10G 600, A40 696, RTX A6000/A5000 768, RTX 6000 Ada 960, RTX PRO 6000 1792;
 #: GeForce spec pages: RTX 2080 Ti 616, TITAN RTX 672, RTX 3090 936, RTX 4090 1008, RTX 5090 1792, GTX 1080 320; AMD
-#: Instinct data sheets: MI300X/MI300A 5300, MI325X 6000, MI250X/MI250 3277, MI210 1638). The step model's roofline
+#: Instinct data sheets: MI300X/MI300A 5300, MI325X 6000, MI250X/MI250 1638 per GCD (3277 per OAM: ROCm and torch
+#: enumerate each of its two GCDs as one GPU), MI210 1638). The step model's roofline
 #: (:func:`shardscope.costmodel.step.achieved_mfu`) reads it; a family not listed gets None (the curve's own ratio).
 MEMORY_BANDWIDTH_GBPS: dict[str, float] = {
     "A100": 2039.0, "A800": 2039.0, "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "H100 NVL": 3900.0, "H200": 4800.0,
@@ -92,8 +93,8 @@ MEMORY_BANDWIDTH_GBPS: dict[str, float] = {
     "A10G": 600.0, "A40": 696.0, "RTX A6000": 768.0, "RTX A5000": 768.0, "RTX 6000 Ada": 960.0,
     "RTX PRO 6000 Blackwell": 1792.0, "RTX 2080 Ti": 616.0, "TITAN RTX": 672.0, "RTX 3090": 936.0,
     "RTX 4090": 1008.0, "RTX 5090": 1792.0,
-    "GeForce 10 series": 320.0, "MI300X": 5300.0, "MI300A": 5300.0, "MI325X": 6000.0, "MI250X": 3277.0,
-    "MI250": 3277.0, "MI210": 1638.0, "Hopper HGX (H100/H200 class)": 3350.0, "A100 HGX": 2039.0,
+    "GeForce 10 series": 320.0, "MI300X": 5300.0, "MI300A": 5300.0, "MI325X": 6000.0, "MI250X": 1638.0,
+    "MI250": 1638.0, "MI210": 1638.0, "Hopper HGX (H100/H200 class)": 3350.0, "A100 HGX": 2039.0,
     "V100 (DGX-1 class)": 900.0, "P100 (DGX-1 class)": 732.0,
 }
 
@@ -228,8 +229,10 @@ _TABLE: tuple[tuple[str, str, str, int, int | None, str | None, float], ...] = (
     (r"MI325X", "MI325X", "cdna", 5, 256 * _GB, "MI325X", 400.0),
     (r"MI300X", "MI300X", "cdna", 5, 192 * _GB, "MI300X", 400.0),
     (r"MI300A", "MI300A", "cdna", 5, 128 * _GB, "MI300A", 200.0),
-    (r"MI250X", "MI250X", "cdna", 4, 128 * _GB, "MI250X", 200.0),
-    (r"MI250", "MI250", "cdna", 4, 128 * _GB, "MI250", 200.0),
+    # per GCD, the device ROCm and torch enumerate: an MI250/MI250X OAM is two GCDs of 64 GB each (AMD Instinct
+    # system-acceptance guide, MI250: "each GCD ... enumerated as an independent GPU by ROCm tools", 128 GB per OAM)
+    (r"MI250X", "MI250X", "cdna", 4, 64 * _GB, "MI250X", 200.0),
+    (r"MI250", "MI250", "cdna", 4, 64 * _GB, "MI250", 200.0),
     (r"MI210", "MI210", "cdna", 4, 64 * _GB, "MI210", 200.0),
 )
 
