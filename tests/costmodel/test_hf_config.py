@@ -64,6 +64,55 @@ def test_one_expert_is_a_dense_model(tmp_path: Path) -> None:
         PRESETS["mistral-7b"].param_count()
 
 
+DEBERTA_MNLI = {"model_type": "deberta-v2", "architectures": ["DebertaV2ForSequenceClassification"],
+                "hidden_size": 1536, "num_hidden_layers": 24, "num_attention_heads": 24, "intermediate_size": 6144,
+                "vocab_size": 128100, "max_position_embeddings": 512}
+
+
+def test_a_classification_architecture_has_a_classifier_head_and_ties_nothing() -> None:
+    """DeBERTa's family ties by default, but a ...ForSequenceClassification model has no vocabulary-sized output: its
+    weights are the embedding and the blocks, and its step computes no vocabulary logits."""
+    from shardscope.contracts.models import ModelConfig
+
+    cfg = resolve_model(DEBERTA_MNLI)[1]
+    as_lm = resolve_model({k: v for k, v in DEBERTA_MNLI.items() if k != "architectures"})[1]
+    assert (cfg.head, cfg.tie_embeddings, cfg.head_outputs) == ("classifier", False, 0)
+    assert (as_lm.head, as_lm.tie_embeddings, as_lm.head_outputs) == ("lm", True, 128100)
+    assert cfg.param_count() == as_lm.param_count()  # the embedding once either way
+    assert as_lm.flops_per_token(128) - cfg.flops_per_token(128) == 6 * 128100 * 1536  # the head's matmul, gone
+    assert ModelConfig(**cfg.to_dict()) == cfg and cfg.to_dict()["head"] == "classifier"
+    assert "head" not in as_lm.to_dict()  # a language model's shape is stored as it always was
+
+
+def test_a_classifier_peak_has_no_vocabulary_logits() -> None:
+    from shardscope.costmodel.memory_peak import StepShape, predict_peak
+
+    shape = StepShape(micro_batch=8, seq_len=128, dtype="bfloat16")
+    terms = {head: predict_peak("ddp", resolve_model({**DEBERTA_MNLI, "head": head})[1], 1, shape)
+             for head in ("lm", "classifier")}
+    lm, classifier = terms["lm"].phases, terms["classifier"].phases
+    assert lm["forward"]["logits"] == 8 * 128 * 128100 * 6 and not classifier["forward"].get("logits")
+    assert terms["classifier"].peak_bytes < terms["lm"].peak_bytes
+
+
+def test_a_tied_classifier_is_refused() -> None:
+    from shardscope.contracts.models import ModelConfig
+
+    with pytest.raises(ValueError, match="tie_embeddings must be false with model.head classifier"):
+        ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, vocab_size=100, tie_embeddings=True,
+                    head="classifier")
+
+
+def test_the_pipeline_refuses_a_classifier_its_worker_cannot_train(tmp_path: Path) -> None:
+    from shardscope.contracts.hf_config import spec_of
+
+    path = _write(tmp_path, DEBERTA_MNLI)
+    for model in (path, DEBERTA_MNLI):
+        with pytest.raises(ValueError, match="config key gpu.model: the model .* has a classifier head.* cannot run"):
+            spec_of(model, "gpu.model")
+    assert spec_of(MISTRAL, "gpu.model") == MISTRAL
+
+
 def _write(tmp_path: Path, doc: dict) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(doc))

@@ -243,16 +243,23 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: x1.52 -> x1.33; held-out worst 0.442 -> 0.404, largest median x1.86 -> x1.79. Loosened: the held-out memory median
 #: 0.245 -> 0.254, to 0.26: 13 of its 17 memory runs moved toward their measurement, but the median row is now one of
 #: OpenTau's DDP runs (a stand-in without its vision tower, already above its unstated-basis measurement: +23% -> +28%).
+#: Then a classifier head read from a config's architectures: DeBERTa-XL-MNLI (DebertaV2ForSequenceClassification),
+#: described before as a tied language model, loses the vocabulary logits it never had (128,100 x 128 tokens x 40);
+#: its ZeRO-2 run at 40 now fits (held-out runs that ran but were predicted not to fit 8 -> 7) and its ratio over DDP
+#: is x3.69 against x3.57 measured (was x3.10). Loosened: the largest micro-batch medians, held-out x1.79 -> x1.82 and
+#: all x1.57 -> x1.80: DeBERTa's ZeRO-2 largest is now modeled x1.8 over the 40 that ran and its DDP above the 8; the
+#: phantom logits had stood in for what DeBERTa's disentangled attention (its relative-position terms, not modeled)
+#: holds, and the published 40 may be a floor.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
     "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.44, "ratio_worst": 2.94, "memory_median": 0.26,
-                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 8, "absolute_median": 1.09, "absolute_worst": 2.92,
-                 "largest_median": 1.79, "largest_worst": 2.6},
+                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
+                 "largest_median": 1.82, "largest_worst": 2.6},
     "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.37, "ratio_worst": 2.94, "memory_median": 0.2,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 8, "absolute_median": 1.09, "absolute_worst": 2.92,
-            "largest_median": 1.57, "largest_worst": 2.6},
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
+            "largest_median": 1.81, "largest_worst": 2.6},
 }
 
 

@@ -77,3 +77,10 @@ def test_gelu_mlp_has_two_matrices() -> None:
     gelu = replace(swiglu, mlp="gelu")
     assert swiglu.param_count() - gelu.param_count() == 32 * 64
     assert sum(p.numel() for p in GPT(gelu).parameters()) == gelu.param_count()
+
+
+def test_the_worker_refuses_a_classifier_head_it_cannot_build() -> None:
+    """A classifier head is modeled (advise, memory, predict), never trained as a language model in its place."""
+    cfg = replace(PRESETS["tiny"], head="classifier")
+    with pytest.raises(ValueError, match="builds language models; model.head 'classifier' is modeled only"):
+        GPT(cfg)

@@ -13,7 +13,9 @@ about a tenth of their weights, is not represented). The same keys may come as a
 run's framework uses in place of the family's (``fused_rmsnorm`` for torchtitan's fused kernel). Torch-free and offline: the file is read, nothing is downloaded.
 
 What is kept is what the memory and step models use: width, depth, heads, KV heads, MLP width and
-kind, vocabulary, tying and context. Biases, LayerNorm against RMSNorm and learned position tables
+kind, vocabulary, tying, context and the head (a language model's, or a task's few labels where ``architectures``
+names a classification, token-classification, question-answering or multiple-choice model). A mixture-of-experts
+config is refused. Biases, LayerNorm against RMSNorm and learned position tables
 are not modeled (a few tenths of a percent of the parameters).
 """
 
@@ -62,6 +64,10 @@ HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "num_hidden_lay
 #: ``from_pretrained`` takes it; ``_attn_implementation`` where a config saved it). ``eager`` is modeled as eager;
 #: ``sdpa``, ``flash_attention_2`` and the rest keep no score matrix, as torch's fused kernel.
 ATTENTION_KEYS = ("attention", "attn_implementation", "_attn_implementation")
+#: Endings of the ``architectures`` whose head is a task's few labels rather than the vocabulary (a ``classifier``
+#: head, :data:`~shardscope.contracts.models.HEAD_KINDS`): DeBERTa-v2-xlarge-MNLI's ``DebertaV2ForSequenceClassification``.
+CLASSIFIER_ARCHITECTURES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+                            "ForMultipleChoice")
 #: Keys that give a mixture-of-experts config its number of experts (Mixtral's ``num_local_experts``, Qwen-MoE's and
 #: OLMoE's ``num_experts``, DeepSeek's ``n_routed_experts``, ERNIE's ``moe_num_experts``): the memory and step models
 #: describe dense blocks only, so such a config is refused rather than read as its dense part.
@@ -135,6 +141,16 @@ def depth(doc: dict[str, Any], path: str) -> Any:
     return layers
 
 
+def head_kind(doc: dict[str, Any]) -> str:
+    """``classifier`` where the config's ``architectures`` (or shardscope's own ``head`` key) names a task head
+    (:data:`CLASSIFIER_ARCHITECTURES`), else ``lm``. A classifier ties nothing: it has no vocabulary-sized output."""
+    if doc.get("head") is not None:
+        return str(doc["head"])
+    architectures = doc.get("architectures") or []
+    names = architectures if isinstance(architectures, list) else [architectures]
+    return "classifier" if any(str(n).endswith(CLASSIFIER_ARCHITECTURES) for n in names) else "lm"
+
+
 def refuse_experts(doc: dict[str, Any], path: str) -> None:
     """Refuse a mixture-of-experts config (more than one expert under any of :data:`EXPERT_KEYS`) in one sentence:
     read as a dense model it would count one expert's weights and so answer for a model several times smaller."""
@@ -164,6 +180,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     elif kv is None and doc.get("multi_query"):
         kv = 1  # Falcon-7B's multi-query attention
     family = str(doc.get("model_type") or "").lower()
+    head = head_kind(doc)
     tied = doc.get("tie_word_embeddings", bool(family) and family not in UNTIED_BY_DEFAULT)
     context = next((doc[k] for k in ("max_position_embeddings", "n_positions", "n_ctx") if doc.get(k) is not None),
                    2048)
@@ -175,6 +192,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
             raise ValueError(f"{path}: {_key_of(name, doc)} must be a positive integer, got {value!r}")
     if not isinstance(tied, bool):
         raise ValueError(f"{path}: tie_word_embeddings must be true or false, got {tied!r}")
+    values["tie_embeddings"] = tied and head == "lm"  # a task head has no vocabulary-sized output to tie
     head_key = next((k for k in ("head_dim", "d_kv") if doc.get(k) is not None), None)
     head_size = doc[head_key] if head_key else None
     if head_key and (isinstance(head_size, bool) or not isinstance(head_size, int) or head_size < 1):
@@ -183,6 +201,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
             and head_size == dims["d_model"] // dims["n_heads"]:
         head_size = None  # the width over the heads: the default, stored as it always was
     values["head_size"] = head_size
+    values["head"] = head
     values["norm"] = doc.get("norm") or ("layernorm" if family in LAYERNORM_FAMILIES else "rmsnorm")
     attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None), "sdpa")
     values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
@@ -216,10 +235,27 @@ def spec_of(model: Any, key: str) -> Any:
     a path; a preset name or a dict stays as it is. ValueError names the config ``key`` and the file."""
     from shardscope.contracts.models import PRESETS, looks_like_path
 
+    from shardscope.contracts.models import resolve_model
+
     if not isinstance(model, str) or model in PRESETS or not looks_like_path(model):
+        try:
+            cfg = resolve_model(model)[1] if isinstance(model, dict) else None
+        except ValueError:
+            cfg = None  # the model's own error is reported where the model is read
+        if cfg is not None:
+            _trainable(cfg, key, "an object of dimensions")
         return model
     try:
         name, cfg = read_hf_config(model)
     except ValueError as exc:
         raise ValueError(f"config key {key}: {exc}") from None
+    _trainable(cfg, key, model)
     return {"name": name, **cfg.to_dict()}
+
+
+def _trainable(cfg: ModelConfig, key: str, where: str) -> None:
+    """Refuse, for the pipeline, a model its training worker cannot build: a classifier head (modeled only)."""
+    if cfg.head != "lm":
+        raise ValueError(f"config key {key}: the model ({where}) has a classifier head, which advise, memory and predict "
+                         "model but the training stage cannot run (its worker trains language models); give a language "
+                         "model")

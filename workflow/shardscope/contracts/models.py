@@ -11,7 +11,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = ["ATTENTION_KINDS", "MLP_KINDS", "NORM_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
+__all__ = ["ATTENTION_KINDS", "HEAD_KINDS", "MLP_KINDS", "NORM_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
 
 #: The feed-forward kinds the decoder builds: SwiGLU (gate, up, down) and GELU (up, down).
 MLP_KINDS = ("swiglu", "gelu")
@@ -24,8 +24,13 @@ NORM_KINDS = ("rmsnorm", "layernorm", "fused_rmsnorm")
 #: GPU: no score matrix kept), or Hugging Face's eager code (the scores' matmul, scaled, the causal mask added, a
 #: float32 softmax cast back, dropout, the matmul with the values; keys and values repeated to every query head).
 ATTENTION_KINDS = ("sdpa", "eager")
+#: The output heads: a language model's (``lm``: the vocabulary's logits at every token, the cross-entropy over them) or
+#: a task's few outputs (``classifier``: Hugging Face's ``...ForSequenceClassification``, ``...ForTokenClassification``,
+#: ``...ForQuestionAnswering``, ``...ForMultipleChoice``: a handful of labels per sequence or token, whose weights,
+#: FLOPs and activations are negligible beside the blocks', so none are counted).
+HEAD_KINDS = ("lm", "classifier")
 #: The fields of :class:`ModelConfig` that name one of a few kinds, and those kinds.
-_KINDS = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "attention": ATTENTION_KINDS}
+_KINDS = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "attention": ATTENTION_KINDS, "head": HEAD_KINDS}
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,9 @@ class ModelConfig:
     """Dropout on the attention probabilities in training (Hugging Face's ``attention_dropout``, GPT-2's
     ``attn_pdrop``, the BERT family's ``attention_probs_dropout_prob``, T5's ``dropout_rate``); eager attention keeps
     its mask and the dropped probabilities for backward, so it is modeled there; 0 for none."""
+    head: str = "lm"
+    """``lm`` (a vocabulary-sized output head and its loss) or ``classifier`` (a task's few labels: no vocabulary-sized
+    weights, logits or loss; :data:`HEAD_KINDS`). Modeled only: the training worker builds language models."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -87,6 +95,9 @@ class ModelConfig:
         if self.head_size is None and self.d_model % self.n_heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads}), "
                              "or model.head_size given")
+        if self.head == "classifier" and self.tie_embeddings:
+            raise ValueError("model.tie_embeddings must be false with model.head classifier (it has no "
+                             "vocabulary-sized output to tie to the embedding)")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"model.n_heads ({self.n_heads}) must be divisible by model.n_kv_heads ({self.n_kv_heads})")
 
@@ -100,6 +111,12 @@ class ModelConfig:
         """Width of the queries and of the attention output: ``n_heads x head_dim`` (``d_model`` unless
         ``head_size`` says otherwise)."""
         return self.n_heads * self.head_dim
+
+    @property
+    def head_outputs(self) -> int:
+        """Outputs of the head at every token: the vocabulary for a language model's head, 0 for a classifier's
+        (its few labels are not counted)."""
+        return self.vocab_size if self.head == "lm" else 0
 
     @property
     def mlp_matrices(self) -> int:
@@ -126,8 +143,11 @@ class ModelConfig:
     def param_count(self) -> int:
         """Exact number of parameters of :class:`GPT` with this shape, computed without building it."""
         block = self.block_matmul_params() + 2 * self.norm_params
-        embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
-        return embeddings + self.n_layers * block + self.norm_params
+        return self.vocab_params() + self.n_layers * block + self.norm_params
+
+    def vocab_params(self) -> int:
+        """The input embedding's weights, and the output head's where it has its own (untied, a language model's)."""
+        return self.vocab_size * self.d_model + (0 if self.tie_embeddings else self.head_outputs * self.d_model)
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward and backward): the matmuls' ``6·N_matmul`` plus attention's scores.
@@ -135,22 +155,23 @@ class ModelConfig:
         ``N_matmul`` is every weight a token is multiplied by: each block's matmuls
         (:meth:`block_matmul_params`, GQA's narrower k/v and the MLP's 2 or 3 matrices included) and the
         LM head's ``V·d`` whether or not it is tied to the embedding (a tied head is still a matmul;
-        the embedding's lookup is not one). The attention term is PaLM's (Chowdhery et al. 2022,
+        the embedding's lookup is not one; a classifier's few labels are not counted). The attention term is PaLM's (Chowdhery et al. 2022,
         appendix B): ``12·L·d·seq_len`` for ``QKᵀ`` and ``PV`` forward (4·d·s) and backward (8·d·s), ``d`` the
         queries' width (:attr:`q_dim`),
         counted over the full square as ``FlopCounterMode`` counts the math kernel; a causal flash
         kernel skips about half of it. Not counted (neither here nor by the counter): norms,
         softmax, activations, rotary and the loss, each O(d) or O(V) per token, not O(d²).
         """
-        matmul = self.n_layers * self.block_matmul_params() + self.vocab_size * self.d_model
+        matmul = self.n_layers * self.block_matmul_params() + self.head_outputs * self.d_model
         return 6.0 * matmul + 12.0 * self.n_layers * self.q_dim * seq_len
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, ``norm`` only
-        where it is not RMSNorm, ``attention`` and ``attention_dropout`` only where not fused and none, so a shape that
-        has none of them is stored as it always was)."""
+        where it is not RMSNorm, ``attention`` and ``attention_dropout`` only where not fused and none, ``head`` only
+        where it is not a language model's, so a shape that has none of them is stored as it always was)."""
         out = asdict(self)
-        for key, default in (("head_size", None), ("norm", "rmsnorm"), ("attention", "sdpa"), ("attention_dropout", 0.0)):
+        for key, default in (("head_size", None), ("norm", "rmsnorm"), ("attention", "sdpa"), ("attention_dropout", 0.0),
+                             ("head", "lm")):
             if out[key] == default:
                 del out[key]
         return out

@@ -137,14 +137,14 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: flo
     per_token = _dot(BLOCK_BYTES_PER_TOKEN[key], shape)
     if recompute:
         per_token += float(recompute) * _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)
-    per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[(policy, norm)], (cfg.vocab_size, cfg.d_model))
+    per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[(policy, norm)], (cfg.head_outputs, cfg.d_model))
     per_batch = 0.0
     if cast_share >= 1:
         element = 2 if policy == "bf16" else 4
         per_batch += EMBEDDING_GRAD_PASSES[cfg.tie_embeddings] * element * cfg.vocab_size * cfg.d_model
     casts = 0.0
     if policy == "autocast":
-        weights = cfg.n_layers * cfg.block_matmul_params() + cfg.vocab_size * cfg.d_model
+        weights = cfg.n_layers * cfg.block_matmul_params() + cfg.head_outputs * cfg.d_model
         casts = AUTOCAST_WEIGHT_CAST_BYTES * weights * cast_share
     eager = 0.0
     if cfg.attention == "eager":

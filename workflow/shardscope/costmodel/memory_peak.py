@@ -285,7 +285,7 @@ def fused_norm_saves_less(cfg: ModelConfig, policy: str) -> int:
 
 def head_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     """Bytes the output side saves: final norm, head input, fp32 log-softmax, targets and token ids."""
-    t, h, v = shape.tokens, cfg.d_model, cfg.vocab_size
+    t, h, v = shape.tokens, cfg.d_model, cfg.head_outputs
     ids = 8 * t + 8 * shape.micro_batch * (shape.seq_len + 1)
     fused = t * fused_norm_saves_less(cfg, policy)  # the final norm
     if policy == "fp32":
@@ -493,7 +493,7 @@ def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, 
 
 def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     """The logits while the loss is computed: fp32, or bf16 plus the fp32 copy the loss takes."""
-    return shape.tokens * cfg.vocab_size * (4 if policy == "fp32" else 6)
+    return shape.tokens * cfg.head_outputs * (4 if policy == "fp32" else 6)
 
 
 def reduce_bucket_elements(dtype: str, fair: FairSettings) -> int:
@@ -617,7 +617,7 @@ def zero3_released_before_blocks(cfg: ModelConfig) -> int:
     releases in reverse module order, the embedding's last). A tied head is the embedding's
     weight, used again at the very end, so it stays.
     """
-    return cfg.d_model + (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+    return cfg.d_model + (0 if cfg.tie_embeddings else cfg.head_outputs * cfg.d_model)
 
 
 def zero3_recompute_activations(acts: dict[str, int], cfg: ModelConfig, shape: StepShape, policy: str) -> dict[str, int]:
@@ -674,7 +674,7 @@ def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: 
     and, with full checkpointing, at 2 x 128, and in ``j = 0`` at 2 x 128 without (where all
     activations are still alive).
     """
-    root_grads = (cfg.d_model + cfg.vocab_size * cfg.d_model) * e_grad
+    root_grads = (cfg.d_model + cfg.head_outputs * cfg.d_model) * e_grad
     mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
     candidates = []
     for j in range(cfg.n_layers):
@@ -697,7 +697,7 @@ def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[s
     done, less what the MLP backward has freed (measured exactly on the tiny model, 2 ranks, at
     2 x 64 and 2 x 128 tokens); at the end, all gradients and no activations.
     """
-    head_grads = (cfg.vocab_size * cfg.d_model + cfg.norm_params) * e_grad  # the output head and final norm
+    head_grads = (cfg.head_outputs * cfg.d_model + cfg.norm_params) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
     mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
     cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up
@@ -864,7 +864,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     # DeepSpeed's partition copy are per stepped parameter
     step_temp = (0 if optimizer.offload == "cpu"
                  else int(step_temporaries(strategy, cfg, gpus, policy, device) * trainable_fraction))
-    log_softmax = shape.tokens * cfg.vocab_size * 4
+    log_softmax = shape.tokens * cfg.head_outputs * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
     e_grad = 4 if policy in ("fp32", "autocast") else 2
@@ -936,12 +936,12 @@ def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, a
     the head's weight gradient beside the 2 GB bucket). bf16's fp32 copy of the logits'
     gradient is not counted.
     """
-    weight_grad, input_grad = cfg.vocab_size * cfg.d_model * e_grad, head_input
+    weight_grad, input_grad = cfg.head_outputs * cfg.d_model * e_grad, head_input
     before_bucket = {k: v for k, v in buffers.items() if k != "reduce_bucket"}
     log_softmax_backward = {**before_bucket, "loss_grad": log_softmax, "logits_grad": log_softmax,
                             "activations": acts["head_backward"]}
     first = {"head_input_grad": input_grad} if input_grad_first else {"head_weight_grad": weight_grad}
-    first_grad_made = {**before_bucket, "logits_grad": shape.tokens * cfg.vocab_size * 4, **first,
+    first_grad_made = {**before_bucket, "logits_grad": shape.tokens * cfg.head_outputs * 4, **first,
                        "activations": acts["head_backward"] - log_softmax}
     both_grads_made = {**buffers, "head_weight_grad": weight_grad, "head_input_grad": input_grad,
                        "activations": acts["head_backward"] - log_softmax - head_input}

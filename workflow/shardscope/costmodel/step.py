@@ -443,7 +443,7 @@ def achieved_mfu(cfg: ModelConfig, tokens: int, seq_len: int, peak_flops: float,
 def unit_params(cfg: ModelConfig) -> list[int]:
     """Parameters per FSDP/ZeRO-3 unit: one per transformer block, plus embeddings/norm/head."""
     total = cfg.param_count()
-    block = (total - (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * cfg.d_model - cfg.norm_params) // cfg.n_layers
+    block = (total - cfg.vocab_params() - cfg.norm_params) // cfg.n_layers
     return [block] * cfg.n_layers + [total - block * cfg.n_layers]
 
 

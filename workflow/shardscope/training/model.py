@@ -161,6 +161,9 @@ class GPT(nn.Module):
     """The decoder: embedding, blocks, final norm, output head; returns the LM loss."""
 
     def __init__(self, cfg: ModelConfig) -> None:
+        if cfg.head != "lm":
+            raise ValueError(f"the training worker builds language models; model.head {cfg.head!r} is modeled only "
+                             "(advise, memory, predict)")
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
