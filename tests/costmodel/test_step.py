@@ -335,6 +335,24 @@ def test_framework_host_work_by_default_on_a_gpu_costs_what_the_gpu_does_not_hid
     assert calibrated.host_time_s == pytest.approx(modeled_host_calls("ddp", small) * 5e-6)
 
 
+def test_checkpointing_adds_the_host_work_of_its_hooks_and_of_zero3_fetching_again() -> None:
+    """Full checkpointing sends every saved tensor through Python hooks and, under ZeRO-3, fires each submodule's
+    fetch and release hooks again in the recompute: on a small model, where ZeRO-3 is host-bound, its step grows by
+    the counted calls; DDP's stay hidden behind the GPU."""
+    from shardscope.costmodel.hardware import spec_for_name
+    from shardscope.costmodel.step import DEFAULT_HOST_CALL_S, modeled_host_calls
+
+    h100, small = spec_for_name("NVIDIA H100 80GB HBM3"), PRESETS["gpt2-small"]
+    calls = {mode: modeled_host_calls("zero3", small, mode) for mode in ("none", "full")}
+    assert calls["full"] > 1.45 * calls["none"]
+    assert modeled_host_calls("ddp", small, "full") - modeled_host_calls("ddp", small, "none") == 12 * 1363
+    steps = {mode: predict_step("zero3", "gpt2-small", small, 8, 989.4e12, lambda op, size: 1e-5, None,
+                                StepAssumptions(seq_len=1024, checkpointing=mode), gpu=h100)
+             for mode in ("none", "full")}
+    assert steps["full"].step_time_s == pytest.approx(calls["full"] * DEFAULT_HOST_CALL_S)
+    assert steps["full"].step_time_s > 1.45 * steps["none"].step_time_s
+
+
 def test_a_float32_step_runs_on_the_cuda_cores_not_the_16_bit_tensor_peak() -> None:
     """TITAN RTX: 16.3 fp32 TFLOP/s beside 130.5 fp16 tensor ones. A float32 run's matmuls are priced at the fp32
     rate (its MFU is of that peak), a bfloat16 one at the tensor peak; a CPU keeps its own measured peak."""

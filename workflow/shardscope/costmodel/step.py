@@ -130,13 +130,36 @@ EFFICIENCY_CLASS = {"hopper": "hopper", "blackwell": "hopper", "cdna": "hopper"}
 #: reserve, the CUDA context and NCCL's buffers itself (:func:`shardscope.costmodel.memory_peak.gpu_runtime_bytes`).
 DEFAULT_USABLE_FRACTION = 1.0
 #: Python function calls of one step, counted by :class:`shardscope.training.host_calls.PythonCallCounter` in this
-#: project's worker (``shardscope train --cpu --nproc 2 --steps 1``, fp32, micro-batch 2 x 64 tokens, width 128,
-#: vocabulary 1000) at 2 and 4 blocks: (calls outside the blocks, calls per block), solved exactly from the two
-#: counts (ddp 592/860, fsdp 8532/15263, zero1 2076/3104, zero2 2011/3015, zero3 23720/42680). The hooks are per
-#: module and per parameter, so the count follows the depth, not the width. ZeRO-3's per-submodule fetch/release
-#: hooks make 70x DDP's calls per block, FSDP2's per-unit hooks and DTensor dispatch 25x.
-HOST_CALLS: dict[str, tuple[int, int]] = {"ddp": (324, 134), "fsdp": (1801, 3366), "zero1": (1048, 514),
-                                          "zero2": (1007, 502), "zero3": (4760, 9480)}
+#: project's worker (``shardscope train --cpu --nproc 2 --steps 1 --warmup 1``, fp32, micro-batch 2 x 64 tokens, width
+#: 128, 4 heads, MLP 512, vocabulary 1000) at 2 and 4 blocks, under each activation checkpointing mode: the counts
+#: (at 2 blocks, at 4 blocks), from which :func:`host_calls_fixed_and_per_block` solves the calls outside the blocks
+#: and per block exactly. The hooks are per module and per parameter, so the count follows the depth, not the width.
+#: Without checkpointing ZeRO-3's per-submodule fetch/release hooks make 70x DDP's calls per block, FSDP2's per-unit
+#: hooks and DTensor dispatch 25x. Checkpointing adds its own Python work to every checkpointed block (torch's
+#: non-reentrant checkpoint packs and unpacks each saved tensor through Python hooks: +1,363 calls per block under
+#: ``full`` in every strategy; torchtitan's per-op policy runs for every op: +5,087 under ``selective_op``), and under
+#: ZeRO-3 the recompute fires every submodule's fetch and release hooks once more (+3,246 per block beyond that).
+HOST_CALL_COUNTS: dict[str, dict[str, tuple[int, int]]] = {
+    "none": {"ddp": (596, 868), "fsdp": (8515, 15205), "zero1": (2080, 3112), "zero2": (2015, 3023),
+             "zero3": (23710, 42674)},
+    "full": {"ddp": (3322, 6320), "fsdp": (11289, 20714), "zero1": (4806, 8564), "zero2": (4741, 8475),
+             "zero3": (32928, 61110)},
+    "selective_op": {"ddp": (10770, 21216), "fsdp": (18707, 35619), "zero1": (12254, 23460),
+                     "zero2": (12189, 23371), "zero3": (41276, 77806)},
+    "selective_layer": {"ddp": (1959, 3594), "fsdp": (9905, 17982), "zero1": (3443, 5837), "zero2": (3378, 5748),
+                        "zero3": (28319, 51892)},
+}
+
+
+def host_calls_fixed_and_per_block(strategy: str, checkpointing: str = "none") -> tuple[float, float]:
+    """(calls outside the blocks, calls per block) of one micro-batch of ``strategy`` under ``checkpointing``, solved
+    from :data:`HOST_CALL_COUNTS`' two counts (``selective_layer`` checkpoints every other block, so its per-block
+    figure is the average of a checkpointed block and a plain one)."""
+    at2, at4 = HOST_CALL_COUNTS[checkpointing][HOST_CALLS_LIKE.get(strategy, strategy)]
+    per_block = (at4 - at2) / 2
+    return at2 - 2 * per_block, per_block
+
+
 #: Strategies not counted take the count of the framework path they share.
 HOST_CALLS_LIKE = {"zero0": "zero1", "fsdp_grad_op": "fsdp", "hsdp": "fsdp", "zero3_hpz": "zero3"}
 #: Host seconds per counted Python call on a GPU node before a calibration replaces it: 1 microsecond, an assumption
@@ -699,11 +722,11 @@ def dtype_peak_flops(peak_flops: float, dtype: str, gpu: GpuSpec | None) -> floa
     return min(peak_flops, float32_peak_flops(gpu.reference_name, peak_flops, gpu.arch))
 
 
-def modeled_host_calls(strategy: str, cfg: ModelConfig) -> int:
-    """Python function calls one micro-batch of ``strategy`` makes on ``cfg`` (:data:`HOST_CALLS`: fixed + per
-    block)."""
-    fixed, per_block = HOST_CALLS[HOST_CALLS_LIKE.get(strategy, strategy)]
-    return fixed + per_block * cfg.n_layers
+def modeled_host_calls(strategy: str, cfg: ModelConfig, checkpointing: str = "none") -> int:
+    """Python function calls one micro-batch of ``strategy`` makes on ``cfg`` under ``checkpointing``
+    (:func:`host_calls_fixed_and_per_block`: fixed + per block)."""
+    fixed, per_block = host_calls_fixed_and_per_block(strategy, checkpointing)
+    return round(fixed + per_block * cfg.n_layers)
 
 
 def _comm_exposure(messages: list[Message], compute_s: float, a: StepAssumptions,
@@ -776,14 +799,14 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     if host_calls is not None and host_calls < 0:
         raise ValueError(f"host_calls must be non-negative, got {host_calls}")
     if host_calls is None and a.host_call_s > 0 and gpu is not None:  # advise with a calibration: the modeled count
-        host_calls = modeled_host_calls(strategy, cfg) * a.grad_accum
+        host_calls = modeled_host_calls(strategy, cfg, a.checkpointing) * a.grad_accum
     host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
     comm = sum(per_phase.values()) + host
     exposed = min(exposed_comm, sum(per_phase.values())) + host
     if host == 0 and gpu is not None and not gpu.is_cpu:
         # no calibration, on a GPU: the frameworks' host work runs while the GPU works through what it has been
         # given, so it costs the step only where it takes longer than the GPU's compute and exposed communication
-        host_s = modeled_host_calls(strategy, cfg) * a.grad_accum * DEFAULT_HOST_CALL_S
+        host_s = modeled_host_calls(strategy, cfg, a.checkpointing) * a.grad_accum * DEFAULT_HOST_CALL_S
         host = max(0.0, host_s - (compute + exposed))
         comm += host
         exposed += host
