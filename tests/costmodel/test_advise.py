@@ -35,6 +35,16 @@ def test_explanation_is_three_sentences() -> None:
     assert "communication" in advice.explanation[0] and "GB/s" in advice.explanation[0]
 
 
+def test_the_pcie_transport_is_said_as_such_not_as_one_gpu() -> None:
+    """With NVLink unused (--transport pcie) the placement sentence names the transport and its ring, where it once
+    said 'One GPU'; one peak for every strategy is said once, not as 'X to X'."""
+    third = advise(preset("hgx-h100"), "llama-1b", 8, transport="pcie").explanation[2]
+    assert third.startswith("NVLink unused (--transport pcie") and "GB/s over PCIe" in third
+    assert advise(preset("hgx-h100"), "llama-1b", 1).explanation[2].startswith("One GPU")
+    single = advise(preset("hgx-h100"), "llama-1b", 8, strategies=["ddp"]).explanation[1]
+    assert " to " not in single.split("per GPU")[0]
+
+
 def test_json_contract() -> None:
     out = advise(preset("h100-nvl-pairs"), "llama-1b", 2).to_dict()
     assert set(out) == JSON_KEYS

@@ -365,7 +365,8 @@ def _fit_sentence(ranking: Sequence[StepPrediction], machine: Machine, no_fit: M
     misfits = [p for p in ranking if p.fits is False]
     if not misfits:
         low, high = min(p.memory_total_bytes for p in ranking), max(p.memory_total_bytes for p in ranking)
-        return (f"All fit: the whole peak (model states, activations and buffers) takes {_gb(low)} to {_gb(high)} per GPU "
+        span = _gb(low) if _gb(low) == _gb(high) else f"{_gb(low)} to {_gb(high)}"
+        return (f"All fit: the whole peak (model states, activations and buffers) takes {span} per GPU "
                 f"of the {_gb(usable)} usable ({_gb(machine.memory_bytes)} GPU).")
     names = ", ".join(f"{p.strategy} ({_gb(p.memory_total_bytes)})" for p in sorted(misfits, key=lambda p: -p.memory_total_bytes))
     if len(misfits) == len(ranking):
@@ -388,11 +389,17 @@ def _holding_clause(no_fit: Mapping[str, Any] | None) -> str:
 
 
 def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machine, best: str,
-                    pinned: float | None, across: float | None, nodes: int, placement: Placement) -> str:
+                    pinned: float | None, across: float | None, nodes: int, placement: Placement,
+                    nvlink: bool = True) -> str:
     if nodes > 1:
         return (f"The job spans {nodes} nodes: the network ({machine.network_gbps(machine.gpu_count):.0f} GB/s per node, "
                 f"{max(1, min(machine.rail_nics or 1, machine.gpu_count))} NIC(s)) bounds the ring, not the NVLink groups.")
-    if comp is None or advice_n < 2:
+    if advice_n < 2:
+        return "One GPU: no communication, placement does not matter."
+    if not nvlink:
+        return (f"NVLink unused (--transport pcie: NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0): the best placement "
+                f"({placement.label()}) reaches {placement.ring_gbps:.0f} GB/s over PCIe.")
+    if comp is None:
         return "One GPU: no communication, placement does not matter."
     if comp.inside and comp.across and pinned and across:
         ratio = across / pinned
@@ -458,7 +465,8 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
     busbw = peak_busbw_gbps("all_reduce", job) if gpus > 1 else 0.0
     first = _first_sentence(decision, best, ranking, placement, nodes, busbw)
     sentences = (first, _fit_sentence(ranking, machine, no_fit),
-                 _group_sentence(per_node, comp, machine, best.strategy, pinned, across, nodes, placement))
+                 _group_sentence(per_node, comp, machine, best.strategy, pinned, across, nodes, placement,
+                                 where.nvlink))
     return Advice(model=name, gpus=gpus, nodes=nodes, machine=machine, placement=placement, allreduce_busbw_gbps=busbw,
                   ranking=tuple(ranking), comparison=comp, pinned_step_s=pinned, across_step_s=across,
                   explanation=sentences, assumptions=assumptions, decision=decision, notes=notes,
