@@ -71,7 +71,8 @@ def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, sha
     """The whole modeled peak of one GPU running ``strategy`` on ``gpus`` GPUs with the step ``a`` describes.
 
     ``a`` gives the micro-batch, sequence length (the model's, capped at 4096, when None), dtype, activation
-    checkpointing, trainable fraction, optimizer offload and DDP's ``gradient_as_bucket_view``; ``shard_group`` is HSDP's shard group or hpZ's
+    checkpointing, trainable fraction, optimizer offload, DDP's ``gradient_as_bucket_view`` and the run's DeepSpeed
+    config; ``shard_group`` is HSDP's shard group or hpZ's
     partition. ``attention``, ``optimizer`` (its moments' bytes), ``overhead_fraction`` and ``held`` (model states
     given outright, a user's bytes per parameter) are ``shardscope memory``'s further knobs; ``run`` a measured run's
     recorded settings (``device``, ``fair``, ``overlap_comm``: :mod:`shardscope.costmodel.memory_check`); at their
@@ -81,6 +82,8 @@ def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, sha
     choice = OptimizerAssumption(name=optimizer, offload=a.offload_optimizer)
     if held is None and a.trainable_fraction < 1:
         held = trainable_states(strategy, cfg, gpus, dtype, a.trainable_fraction, choice, shard_group)
+    if a.deepspeed is not None:  # the run's own DeepSpeed config, unless a measured run recorded its settings
+        run = {"deepspeed": a.deepspeed, "overlap_comm": a.deepspeed.overlap_comm, **run}
     return whole_peak(strategy, cfg, gpus, a.seq_len_for(cfg), a.micro_batch, a.checkpointing, dtype=dtype,
                       attention=attention, optimizer=choice, overhead_fraction=overhead_fraction,
                       shard_group=shard_group, held=held, trainable_fraction=a.trainable_fraction,

@@ -108,7 +108,10 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     doc, source = load_topology(args.topology)
     (mfu, overlap), labels = _step_constants(args)
+    from shardscope.costmodel.deepspeed_config import run_knobs
+
     try:
+        knobs, offload = run_knobs(args.deepspeed_config, resolve_model(model)[1].d_model, args.offload_optimizer)
         assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=mfu, overlap=overlap,
                                       usable_fraction=args.usable_memory, dtype=args.dtype,
                                       comm_bytes=4 if args.dtype == "float32" else 2,
@@ -116,8 +119,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       (4 if args.reduce_dtype == "float32" else 2),
                                       checkpointing=args.activation_checkpointing,
                                       trainable_fraction=args.trainable_fraction,
-                                      offload_optimizer=args.offload_optimizer, grad_accum=args.grad_accum,
-                                      ddp_bucket_view=args.ddp_bucket_view)
+                                      offload_optimizer=offload, grad_accum=args.grad_accum,
+                                      ddp_bucket_view=args.ddp_bucket_view, deepspeed=knobs)
         check_checkpointing(resolve_model(model)[1], args.activation_checkpointing)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -202,6 +205,8 @@ def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_byte
     frozen = (f", trainable {assumptions.trainable_fraction:g} of the parameters"
               if assumptions.trainable_fraction < 1 else "")
     offload = ", optimizer offloaded to the CPU" if assumptions.offload_optimizer == "cpu" else ""
+    deepspeed = (f", DeepSpeed's buckets and limits from {assumptions.deepspeed.source}"
+                 if assumptions.deepspeed is not None else "")
     mfu = "from the compute curve" if assumptions.mfu is None else f"{assumptions.mfu:g}"
     overlap = "from each strategy's schedule" if assumptions.overlap is None else f"{assumptions.overlap:g}"
     accum = f" x {assumptions.grad_accum} accumulated" if assumptions.grad_accum > 1 else ""
@@ -209,7 +214,7 @@ def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_byte
               f", gradients reduced in {'float32' if assumptions.reduce_bytes == 4 else '16 bits'}")
     return (f"assumes: micro-batch {assumptions.micro_batch}{accum}, seq len {seq_len}, {assumptions.dtype}{reduce}, "
             "activation "
-            f"checkpointing {assumptions.checkpointing}{frozen}{offload}, MFU {mfu} ({mfu_from}), "
+            f"checkpointing {assumptions.checkpointing}{frozen}{offload}{deepspeed}, MFU {mfu} ({mfu_from}), "
             f"overlap {overlap} ({overlap_from}), usable memory {assumptions.usable_fraction:.0%} "
             f"of the GPU's ({usable})")
 
@@ -368,6 +373,9 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
                    help="the run's DDP is built with gradient_as_bucket_view=True (this project's worker does): its "
                         "gradients are views of the all-reduce buckets; by default, as torch builds DDP (Hugging Face's "
                         "Trainer, Accelerate, Lightning), the buckets are a second copy of the gradients")
+    from shardscope.costmodel.deepspeed_config import add_deepspeed_config_arg
+
+    add_deepspeed_config_arg(p)
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:

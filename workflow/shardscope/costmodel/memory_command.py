@@ -9,18 +9,22 @@ import argparse
 
 from shardscope.cli import gpu_count
 from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
+from shardscope.costmodel.deepspeed_config import add_deepspeed_config_arg
 from shardscope.errors import UserError
 from shardscope.fileio import dump_json
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
-    from shardscope.contracts.models import parse_model_spec
+    from shardscope.contracts.models import parse_model_spec, resolve_model
     from shardscope.costmodel.answer import memory_dtype
+    from shardscope.costmodel.deepspeed_config import run_knobs
     from shardscope.costmodel.memory_model import assumptions, memory_table
     from shardscope.costmodel.memory_report import format_memory_table, format_peak_table
 
     try:
         dtype = memory_dtype(args.dtype)
+        args.deepspeed_knobs, args.offload_optimizer = run_knobs(
+            args.deepspeed_config, resolve_model(parse_model_spec(args.model))[1].d_model, args.offload_optimizer)
         optim_bytes = args.optimizer_bytes if args.optimizer_bytes is not None else _optimizer_bytes(args)
         per_param = assumptions(dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes,
                                 half="fp16" if args.dtype == "float16" else "bf16")
@@ -109,7 +113,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
                            checkpointing=_choice("--activation-checkpointing", args.activation_checkpointing,
                                                  CHECKPOINTING),
                            offload_optimizer=args.offload_optimizer, usable_fraction=args.usable_memory,
-                           ddp_bucket_view=args.ddp_bucket_view)
+                           ddp_bucket_view=args.ddp_bucket_view, deepspeed=args.deepspeed_knobs)
     overrides = (args.param_bytes, args.grad_bytes, args.optimizer_bytes)
     given = any(v is not None for v in overrides) or args.no_master_weights
     if args.attention is not None:  # the run's attention, in place of the one its model names
@@ -162,6 +166,7 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ddp-bucket-view", action="store_true",
                    help="the run's DDP uses gradient_as_bucket_view=True (see advise --help); by default its buckets "
                         "are a second copy of the gradients, as torch builds DDP")
+    add_deepspeed_config_arg(p)
     p.add_argument("--trainable-fraction", type=float, default=1.0,
                    help="share of the parameters that train (LoRA-style frozen weights): gradients and optimizer state "
                         "for that share only (default 1)")

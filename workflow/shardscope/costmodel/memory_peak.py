@@ -89,6 +89,8 @@ from shardscope.contracts.names import CHECKPOINTING_MODES, SELECTIVE_LAYER_EVER
 from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 # DeepSpeed's stage3_max_reuse_distance: a model smaller than it stays gathered from forward to backward
 from shardscope.contracts.strategies import OFFLOAD_HOLDS, SHARDED, uses_deepspeed
+from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs
+from shardscope.costmodel.deepspeed_estimate import largest_layer_params
 from shardscope.contracts.strategies import ZERO3_MAX_REUSE_ELEMENTS as DEEPSPEED_REUSE_DISTANCE
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
@@ -496,13 +498,17 @@ def logits_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     return shape.tokens * cfg.head_outputs * (4 if policy == "fp32" else 6)
 
 
-def reduce_bucket_elements(dtype: str, fair: FairSettings) -> int:
-    """DeepSpeed's ``reduce_bucket_size`` (elements) for a run in ``dtype`` under ``fair``: the worker's own setting."""
+def reduce_bucket_elements(dtype: str, fair: FairSettings, deepspeed: DeepSpeedKnobs | None = None) -> int:
+    """DeepSpeed's ``reduce_bucket_size`` (elements) for a run in ``dtype``: its own config's (``deepspeed``), else
+    the worker's setting under ``fair``."""
+    if deepspeed is not None:
+        return deepspeed.reduce_bucket_elements
     reduce_dtype = fair.resolved_reduce_dtype(dtype)
     return deepspeed_bucket_elements(fair, reduce_dtype, dtype)["reduce"]
 
 
-def zero_reduce_bucket(strategy: str, dtype: str, fair: FairSettings, overlap_comm: bool | None = None) -> int:
+def zero_reduce_bucket(strategy: str, dtype: str, fair: FairSettings, overlap_comm: bool | None = None,
+                       deepspeed: DeepSpeedKnobs | None = None) -> int:
     """Bytes of the gradient reduce bucket(s) DeepSpeed allocates for ZeRO-1/2/3, whole, whatever the model's size.
 
     ZeRO-1/2 allocate ``reduce_bucket_size`` elements in the model's dtype (the gradient
@@ -512,7 +518,7 @@ def zero_reduce_bucket(strategy: str, dtype: str, fair: FairSettings, overlap_co
     """
     if strategy not in ("zero1", "zero2", "zero3"):
         return 0
-    elements = reduce_bucket_elements(dtype, fair)
+    elements = reduce_bucket_elements(dtype, fair, deepspeed)
     if strategy == "zero3":
         return elements * dtype_bytes(fair.resolved_reduce_dtype(dtype))
     return elements * dtype_bytes(dtype) * (2 if overlap_comm else 1)
@@ -567,13 +573,15 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
 
 
 def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: int, policy: str,
-                     fair: FairSettings | None = None, overlap_comm: bool | None = None) -> dict[str, dict[str, int]]:
+                     fair: FairSettings | None = None, overlap_comm: bool | None = None,
+                     deepspeed: DeepSpeedKnobs | None = None) -> dict[str, dict[str, int]]:
     """Buffers each phase holds besides the activations, by name (see the module docstring).
 
     Phases: ``forward`` (the loss, activations all alive), ``backward`` (the head's backward; the
     strategy's buffers only, the head's own gradients are :func:`head_backward`'s) and ``backward_blocks`` (inside
     the blocks' backward, the output side's activations gone). ``fair`` and ``overlap_comm``
-    are the run's settings (DeepSpeed's bucket sizes follow from them; defaults: the worker's).
+    are the run's settings (DeepSpeed's bucket sizes follow from them; defaults: the worker's); ``deepspeed`` a
+    run's own DeepSpeed config (its bucket and ZeRO-3 limits replace them).
     """
     fair = fair or FairSettings()
     e_param = 4 if policy in ("fp32", "autocast") else 2
@@ -583,7 +591,7 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     head: dict[str, int] = {}  # the head's own gradients: head_backward
     blocks: dict[str, int] = {}
     if strategy in ("zero1", "zero2"):
-        bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
+        bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm, deepspeed)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     elif strategy == "fsdp":
         # the root's unsharded parameters, and the last block's all-gather output, which FSDP2 keeps past that
@@ -599,8 +607,10 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         forward["block_gather"] = block
         blocks["block_grads"] = block
     elif strategy == "zero3":
-        gathered = min(cfg.param_count(), DEEPSPEED_REUSE_DISTANCE, DEEPSPEED_MAX_LIVE_PARAMETERS) * e_param
-        bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm)
+        knobs = deepspeed or DeepSpeedKnobs(max_live_parameters=DEEPSPEED_MAX_LIVE_PARAMETERS,
+                                            max_reuse_distance=DEEPSPEED_REUSE_DISTANCE)
+        gathered = knobs.gathered_elements(cfg.param_count(), largest_layer_params(cfg)) * e_param
+        bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm, deepspeed)
         forward["gathered_params"] = head["gathered_params"] = gathered
         blocks["gathered_params"] = max(gathered - zero3_released_before_blocks(cfg) * e_param, 0)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
@@ -803,7 +813,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                  device: str = "gpu", held: dict[str, int] | None = None, fair: FairSettings | None = None,
                  overlap_comm: bool | None = None, shard_group: int | None = None, basis: str | None = None,
                  nccl_channels: int | None = None, trainable_fraction: float = 1.0,
-                 ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT) -> PeakTerms:
+                 ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT,
+                 deepspeed: DeepSpeedKnobs | None = None) -> PeakTerms:
     """The whole modeled peak of one GPU: states + the largest phase (activations + buffers) + overhead.
 
     ``held`` gives the model states (``param_bytes``, ``grad_bytes``, ``optim_bytes``) directly,
@@ -819,11 +830,14 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     (LoRA-style frozen weights); its step temporaries are per stepped parameter. ``ddp_bucket_view``: DDP's
     ``gradient_as_bucket_view`` (:data:`DDP_BUCKET_VIEW_DEFAULT`, torch's default, off: on more than one GPU its
     buckets hold a second copy of the trainable gradients through every phase; the worker turns it on).
+    ``deepspeed``: the run's own DeepSpeed config (``--deepspeed-config``: its reduce bucket and ZeRO-3's live
+    parameters in place of the defaults).
     """
     basis = basis or ("reserved" if device == "gpu" else "allocated")
     if basis not in BASES:
         raise ValueError(f"memory basis must be one of {', '.join(BASES)}, got {basis!r}")
-    extra = {"basis": basis, "nccl_channels": nccl_channels, "trainable_fraction": trainable_fraction}
+    extra = {"basis": basis, "nccl_channels": nccl_channels, "trainable_fraction": trainable_fraction,
+             "deepspeed": deepspeed}
     fair = fair or FairSettings()
     if strategy not in MODELED_STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(MODELED_STRATEGIES)}")
@@ -859,7 +873,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     acts = activation_bytes(cfg, shape, policy, device)
     if strategy == "zero3" and shape.checkpointing != "none":
         acts = zero3_recompute_activations(acts, cfg, shape, policy)
-    buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm)
+    buffers = strategy_buffers(strategy, cfg, shape, gpus, policy, fair, overlap_comm, deepspeed)
     # the optimizer steps only the parameters given to it (the trainable ones): foreach AdamW's temporaries and
     # DeepSpeed's partition copy are per stepped parameter
     step_temp = (0 if optimizer.offload == "cpu"
@@ -880,7 +894,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
         "step": {"optimizer_temporaries": step_temp, **_nonzero(reduce_bucket=buffers["backward"].get("reduce_bucket", 0)),
                  "activations": 0},
     }
-    bucket_elements = reduce_bucket_elements(shape.dtype, fair)
+    bucket_elements = reduce_bucket_elements(shape.dtype, fair, deepspeed)
     if strategy == "fsdp":
         e_param = 4 if policy in ("fp32", "autocast") else 2
         phases["backward_blocks"] = fsdp_backward_blocks(cfg, shape, policy, acts, root_params(cfg) * e_param,
@@ -914,6 +928,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                                   "optimizer": asdict(optimizer), "overhead_fraction": overhead_fraction,
                                   "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
                                   "ddp_bucket_view": ddp_bucket_view,
+                                  **({"deepspeed": asdict(deepspeed)} if deepspeed is not None else {}),
                                   "activations_at_forward_end": acts["total"], "activation_peak": acts["peak"]}, **held)
 
 
@@ -1002,7 +1017,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                shard_group: int | None = None, held: dict[str, int] | None = None,
                overlap_comm: bool | None = None, basis: str | None = None,
                nccl_channels: int | None = None, trainable_fraction: float = 1.0,
-               ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT) -> PeakTerms:
+               ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT, deepspeed: DeepSpeedKnobs | None = None) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -1032,7 +1047,7 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
                         device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
                         basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction,
-                        ddp_bucket_view=ddp_bucket_view)
+                        ddp_bucket_view=ddp_bucket_view, deepspeed=deepspeed)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:

@@ -72,6 +72,7 @@ from shardscope.contracts.names import CHECKPOINTING_MODES, GROUPED_STRATEGIES, 
 from shardscope.contracts.peak_flops import float32_peak_flops
 from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS, dtype_bytes
 from shardscope.costmodel.hardware import GpuSpec
+from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs
 from shardscope.costmodel.elementwise import elementwise_bytes
 from shardscope.costmodel.memory_peak import DDP_BUCKET_VIEW_DEFAULT, compute_policy, recompute_shares
 from shardscope.costmodel.optimizer_step import STREAM_SHARE, optimizer_step_s
@@ -213,6 +214,10 @@ class StepAssumptions:
     weight-gradient FLOPs, and only their gradients are reduced."""
     offload_optimizer: str = "none"
     """``cpu``: the optimizer state lives in host memory (ZeRO-Offload); the GPU keeps none of it."""
+    deepspeed: DeepSpeedKnobs | None = None
+    """The run's own DeepSpeed config (``--deepspeed-config``): its reduce and all-gather buckets, ``overlap_comm`` and
+    ZeRO-3's live parameters, in place of :attr:`deepspeed_bucket_elements`, :attr:`overlap_comm`'s default and the
+    memory model's defaults."""
     ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT
     """DDP's ``gradient_as_bucket_view``: off (torch's default, what Hugging Face's Trainer, Accelerate and Lightning
     build) keeps its all-reduce buckets as a second copy of the gradients; on (this project's worker) the gradients
@@ -497,6 +502,8 @@ def deepspeed_overlap_comm(strategy: str, a: StepAssumptions) -> bool:
     ``DeepSpeedZeroConfig``'s validator sets it to ``stage == 3`` when unset)."""
     if a.overlap_comm is not None:
         return a.overlap_comm
+    if a.deepspeed is not None and a.deepspeed.overlap_comm is not None:
+        return a.deepspeed.overlap_comm
     return strategy in ("zero3", "zero3_hpz")
 
 
@@ -522,15 +529,17 @@ def messages_for(strategy: str, cfg: ModelConfig, a: StepAssumptions, gpus: int 
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     e, g = a.comm_bytes, gradient_wire_bytes(strategy, a)
     grads, params = int(cfg.param_count() * a.trainable_fraction) * g, cfg.param_count() * e
+    reduce_elements = a.deepspeed.reduce_bucket_elements if a.deepspeed else a.deepspeed_bucket_elements
+    gather_elements = a.deepspeed.allgather_bucket_elements if a.deepspeed else a.deepspeed_bucket_elements
     if strategy == "ddp":  # gradients synchronised in the last micro-batch only (no_sync before it)
         return ddp_buckets(cfg, a, grads)
     if strategy == "zero0":
-        return _buckets("all_reduce", grads, a.deepspeed_bucket_elements * g, zero_gradient_phase(strategy, a),
+        return _buckets("all_reduce", grads, reduce_elements * g, zero_gradient_phase(strategy, a),
                         per_micro_step=False)
     if strategy in ("zero1", "zero2"):
-        return (_buckets("reduce_scatter", grads, a.deepspeed_bucket_elements * g, zero_gradient_phase(strategy, a),
+        return (_buckets("reduce_scatter", grads, reduce_elements * g, zero_gradient_phase(strategy, a),
                          per_micro_step=strategy == "zero2")
-                + _buckets("all_gather", params, a.deepspeed_bucket_elements * e, "after_step", per_micro_step=False))
+                + _buckets("all_gather", params, gather_elements * e, "after_step", per_micro_step=False))
     units = unit_params(cfg)
     hsdp = strategy == "hsdp"
     out = [Message("all_gather", p * e, 1, "forward", island=hsdp) for p in units]
