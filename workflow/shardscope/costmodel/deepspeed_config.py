@@ -23,7 +23,10 @@ from shardscope.contracts.strategies import (
     ZERO3_MAX_REUSE_ELEMENTS,
 )
 
-#: DeepSpeed's default ``stage3_max_live_parameters`` (elements).
+#: DeepSpeed's default ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9 elements): the fetch
+#: coordinator keeps at most this many gathered elements alive, its ``stage3_prefetch_bucket_size`` (5e7) of
+#: look-ahead included; so a model above it holds this many gathered, one below it (reused within the reuse distance)
+#: holds all of itself.
 DEEPSPEED_MAX_LIVE_ELEMENTS = 1_000_000_000
 #: The ``zero_optimization`` keys read, each with DeepSpeed's default and what ``"auto"`` becomes (a function of the
 #: model's width; None: DeepSpeed's default), as Hugging Face's ``HfTrainerDeepSpeedConfig`` and Accelerate fill them.

@@ -87,11 +87,9 @@ from typing import Any
 from shardscope.contracts.models import ATTENTION_KINDS, ModelConfig
 from shardscope.contracts.names import CHECKPOINTING_MODES, SELECTIVE_LAYER_EVERY, STRATEGIES
 from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
-# DeepSpeed's stage3_max_reuse_distance: a model smaller than it stays gathered from forward to backward
 from shardscope.contracts.strategies import OFFLOAD_HOLDS, SHARDED, uses_deepspeed
 from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs
 from shardscope.costmodel.deepspeed_estimate import largest_layer_params
-from shardscope.contracts.strategies import ZERO3_MAX_REUSE_ELEMENTS as DEEPSPEED_REUSE_DISTANCE
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
 #: ``shard_group`` GPUs, replicate across groups) and ZeRO-3 with hpZ (secondary partition over ``shard_group``).
@@ -132,10 +130,6 @@ ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
 #: of the buckets: "peak memory dropped ~1GB (8250MB-7183MB)" for a model of ~1 GB of parameters (pytorch/pytorch
 #: #41954, the change that made the option; the saving is the gradients' size, as torch's DDP documentation says).
 DDP_BUCKET_VIEW_DEFAULT = False
-#: DeepSpeed's ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9): the fetch coordinator keeps at
-#: most this many gathered elements alive, its ``stage3_prefetch_bucket_size`` (5e7) of look-ahead included; so a
-#: model above it holds this many gathered, one below it (reused within the reuse distance) holds all of itself.
-DEEPSPEED_MAX_LIVE_PARAMETERS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -607,8 +601,7 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         forward["block_gather"] = block
         blocks["block_grads"] = block
     elif strategy == "zero3":
-        knobs = deepspeed or DeepSpeedKnobs(max_live_parameters=DEEPSPEED_MAX_LIVE_PARAMETERS,
-                                            max_reuse_distance=DEEPSPEED_REUSE_DISTANCE)
+        knobs = deepspeed or DeepSpeedKnobs()  # DeepSpeed's defaults: 1e9 live, 1e9 reuse distance
         gathered = knobs.gathered_elements(cfg.param_count(), largest_layer_params(cfg)) * e_param
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm, deepspeed)
         forward["gathered_params"] = head["gathered_params"] = gathered
