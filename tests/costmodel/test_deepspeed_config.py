@@ -51,6 +51,14 @@ def test_bad_config_is_one_sentence_naming_file_and_key(tmp_path: Path, doc: obj
     assert str(err.value).startswith(f"{path}: ") and fragment in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_2021_cpu_offload_key_is_read_as_offload_optimizer(tmp_path: Path) -> None:
+    """Hugging Face's 2021 ZeRO-2 configs say ``"cpu_offload": true``, DeepSpeed's key before offload_optimizer."""
+    assert read_deepspeed_config(_write(tmp_path, {"zero_optimization": {"cpu_offload": True}}), 1024) \
+        .offload_optimizer == "cpu"
+    assert read_deepspeed_config(_write(tmp_path, {"zero_optimization": {"cpu_offload": False}}), 1024) \
+        .offload_optimizer == "none"
+
+
 def test_the_files_offload_applies_unless_the_flag_says_otherwise(tmp_path: Path) -> None:
     cpu = _write(tmp_path, {"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})
     assert run_knobs(cpu, 4096, "none")[1] == "cpu" and run_knobs(None, 4096, "cpu") == (None, "cpu")

@@ -3,7 +3,8 @@
 A run that sets DeepSpeed's buckets (``reduce_bucket_size``, ``allgather_bucket_size``), ``overlap_comm`` or ZeRO-3's
 parameter limits (``stage3_max_live_parameters``, ``stage3_max_reuse_distance``, ``stage3_prefetch_bucket_size``)
 holds and moves other bytes than DeepSpeed's defaults; ``advise`` and ``memory`` read them from the run's own
-``ds_config.json`` (DeepSpeed's format: the keys under ``zero_optimization``, ``offload_optimizer.device``). A key
+``ds_config.json`` (DeepSpeed's format: the keys under ``zero_optimization``, ``offload_optimizer.device``, or the
+``cpu_offload`` flag that preceded it). A key
 left out takes DeepSpeed's default (``deepspeed/runtime/zero/config.py``); ``"auto"`` takes what Hugging Face's
 Trainer and Accelerate fill in from the model's width ``h`` (``reduce_bucket_size`` ``h²``,
 ``stage3_prefetch_bucket_size`` ``0.9·h²``), else DeepSpeed's default. Torch-free: the file is read, DeepSpeed is not
@@ -95,6 +96,11 @@ def read_deepspeed_config(path: str, d_model: int) -> DeepSpeedKnobs:
         raise ValueError(f"{path}: zero_optimization.stage must be 0, 1, 2 or 3, got {stage!r}")
     offload = zero.get("offload_optimizer") or {}
     device = offload.get("device") if isinstance(offload, dict) else None
+    legacy = zero.get("cpu_offload")  # DeepSpeed's key before offload_optimizer (0.3), still read as it
+    if legacy is not None and not isinstance(legacy, bool):
+        raise ValueError(f"{path}: zero_optimization.cpu_offload must be true or false, got {legacy!r}")
+    if device is None and legacy is not None:
+        device = "cpu" if legacy else "none"
     if device not in (None, "none", "cpu", "nvme"):
         raise ValueError(f"{path}: zero_optimization.offload_optimizer.device must be none, cpu or nvme, got {device!r}")
     if device == "nvme":
@@ -138,5 +144,5 @@ def add_deepspeed_config_arg(p: Any) -> None:
     p.add_argument("--deepspeed-config", metavar="FILE",
                    help="the run's DeepSpeed config (ds_config.json): its reduce_bucket_size, allgather_bucket_size, "
                         "overlap_comm, stage3_max_live_parameters, stage3_max_reuse_distance and "
-                        "offload_optimizer.device replace DeepSpeed's defaults (\"auto\" as Hugging Face fills it: "
+                        "offload_optimizer.device (or 2021's cpu_offload) replace DeepSpeed's defaults (\"auto\" as Hugging Face fills it: "
                         "reduce_bucket_size = width²)")
