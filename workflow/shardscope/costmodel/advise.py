@@ -394,12 +394,10 @@ def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machin
     if nodes > 1:
         return (f"The job spans {nodes} nodes: the network ({machine.network_gbps(machine.gpu_count):.0f} GB/s per node, "
                 f"{max(1, min(machine.rail_nics or 1, machine.gpu_count))} NIC(s)) bounds the ring, not the NVLink groups.")
-    if advice_n < 2:
-        return "One GPU: no communication, placement does not matter."
-    if not nvlink:
+    if advice_n >= 2 and not nvlink:
         return (f"NVLink unused (--transport pcie: NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0): the best placement "
                 f"({placement.label()}) reaches {placement.ring_gbps:.0f} GB/s over PCIe.")
-    if comp is None:
+    if comp is None or advice_n < 2:
         return "One GPU: no communication, placement does not matter."
     if comp.inside and comp.across and pinned and across:
         ratio = across / pinned

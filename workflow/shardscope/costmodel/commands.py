@@ -111,7 +111,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     from shardscope.costmodel.deepspeed_config import run_knobs
 
     try:
-        knobs, offload = run_knobs(args.deepspeed_config, resolve_model(model)[1].d_model, args.offload_optimizer)
+        cfg = resolve_model(model)[1]
+        knobs, offload = run_knobs(args.deepspeed_config, cfg.d_model, args.offload_optimizer)
         assumptions = StepAssumptions(micro_batch=args.micro_batch, seq_len=args.seq_len, mfu=mfu, overlap=overlap,
                                       usable_fraction=args.usable_memory, dtype=args.dtype,
                                       comm_bytes=4 if args.dtype == "float32" else 2,
@@ -121,7 +122,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       trainable_fraction=args.trainable_fraction,
                                       offload_optimizer=offload, grad_accum=args.grad_accum,
                                       ddp_bucket_view=args.ddp_bucket_view, deepspeed=knobs)
-        check_checkpointing(resolve_model(model)[1], args.activation_checkpointing)
+        check_checkpointing(cfg, args.activation_checkpointing)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None

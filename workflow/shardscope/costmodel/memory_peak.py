@@ -442,8 +442,9 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
     e_residual = 2 if policy == "bf16" else 4
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     flowing, hidden, weight = t * h * e_residual, t * f * e_act, h * f * e_grad
-    # frozen weights: no weight gradients, and the product was never saved (:func:`frozen_saved`), so not freed
-    product = 0 if shape.frozen_weights else hidden
+    # down's saved input (SwiGLU's product, GELU's output); frozen weights: no weight gradients, and it was never saved
+    # (:func:`frozen_saved`), so not freed
+    down_input = 0 if shape.frozen_weights else hidden
     weight = 0 if shape.frozen_weights else weight
     first = ({"weight_grads_kept": 0, "weight_grads_transient": 0, "activation_grads": flowing + hidden, "freed": 0}
              if input_grad_first else
@@ -451,24 +452,23 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
     # under autocast down's matmul ran in bf16: its input's gradient is made beside a bf16 copy of the flowing one and
     # its weight's bf16 gradient (cast to fp32 after), and its bf16 weight copy, saved for it, is freed with the product
     autocast = policy == "autocast"
+    bf16_weight = h * f * 2 if autocast else 0  # down's bf16 weight copy, and its weight's bf16 gradient
     down_done = {"weight_grads_kept": weight,
-                 "weight_grads_transient": h * f * 2 if autocast and weight else weight,
+                 "weight_grads_transient": bf16_weight if bf16_weight and weight else weight,
                  "activation_grads": flowing + hidden + (t * h * 2 if autocast else 0), "freed": 0}
-    weight_cast = h * f * 2 if autocast else 0
     if cfg.mlp != "swiglu":  # down(gelu(up(x))): gelu's backward, then up's two gradients
-        gelu_out = 0 if shape.frozen_weights else hidden
         return [first, down_done,
                 {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 2 * hidden,
-                 "freed": gelu_out},
+                 "freed": down_input},
                 {"weight_grads_kept": 2 * weight, "weight_grads_transient": weight,
-                 "activation_grads": flowing + hidden + t * h * e_act, "freed": hidden + gelu_out}]
+                 "activation_grads": flowing + hidden + t * h * e_act, "freed": hidden + down_input}]
     return [first, down_done,
             {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 3 * hidden,
-             "freed": product + weight_cast},
+             "freed": down_input + bf16_weight},
             {"weight_grads_kept": 3 * weight, "weight_grads_transient": weight,
-             "activation_grads": flowing + t * h * e_act + hidden, "freed": 3 * hidden + product},
+             "activation_grads": flowing + t * h * e_act + hidden, "freed": 3 * hidden + down_input},
             {"weight_grads_kept": 3 * weight, "weight_grads_transient": weight,
-             "activation_grads": flowing + 2 * t * h * e_act + hidden, "freed": 3 * hidden + product}]
+             "activation_grads": flowing + 2 * t * h * e_act + hidden, "freed": 3 * hidden + down_input}]
 
 
 def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, weight_grads_kept: bool,
@@ -949,7 +949,7 @@ def head_backward(buffers: dict[str, int], cfg: ModelConfig, shape: StepShape, a
     log_softmax_backward = {**before_bucket, "loss_grad": log_softmax, "logits_grad": log_softmax,
                             "activations": acts["head_backward"]}
     first = {"head_input_grad": input_grad} if input_grad_first else {"head_weight_grad": weight_grad}
-    first_grad_made = {**before_bucket, "logits_grad": shape.tokens * cfg.head_outputs * 4, **first,
+    first_grad_made = {**before_bucket, "logits_grad": log_softmax, **first,
                        "activations": acts["head_backward"] - log_softmax}
     both_grads_made = {**buffers, "head_weight_grad": weight_grad, "head_input_grad": input_grad,
                        "activations": acts["head_backward"] - log_softmax - head_input}
