@@ -253,14 +253,18 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: Then the host calls counted under each checkpointing mode (a real run's count, not the plain one): BELLE's ZeRO-3
 #: runs (full checkpointing, host-bound on TITAN RTX) over ZeRO-1 at 0.31, 0.59 and 0.49 against 0.31, 0.65 and 0.40
 #: measured (were 0.46, 0.81 and 0.51): held-out ratio median x1.43 -> x1.39, all x1.37 -> x1.34.
+#: Then torch's offloaded CPU AdamW per rank, not per host (torchrun's one thread per rank: a host's ranks update side by
+#: side; DeepSpeed's CPU-Adam still shares the host's cores): the FSDP blog's 2-GPU offload runs over their FSDP runs
+#: at 0.41, 0.44 and 0.45 against 0.65, 0.62 and 0.52 measured (were 0.27, 0.29 and 0.28): held-out ratio median
+#: x1.39 -> x1.25, all x1.34 -> x1.23.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.39, "ratio_worst": 2.94, "memory_median": 0.26,
+    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.26, "ratio_worst": 2.94, "memory_median": 0.26,
                  "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
                  "largest_median": 1.82, "largest_worst": 2.6},
-    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.35, "ratio_worst": 2.94, "memory_median": 0.2,
+    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.23, "ratio_worst": 2.94, "memory_median": 0.2,
             "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
             "largest_median": 1.81, "largest_worst": 2.6},
 }

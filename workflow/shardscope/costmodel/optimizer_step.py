@@ -13,9 +13,10 @@ times fewer parameters per GPU than DDP.
   gradient once more (4 B), and where DeepSpeed keeps the model's weights in 16 bits beside its fp32 master copy
   it writes that copy too (:data:`HALF_COPY_BYTES`). The bandwidth is the GPU's datasheet figure times
   :data:`STREAM_SHARE`.
-- **Offloaded to the host** (``offload_optimizer="cpu"``): the update runs on the CPU, every rank of a host
-  sharing its cores, at DeepSpeed's CPU-Adam rate for ZeRO and at torch's CPU AdamW rate for FSDP
-  (:data:`CPU_ADAM_PARAMS_PER_S`), and the rank's gradients cross PCIe to the host and its updated parameters
+- **Offloaded to the host** (``offload_optimizer="cpu"``): the update runs on the CPU, at DeepSpeed's CPU-Adam
+  rate for ZeRO, whose OpenMP threads span the host's cores so that every rank of a host shares them, and at
+  torch's CPU AdamW rate for FSDP, one thread per rank (torchrun starts each rank with ``OMP_NUM_THREADS=1``), so
+  that a host's ranks update side by side (:data:`CPU_ADAM_PARAMS_PER_S`), and the rank's gradients cross PCIe to the host and its updated parameters
   back (:func:`shardscope.costmodel.hardware.pcie_effective_gbps`). FSDP's CPU offload (``CPUOffload``,
   ``CPUOffloadPolicy``) keeps the sharded parameters on the host as well, so every all-gather first copies the
   rank's fp32 shard to the GPU, in forward and again in backward. The copies are counted as exposed: DeepSpeed
@@ -46,9 +47,17 @@ HALF_COPY_BYTES = 2
 #: a STREAM triad reaches on HBM GPUs (about 0.9 of the datasheet figure) less the launch gaps of a multi-tensor
 #: update over many parameter tensors.
 STREAM_SHARE = 0.8
-#: Parameters per second one host updates with the optimizer offloaded: DeepSpeed's CPU-Adam took 8.2 s and torch's
-#: CPU Adam 56 s for the optimizer step of an 11.6B-parameter GPT-2 (deepspeedai/DeepSpeed#735, 2021-02), the host's
-#: cores shared by the ranks on it. FSDP's CPU offload steps torch's optimizer on the host's tensors.
+#: Parameters per second one process updates with the optimizer offloaded: DeepSpeed's CPU-Adam took 8.2 s and
+#: torch's CPU Adam 56 s for the optimizer step of an 11.6B-parameter GPT-2 (deepspeedai/DeepSpeed#735, 2021-02).
+#: That is read as one process stepping all 11.6B (ZeRO-Offload's own tutorial trains a 10B GPT-2 on one V100);
+#: shared by 16 ranks, torch's update would run at 13M parameters/s per rank, far below one core's rate. A
+#: second source agrees on torch's per-process rate: a per-parameter fp32 AdamW loop updated 536.9M elements in
+#: 1.93 s on one thread and 1.81 s on two, 278M/s and 297M/s (ISEEKYAN/Megatron-LM#188, 2026-08: memory-bound, so
+#: more threads barely help, while eight ranks time-sharing two cores took 17.2 s each). torch.optim.AdamW on one
+#: core of this project's build machine (AMD EPYC): 515M/s as the default per-tensor loop, 267M/s with
+#: ``foreach=True`` (100 tensors of 1M fp32 elements). DeepSpeed's CPU-Adam spreads one process's update over the
+#: host's cores (OpenMP), so a host's ranks share its rate; torch's runs on one thread per rank (torchrun's
+#: ``OMP_NUM_THREADS=1``), so a host's ranks each get it (:func:`offload_update_s`).
 CPU_ADAM_PARAMS_PER_S = {"deepspeed": 11.6e9 / 8.2, "torch": 11.6e9 / 56.0}
 
 
@@ -76,12 +85,15 @@ def gpu_update_s(strategy: str, params: float, gpu: GpuSpec, dtype: str) -> floa
 
 def offload_update_s(strategy: str, params: float, gpu: GpuSpec, ranks_per_host: int, grad_bytes: int,
                      param_bytes: int, micro_batches: int) -> float:
-    """Seconds the offloaded update adds to one optimizer step of one rank: the host's CPU update of every rank on
-    it (:data:`CPU_ADAM_PARAMS_PER_S`), the rank's gradients to the host and its parameters back over its PCIe link,
-    and, where the parameters live on the host (the strategy's ``offload_holds``), their copy to the GPU before each
-    all-gather and the gradients' copy back in every micro-batch."""
-    rate = CPU_ADAM_PARAMS_PER_S["deepspeed" if uses_deepspeed(strategy) else "torch"]
-    cpu = params * max(1, ranks_per_host) / rate
+    """Seconds the offloaded update adds to one optimizer step of one rank: the CPU update
+    (:data:`CPU_ADAM_PARAMS_PER_S`), of every rank on the host under DeepSpeed (its CPU-Adam's threads share the host's
+    cores) and of the rank's own parameters under torch (one thread per rank, the ranks side by side), the rank's
+    gradients to the host and its parameters back over its PCIe link, and, where the parameters live on the host
+    (the strategy's ``offload_holds``), their copy to the GPU before each all-gather and the gradients' copy back in
+    every micro-batch."""
+    deepspeed = uses_deepspeed(strategy)
+    rate = CPU_ADAM_PARAMS_PER_S["deepspeed" if deepspeed else "torch"]
+    cpu = params * (max(1, ranks_per_host) if deepspeed else 1) / rate
     pcie = pcie_effective_gbps(gpu.pcie_generation) * 1e9
     if OFFLOAD_HOLDS[strategy][0]:
         gathers = 1 if strategy == "fsdp_grad_op" else 2

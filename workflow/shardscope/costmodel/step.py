@@ -774,8 +774,8 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     ``gpu``: the GPU's spec, for the compute curve (:func:`compute_mfu`). One step is ``a.grad_accum``
     micro-batches of ``a.micro_batch`` sequences; a recorded run's collectives are taken as one step's. The
     optimizer's update runs once per step on the GPU, or on the host with ``a.offload_optimizer="cpu"``, whose
-    ``gpus_per_host`` ranks (default: all ``gpus``) share its CPU (:mod:`shardscope.costmodel.optimizer_step`); it
-    is part of the compute time.
+    ``gpus_per_host`` ranks (default: all ``gpus``) share its CPU under DeepSpeed and update side by side under
+    torch (:mod:`shardscope.costmodel.optimizer_step`); it is part of the compute time.
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
