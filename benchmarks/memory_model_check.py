@@ -30,6 +30,9 @@ MODELS = {
                              "d_ff": 768, "vocab_size": 2048, "max_seq_len": 256}),
     "small-gelu": json.dumps({"name": "small-gelu", "n_layers": 3, "d_model": 192, "n_heads": 4, "n_kv_heads": 4,
                               "d_ff": 832, "vocab_size": 1536, "max_seq_len": 256, "mlp": "gelu"}),
+    "small-gelu-eager": json.dumps({"name": "small-gelu-eager", "n_layers": 3, "d_model": 192, "n_heads": 4,
+                                    "n_kv_heads": 4, "d_ff": 832, "vocab_size": 1536, "max_seq_len": 256, "mlp": "gelu",
+                                    "activation": "eager_tanh"}),
 }
 
 

@@ -257,16 +257,21 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: side; DeepSpeed's CPU-Adam still shares the host's cores): the FSDP blog's 2-GPU offload runs over their FSDP runs
 #: at 0.41, 0.44 and 0.45 against 0.65, 0.62 and 0.52 measured (were 0.27, 0.29 and 0.28): held-out ratio median
 #: x1.39 -> x1.25, all x1.34 -> x1.23.
+#: Then Hugging Face's gelu_new (GPT-2's activation_function) as the Python tensor ops transformers runs, which keep
+#: three more T·f tensors than a fused GELU (traced; 20 real 2-rank runs within 0.1%): the GPT-2 runs' largest
+#: micro-batches, all modeled above the largest that ran, move toward it (FSDP blog GPT-2 large x1.9-2.2 ->
+#: x1.14-1.45, GPT-2 XL ZeRO-3 offload x2.25 -> x1.56): held-out largest median x1.82 -> x1.27 and worst x2.6 -> x2.0,
+#: all x1.80 -> x1.27.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
     "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.26, "ratio_worst": 2.94, "memory_median": 0.26,
                  "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
-                 "largest_median": 1.82, "largest_worst": 2.6},
+                 "largest_median": 1.27, "largest_worst": 2.01},
     "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.23, "ratio_worst": 2.94, "memory_median": 0.2,
             "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
-            "largest_median": 1.81, "largest_worst": 2.6},
+            "largest_median": 1.27, "largest_worst": 2.01},
 }
 
 

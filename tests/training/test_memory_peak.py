@@ -496,6 +496,56 @@ def test_eager_attention_reads_from_a_config_and_a_gpus_dropout_mask_is_a_bool()
     assert gpu - no_dropout == scores * 1  # the mask and the dropped probabilities in place of the freed cast
 
 
+#: GELU shapes for Hugging Face's eager tanh GELU (``gelu_new``): none of them a shape its terms were read from.
+EAGER_TANH_SHAPES = [
+    (ModelConfig(n_layers=4, d_model=104, n_heads=4, n_kv_heads=2, d_ff=392, vocab_size=420, max_seq_len=256,
+                 mlp="gelu", norm="layernorm", activation="eager_tanh"), 3, 56),
+    (ModelConfig(n_layers=3, d_model=144, n_heads=8, n_kv_heads=8, d_ff=600, vocab_size=350, max_seq_len=256,
+                 mlp="gelu", activation="eager_tanh", tie_embeddings=True), 2, 90),
+]
+
+
+@pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])
+@pytest.mark.parametrize(("cfg", "micro_batch", "seq"), EAGER_TANH_SHAPES, ids=["gqa-layernorm", "mha-tied"])
+def test_the_eager_tanh_gelu_keeps_three_more_mlp_tensors(cfg: ModelConfig, micro_batch: int, seq: int,
+                                                         policy: str) -> None:
+    """``activation: eager_tanh``: the saved activations against the tracker under every checkpointing mode (on a
+    CPU autocast keeps ``pow`` in bf16; on a GPU in fp32, which the model says by ``device``)."""
+    from dataclasses import replace
+
+    from shardscope.costmodel.memory_peak import eager_activation_bytes
+
+    dtype = "float32" if policy == "fp32" else "bfloat16"
+    for mode in ("none", "full", "selective_op", "selective_layer"):
+        tracked = _tracked_single_process(cfg, micro_batch, seq, policy, checkpointing=mode)
+        acts = activation_bytes(cfg, StepShape(micro_batch, seq, dtype, checkpointing=mode), policy, device="cpu")
+        assert abs(tracked.activation_peak_bytes / acts["peak"] - 1) < 0.01, (mode, tracked.activation_peak_bytes, acts)
+    shape, tf = StepShape(micro_batch, seq, dtype), micro_batch * seq * cfg.d_ff
+    fused = activation_bytes(replace(cfg, activation="fused"), shape, policy)["total"]
+    assert activation_bytes(cfg, shape, policy)["total"] - fused == cfg.n_layers * eager_activation_bytes(cfg, shape, policy)
+    assert eager_activation_bytes(cfg, shape, policy, "gpu") == (6 if policy == "bf16" else 12) * tf
+    assert eager_activation_bytes(cfg, shape, policy, "cpu") == (12 if policy == "fp32" else 6) * tf
+
+
+def test_the_eager_tanh_gelu_is_read_from_gelu_new_and_only_on_a_gelu_mlp() -> None:
+    from shardscope.contracts.models import resolve_model
+
+    gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 128}
+    assert resolve_model({**gpt2, "activation_function": "gelu_new"})[1].activation == "eager_tanh"
+    assert resolve_model({**gpt2, "activation_function": "gelu_pytorch_tanh"})[1].activation == "fused"
+    assert resolve_model({**gpt2, "activation_function": "gelu"})[1].activation == "fused"
+    gemma = {"model_type": "gemma", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 128, "vocab_size": 100, "hidden_act": "gelu_new"}
+    assert resolve_model(gemma)[1].activation == "fused"  # a gated MLP: the worker's SwiGLU stands in
+    assert "activation" not in resolve_model({**gpt2, "activation_function": "gelu"})[1].to_dict()
+    with pytest.raises(ValueError, match="model.activation eager_tanh is a GELU MLP's"):
+        ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, vocab_size=100, max_seq_len=64,
+                    activation="eager_tanh")
+    with pytest.raises(ValueError, match="model.activation must be one of fused, eager_tanh"):
+        ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=128, vocab_size=100, max_seq_len=64,
+                    mlp="gelu", activation="quick")
+
+
 @pytest.mark.xfail(strict=True, reason="a known miss: with eager attention, a fused LayerNorm and few, wide score "
                    "matrices (8 heads over a width of 128), full checkpointing's recompute peaks before its end, while the "
                    "scores' transient is alive (tracked 639,820 B against 602,400 B modeled in bf16, +6%; +2% in fp32); "

@@ -129,6 +129,17 @@ def mlp_kind(doc: dict[str, Any]) -> str:
     return "gelu" if act.startswith(("gelu", "relu")) and not family else "swiglu"
 
 
+def activation_kind(doc: dict[str, Any], mlp: str) -> str:
+    """``eager_tanh`` for an ungated MLP whose activation is ``gelu_new`` (GPT-2's ``activation_function``, GPT-J's,
+    GPT-Neo's, CodeGen's, Phi-2's ``hidden_act``): transformers' ``NewGELUActivation`` computes it as Python tensor ops
+    (:data:`~shardscope.contracts.models.ACTIVATION_KINDS`); else ``fused`` (``gelu``, ``gelu_pytorch_tanh``,
+    ``relu``, ``silu``: one kernel each). shardscope's own ``activation`` key wins."""
+    if doc.get("activation") is not None:
+        return str(doc["activation"])
+    act = str(doc.get("hidden_act") or doc.get("activation_function") or "").lower()
+    return "eager_tanh" if mlp == "gelu" and act == "gelu_new" else "fused"
+
+
 def depth(doc: dict[str, Any], path: str) -> Any:
     """Blocks of the stand-in decoder: the config's layers, an encoder-decoder's encoder and decoder together."""
     layers = _first(doc, KEYS["n_layers"], path)
@@ -205,6 +216,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     values["norm"] = doc.get("norm") or ("layernorm" if family in LAYERNORM_FAMILIES else "rmsnorm")
     attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None), "sdpa")
     values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
+    values["activation"] = activation_kind(doc, mlp)
     dropout_key = next((k for k in ATTENTION_DROPOUT_KEYS if doc.get(k) is not None), None)
     if dropout_key is not None:
         values["attention_dropout"] = doc[dropout_key]

@@ -11,7 +11,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = ["ATTENTION_KINDS", "HEAD_KINDS", "MLP_KINDS", "NORM_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
+__all__ = ["ACTIVATION_KINDS", "ATTENTION_KINDS", "HEAD_KINDS", "MLP_KINDS", "NORM_KINDS", "PRESETS", "ModelConfig", "parse_model_spec", "resolve_model"]
 
 #: The feed-forward kinds the decoder builds: SwiGLU (gate, up, down) and GELU (up, down).
 MLP_KINDS = ("swiglu", "gelu")
@@ -29,8 +29,14 @@ ATTENTION_KINDS = ("sdpa", "eager")
 #: ``...ForQuestionAnswering``, ``...ForMultipleChoice``: a handful of labels per sequence or token, whose weights,
 #: FLOPs and activations are negligible beside the blocks', so none are counted).
 HEAD_KINDS = ("lm", "classifier")
+#: How a GELU MLP's activation is computed: torch's fused kernel (``F.gelu``, which saves its input alone for backward),
+#: or ``eager_tanh``, Hugging Face's ``NewGELUActivation`` (``gelu_new``: GPT-2, GPT-J, GPT-Neo, CodeGen, Phi-2), the
+#: tanh approximation written as Python tensor ops, ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``, each of whose
+#: intermediates autograd keeps as it needs them for backward.
+ACTIVATION_KINDS = ("fused", "eager_tanh")
 #: The fields of :class:`ModelConfig` that name one of a few kinds, and those kinds.
-_KINDS = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "attention": ATTENTION_KINDS, "head": HEAD_KINDS}
+_KINDS = {"mlp": MLP_KINDS, "norm": NORM_KINDS, "attention": ATTENTION_KINDS, "head": HEAD_KINDS,
+          "activation": ACTIVATION_KINDS}
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class ModelConfig:
     head: str = "lm"
     """``lm`` (a vocabulary-sized output head and its loss) or ``classifier`` (a task's few labels: no vocabulary-sized
     weights, logits or loss; :data:`HEAD_KINDS`). Modeled only: the training worker builds language models."""
+    activation: str = "fused"
+    """A GELU MLP's activation: ``fused`` (torch's kernel) or ``eager_tanh`` (Hugging Face's ``gelu_new`` as Python
+    tensor ops: :data:`ACTIVATION_KINDS`); a SwiGLU's SiLU is always torch's kernel."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -98,6 +107,8 @@ class ModelConfig:
         if self.head == "classifier" and self.tie_embeddings:
             raise ValueError("model.tie_embeddings must be false with model.head classifier (it has no "
                              "vocabulary-sized output to tie to the embedding)")
+        if self.activation != "fused" and self.mlp != "gelu":
+            raise ValueError(f"model.activation {self.activation} is a GELU MLP's; model.mlp is {self.mlp}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"model.n_heads ({self.n_heads}) must be divisible by model.n_kv_heads ({self.n_kv_heads})")
 
@@ -168,10 +179,11 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, ``norm`` only
         where it is not RMSNorm, ``attention`` and ``attention_dropout`` only where not fused and none, ``head`` only
-        where it is not a language model's, so a shape that has none of them is stored as it always was)."""
+        where it is not a language model's, ``activation`` only where not fused, so a shape that has none of them is
+        stored as it always was)."""
         out = asdict(self)
         for key, default in (("head_size", None), ("norm", "rmsnorm"), ("attention", "sdpa"), ("attention_dropout", 0.0),
-                             ("head", "lm")):
+                             ("head", "lm"), ("activation", "fused")):
             if out[key] == default:
                 del out[key]
         return out

@@ -95,6 +95,16 @@ EAGER_ATTENTION_FORWARD_BYTES: dict[str, tuple[float, ...]] = {
     "fp32": (24, 8, 0, 16, 8, 0), "autocast": (28, 4, 0, 8, 4, 0), "bf16": (28, 4, 0, 8, 4, 0)}
 
 
+#: Bytes per MLP element (``T·f`` per block) that the eager tanh GELU (``ModelConfig.activation``: Hugging Face's
+#: ``gelu_new`` as Python tensor ops) streams beyond torch's fused kernel, as ``(forward and backward, forward alone)``
+#: (the second what a recompute streams again): seven more element-wise kernels forward and ten backward. Traced with
+#: :func:`shardscope.training.kernel_traffic.traced_traffic` on two shapes at two token counts each, identical per
+#: element: 164 and 64 bytes in fp32, 82 and 32 in bf16. Under autocast on a GPU ``pow`` is one of the ops CUDA's
+#: autocast runs in fp32, and the chain after it follows, so fp32's bytes are taken (derived, not traced: CPU
+#: autocast keeps the chain in bf16, where it streams bf16's 82 and 32).
+EAGER_TANH_BYTES: dict[str, tuple[float, float]] = {"fp32": (164, 64), "autocast": (164, 64), "bf16": (82, 32)}
+
+
 def eager_dropout_bytes(element: int) -> int:
     """Bytes per score element of dropout on the attention probabilities, forward and backward, as torch's fused GPU
     kernel runs it (derived, not traced: the CPU's dropout is another implementation): forward reads the
@@ -127,8 +137,9 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: flo
     backward, in compute ``policy`` (``fp32``, ``autocast`` or ``bf16``): every block's, the ops outside the blocks,
     the share ``recompute`` of the blocks' forward that checkpointing computes again (1 under full), the embedding's gradient (none when
     frozen weights, ``cast_share`` below 1, leave the embedding untrained), autocast's weight casts
-    (``cast_share``: the share of the weights held in fp32 that it casts) and, for eager attention, its score
-    matrices (:func:`eager_attention_traffic`, sequences of ``seq_len`` tokens)."""
+    (``cast_share``: the share of the weights held in fp32 that it casts), for eager attention its score
+    matrices (:func:`eager_attention_traffic`, sequences of ``seq_len`` tokens) and for the eager tanh GELU its
+    element-wise chain (:data:`EAGER_TANH_BYTES`)."""
     norm = TRAFFIC_NORM.get(cfg.norm, cfg.norm)
     key = (policy, cfg.mlp, norm)
     if key not in BLOCK_BYTES_PER_TOKEN:
@@ -137,6 +148,9 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: flo
     per_token = _dot(BLOCK_BYTES_PER_TOKEN[key], shape)
     if recompute:
         per_token += float(recompute) * _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)
+    if cfg.activation == "eager_tanh":
+        both, forward = EAGER_TANH_BYTES[policy]
+        per_token += cfg.d_ff * (both + float(recompute) * forward)
     per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[(policy, norm)], (cfg.head_outputs, cfg.d_model))
     per_batch = 0.0
     if cast_share >= 1:

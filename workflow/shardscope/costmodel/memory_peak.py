@@ -28,7 +28,9 @@ activations (saved for backward, alive when forward returns)
     (LayerNorm's mean 8 bytes a token more), traced the same way.
     Eager attention (``ModelConfig.attention``, Hugging Face's code) adds the float32 softmax of every score, its cast
     and any dropout's mask and output, with k and v repeated to every head (:func:`eager_attention_bytes`);
-    SDPA/flash keeps none. Full checkpointing keeps each block's input and one
+    SDPA/flash keeps none. Hugging Face's ``gelu_new`` as Python tensor ops (``ModelConfig.activation``
+    ``eager_tanh``) keeps three ``T·f`` tensors more than the fused GELU (:func:`eager_activation_bytes`).
+    Full checkpointing keeps each block's input and one
     block's activations while that block is recomputed in backward (:func:`activation_bytes`); torchtitan's
     ``selective_op`` keeps beside each input the attention output and every other matmul's
     (:func:`selective_op_saved_bytes`), its ``selective_layer`` checkpoints every second block;
@@ -263,7 +265,24 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, devi
     out -= 2 * t * fused_norm_saves_less(cfg, policy)  # the block's two norms
     if shape.attention == "eager" or cfg.attention == "eager":
         out += eager_attention_bytes(cfg, shape, policy, device)
-    return out - frozen_saved(cfg, shape, policy)
+    return out + eager_activation_bytes(cfg, shape, policy, device) - frozen_saved(cfg, shape, policy)
+
+
+def eager_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: str = "gpu") -> int:
+    """Bytes one block's eager tanh GELU (``ModelConfig.activation``: Hugging Face's ``gelu_new``,
+    :func:`shardscope.training.model.eager_tanh_gelu`) keeps beyond torch's fused kernel, which saves only its input.
+
+    Autograd keeps, per MLP element, ``pow``'s input, ``tanh``'s output and the two factors of the last product
+    (``0.5·x`` and ``1 + tanh(...)``), where the fused kernel keeps the input alone: three more ``T·f`` tensors, 12 bytes
+    in fp32 and 6 in bf16 (traced with the tensor tracker). Under autocast on a GPU ``pow`` is one of the ops CUDA's
+    autocast runs in fp32, so its input is saved as an fp32 copy and everything after it up to the last product is
+    fp32 (``tanh``'s output, ``1 + tanh``), with only ``0.5·x`` in bf16: 16 bytes kept against the fused kernel's 4,
+    12 more (derived from autocast's op lists, not traced: CPU autocast keeps ``pow`` in bf16, 6 more, as traced).
+    0 for the fused kernel."""
+    if cfg.activation != "eager_tanh":
+        return 0
+    per_element = 12 if policy == "fp32" or (policy == "autocast" and device == "gpu") else 6
+    return per_element * shape.tokens * cfg.d_ff
 
 
 def fused_norm_saves_less(cfg: ModelConfig, policy: str) -> int:
@@ -413,7 +432,8 @@ def activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: st
             "recomputed": recomputed if any(wrapped) else 0}
 
 
-def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_grad_first: bool = False) -> list[dict[str, int]]:
+def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_grad_first: bool = False,
+                         device: str = "gpu") -> list[dict[str, int]]:
     """The largest moments inside one block's MLP backward, between operators, in time order.
 
     Traced operator by operator with the tensor tracker, which counts an operator's outputs beside the inputs it
@@ -435,7 +455,12 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
     all three weight gradients made, the gradient of ``up``'s input (``T·h``) and of ``gate``'s output (``T·f``)
     alive, then ``gate``'s input's gradient beside them, gate's, up's, silu's outputs and the product freed (4
     ``T·f``). GELU: ``gelu_grad``: GELU's backward makes the gradient of up's output beside the gradient of its own,
-    GELU's output freed; ``up_grads``: up's gradients, with GELU's input freed as well.
+    GELU's output freed; ``up_grads``: up's gradients, with GELU's input freed as well. The eager tanh GELU
+    (``ModelConfig.activation``, :func:`eager_activation_bytes`) peaks instead at ``product_grads``: its last
+    product's backward makes the gradients of both its factors beside the product's gradient, the product (``down``'s
+    input) freed and the factors still saved (traced, fp32 and bf16, on the tracker's live set at the peak); under
+    autocast on a GPU the product and its ``1 + tanh`` factor are fp32 and ``0.5·x`` bf16, so those gradients are 4, 4
+    and 2 bytes (derived: see :func:`eager_activation_bytes`); by ``up_grads`` its intermediates are freed too.
     """
     t, h, f = shape.tokens, cfg.d_model, cfg.d_ff
     e_act = 4 if policy == "fp32" else 2  # matmul and SwiGLU outputs (bf16 under autocast too)
@@ -456,6 +481,14 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
     down_done = {"weight_grads_kept": weight,
                  "weight_grads_transient": bf16_weight if bf16_weight and weight else weight,
                  "activation_grads": flowing + hidden + (t * h * 2 if autocast else 0), "freed": 0}
+    if cfg.mlp != "swiglu" and cfg.activation == "eager_tanh":  # the last product's backward, then up's gradients
+        grads = t * f * (10 if autocast and device == "gpu" else 3 * e_act)
+        return [first, down_done,
+                {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + grads,
+                 "freed": down_input},
+                {"weight_grads_kept": 2 * weight, "weight_grads_transient": weight,
+                 "activation_grads": flowing + hidden + t * h * e_act,
+                 "freed": hidden + down_input + eager_activation_bytes(cfg, shape, policy, device)}]
     if cfg.mlp != "swiglu":  # down(gelu(up(x))): gelu's backward, then up's two gradients
         return [first, down_done,
                 {"weight_grads_kept": weight, "weight_grads_transient": 0, "activation_grads": flowing + 2 * hidden,
@@ -472,7 +505,7 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
 
 
 def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, weight_grads_kept: bool,
-                               input_grad_first: bool = False) -> dict[str, int]:
+                               input_grad_first: bool = False, device: str = "gpu") -> dict[str, int]:
     """The largest moment of one block's MLP backward (:func:`mlp_backward_moments`): its gradient buffers and the activations freed.
 
     ``weight_grads_kept``: whether the strategy keeps the weight gradients (FSDP, ZeRO-1) or
@@ -483,7 +516,7 @@ def block_backward_temporaries(cfg: ModelConfig, shape: StepShape, policy: str, 
     """
     key = "weight_grads_kept" if weight_grads_kept else "weight_grads_transient"
     candidates = [{"block_grads": m["activation_grads"] + m[key], "freed": m["freed"]}
-                  for m in mlp_backward_moments(cfg, shape, policy, input_grad_first)]
+                  for m in mlp_backward_moments(cfg, shape, policy, input_grad_first, device)]
     return max(candidates, key=lambda c: c["block_grads"] - c["freed"])  # max keeps the first of equals
 
 
@@ -658,7 +691,7 @@ def zero3_backward_end(cfg: ModelConfig, e_param: int, e_reduce: int, bucket: in
 
 
 def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], root: int, block: int,
-                         e_grad: int) -> dict[str, int]:
+                         e_grad: int, device: str = "gpu") -> dict[str, int]:
     """FSDP2's largest moment inside the blocks' backward: over the ``L`` blocks in backward order, the largest.
 
     Alive throughout: the root's unsharded parameters (the root is not resharded until its
@@ -678,7 +711,7 @@ def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: 
     activations are still alive).
     """
     root_grads = (cfg.d_model + cfg.head_outputs * cfg.d_model) * e_grad
-    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True, device=device)
     candidates = []
     for j in range(cfg.n_layers):
         parts = {"root_unsharded": root, "root_grads": root_grads, "block_unsharded": block,
@@ -690,7 +723,7 @@ def fsdp_backward_blocks(cfg: ModelConfig, shape: StepShape, policy: str, acts: 
 
 
 def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[str, int], bucket: int, e_grad: int,
-                   bucket_elements: int) -> dict[str, int]:
+                   bucket_elements: int, device: str = "gpu") -> dict[str, int]:
     """ZeRO-1's largest moment in the blocks' backward: full gradients pile up while activations are freed.
 
     Stage 1 keeps every full gradient until the end of backward (it partitions only the
@@ -702,7 +735,7 @@ def zero1_backward(cfg: ModelConfig, shape: StepShape, policy: str, acts: dict[s
     """
     head_grads = (cfg.head_outputs * cfg.d_model + cfg.norm_params) * e_grad  # the output head and final norm
     block_grads = block_params(cfg) * e_grad
-    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True)
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=True, device=device)
     cap = bucket if bucket_elements < cfg.param_count() else None  # a full bucket is reduced: no more piles up
 
     def grads(nbytes: int) -> int:
@@ -876,7 +909,8 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
     e_grad = 4 if policy in ("fp32", "autocast") else 2
     input_first = strategy == "zero3"  # DeepSpeed ZeRO-3 replaces F.linear by its own, the input's gradient first
-    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=False, input_grad_first=input_first)
+    mlp = block_backward_temporaries(cfg, shape, policy, weight_grads_kept=False, input_grad_first=input_first,
+                                     device=device)
     phases = {
         "forward": {**buffers["forward"], "activations": acts["total"]},
         "backward": head_backward(buffers["backward"], cfg, shape, acts, log_softmax, head_input, e_grad, input_first),
@@ -891,10 +925,10 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     if strategy == "fsdp":
         e_param = 4 if policy in ("fp32", "autocast") else 2
         phases["backward_blocks"] = fsdp_backward_blocks(cfg, shape, policy, acts, root_params(cfg) * e_param,
-                                                         block_params(cfg) * e_param, e_grad)
+                                                         block_params(cfg) * e_param, e_grad, device)
     if strategy == "zero1":
         phases["backward_blocks"] = zero1_backward(cfg, shape, policy, acts, buffers["backward_blocks"]["reduce_bucket"], e_grad,
-                                                   bucket_elements)
+                                                   bucket_elements, device)
     whole_bucket = bucket_elements >= cfg.param_count()
     if strategy == "zero2" and whole_bucket:  # one bucket holds every gradient: reduced only at the end
         phases["backward_end"] = {**buffers["backward_blocks"], "full_grads": cfg.param_count() * e_grad, "activations": 0}

@@ -8,6 +8,8 @@ weights are random, and nothing is downloaded.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -131,15 +133,24 @@ class MLP(nn.Module):
 
 
 class GeluMLP(nn.Module):
-    """GELU feed-forward of GPT-2 and GPT-NeoX (``mlp: gelu``): ``down(gelu(up(x)))``, no biases."""
+    """GELU feed-forward of GPT-2 and GPT-NeoX (``mlp: gelu``): ``down(gelu(up(x)))``, no biases; the GELU torch's
+    kernel or Hugging Face's eager ops (``activation``)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+        self.eager = cfg.activation == "eager_tanh"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.gelu(self.up(x), approximate="tanh"))
+        up = self.up(x)
+        return self.down(eager_tanh_gelu(up) if self.eager else F.gelu(up, approximate="tanh"))
+
+
+def eager_tanh_gelu(x: torch.Tensor) -> torch.Tensor:
+    """The tanh GELU as Hugging Face's ``NewGELUActivation`` (``gelu_new``) computes it, op by op, so that autograd keeps
+    its intermediates as it does there (``ModelConfig.activation``: ``eager_tanh``)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
 class Block(nn.Module):
