@@ -262,15 +262,21 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: micro-batches, all modeled above the largest that ran, move toward it (FSDP blog GPT-2 large x1.9-2.2 ->
 #: x1.14-1.45, GPT-2 XL ZeRO-3 offload x2.25 -> x1.56): held-out largest median x1.82 -> x1.27 and worst x2.6 -> x2.0,
 #: all x1.80 -> x1.27.
+#: Then a new held-out source (16, held out by the split rule): transformers' single-GPU page, bert-large on one V100
+#: with accumulation, checkpointing and fp16, its memory on nvidia-smi's basis. Its memory is within 4-17% (held-out
+#: median 0.254 -> 0.183, all 0.194 -> 0.161); its fp16 speed-ups are modeled x3.29 and x2.20 against x2.10 and x1.14
+#: measured (fp32 absolute within 2%, fp16 1.59x too fast: AMP on Volta as the 2022 Trainer ran it is slower than the
+#: model's fp16), so the ratio and absolute medians are loosened: held-out x1.25 -> x1.27 and x1.08 -> x1.11, all
+#: x1.23 -> x1.25 and x1.08 -> x1.11.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.81, "pairwise": 0.85, "ratio_median": 1.26, "ratio_worst": 2.94, "memory_median": 0.26,
-                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
+    "held_out": {"top1": 0.81, "pairwise": 0.87, "ratio_median": 1.27, "ratio_worst": 2.94, "memory_median": 0.19,
+                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 0.83, "pairwise": 0.85, "ratio_median": 1.23, "ratio_worst": 2.94, "memory_median": 0.2,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.09, "absolute_worst": 2.92,
+    "all": {"top1": 0.84, "pairwise": 0.87, "ratio_median": 1.25, "ratio_worst": 2.94, "memory_median": 0.17,
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
             "largest_median": 1.27, "largest_worst": 2.01},
 }
 
