@@ -245,6 +245,8 @@ def advise_argv(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path, 
         argv += ["--peak-tflops", f"{hw['peak_tflops']:g}"]
     if run.get("shard_size"):
         argv += ["--shard-size", str(run["shard_size"])]
+    # the DeepSpeed release the runs used where the source pins one; else advise takes the one installed here
+    argv += ["--deepspeed-version", case["deepspeed_version"]] if case.get("deepspeed_version") else []
     return argv + _run_flags(case, run)
 
 

@@ -268,14 +268,18 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: measured (fp32 absolute within 2%, fp16 1.59x too fast: AMP on Volta as the 2022 Trainer ran it is slower than the
 #: model's fp16), so the ratio and absolute medians are loosened: held-out x1.25 -> x1.27 and x1.08 -> x1.11, all
 #: x1.23 -> x1.25 and x1.08 -> x1.11.
+#: Then DeepSpeed 0.18.5's recount of the backward's parameters in every gradient hook (deepspeedai/DeepSpeed#7886),
+#: asked for OpenTau's runs, whose uv.lock pins 0.18.5: the pi05 stand-in has 146 of pi05's several hundred parameter
+#: tensors, so its ZeRO steps grow 0.075 s where the thread measured about 2.8 s; held-out worst ratio x2.93 -> x2.74,
+#: pairwise 64/73 -> 65/73.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.81, "pairwise": 0.87, "ratio_median": 1.27, "ratio_worst": 2.94, "memory_median": 0.19,
+    "held_out": {"top1": 0.81, "pairwise": 0.88, "ratio_median": 1.27, "ratio_worst": 2.75, "memory_median": 0.19,
                  "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 0.84, "pairwise": 0.87, "ratio_median": 1.25, "ratio_worst": 2.94, "memory_median": 0.17,
+    "all": {"top1": 0.84, "pairwise": 0.88, "ratio_median": 1.25, "ratio_worst": 2.75, "memory_median": 0.17,
             "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
             "largest_median": 1.27, "largest_worst": 2.01},
 }

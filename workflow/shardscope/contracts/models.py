@@ -145,6 +145,15 @@ class ModelConfig:
         """Parameters of one norm: its gain, and LayerNorm's bias."""
         return self.d_model * (2 if self.norm == "layernorm" else 1)
 
+    def param_tensors(self) -> int:
+        """Parameter tensors of :class:`GPT` with this shape: the embedding, per block its two norms (a LayerNorm's gain
+        and bias), q, the fused k/v, the output and the MLP's matrices, the final norm, and an untied language-model
+        head. A Hugging Face model of the same shape has as many or more (separate k and v, biases): this is the
+        count DeepSpeed's per-parameter hooks fire for in the worker (:mod:`shardscope.costmodel.deepspeed_hooks`)."""
+        norm = 2 if self.norm == "layernorm" else 1
+        head = 1 if self.head == "lm" and not self.tie_embeddings else 0
+        return 1 + self.n_layers * (2 * norm + 3 + self.mlp_matrices) + norm + head
+
     def block_matmul_params(self) -> int:
         """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP."""
         kv = self.n_kv_heads * self.head_dim

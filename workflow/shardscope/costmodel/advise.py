@@ -24,6 +24,7 @@ from shardscope.costmodel.calibrate import Calibration
 from shardscope.contracts.groups import gpu_islands, hsdp_shard_size
 from shardscope.costmodel.collectives import Job, peak_busbw_gbps, predict_collective
 from shardscope.costmodel.decision import Decision, decide
+from shardscope.costmodel.deepspeed_hooks import recount_note
 from shardscope.costmodel.machine import Machine, build_machine
 from shardscope.topology.model import Link, nvlink_islands
 from shardscope.costmodel.placement import (
@@ -460,6 +461,9 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
         no_fit = smallest_holding([p.strategy for p in ranking], cfg, gpus, replace(assumptions, micro_batch=1),
                                   decision.usable_bytes, {p.strategy: g for p in ranking
                                                           if (g := _shard_of(where, p.strategy, gpus, shard_sizes))})
+    recount = recount_note(assumptions.deepspeed_version, [p.strategy for p in ranking], cfg,
+                           assumptions.trainable_fraction)
+    notes += (recount,) if recount else ()
     busbw = peak_busbw_gbps("all_reduce", job) if gpus > 1 else 0.0
     first = _first_sentence(decision, best, ranking, placement, nodes, busbw)
     sentences = (first, _fit_sentence(ranking, machine, no_fit),

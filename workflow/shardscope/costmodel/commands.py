@@ -109,6 +109,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     doc, source = load_topology(args.topology)
     (mfu, overlap), labels = _step_constants(args)
     from shardscope.costmodel.deepspeed_config import run_knobs
+    from shardscope.costmodel.deepspeed_hooks import installed_deepspeed_version
 
     try:
         cfg = resolve_model(model)[1]
@@ -121,7 +122,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       checkpointing=args.activation_checkpointing,
                                       trainable_fraction=args.trainable_fraction,
                                       offload_optimizer=offload, grad_accum=args.grad_accum,
-                                      ddp_bucket_view=args.ddp_bucket_view, deepspeed=knobs)
+                                      ddp_bucket_view=args.ddp_bucket_view, deepspeed=knobs,
+                                      deepspeed_version=args.deepspeed_version or installed_deepspeed_version())
         check_checkpointing(cfg, args.activation_checkpointing)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -448,6 +450,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reduce-dtype", choices=("float32", "bfloat16", "float16"),
                    help="dtype every strategy reduces gradients in (default: each framework's own: DDP under "
                         "autocast float32, the parameters' dtype; DeepSpeed and FSDP the training dtype)")
+    p.add_argument("--deepspeed-version", metavar="X.Y.Z",
+                   help="the DeepSpeed release the run uses (default: the one installed here, if any); 0.18.5 and 0.18.6 "
+                        "recount the backward's parameters in every ZeRO gradient hook, which advise then adds")
     _topology_args(p)
     p.set_defaults(func=_cmd_advise)
 

@@ -73,6 +73,7 @@ from shardscope.contracts.peak_flops import float32_peak_flops
 from shardscope.contracts.strategies import DDP_BUCKET_BYTES, DEEPSPEED_BUCKET_ELEMENTS, dtype_bytes
 from shardscope.costmodel.hardware import GpuSpec
 from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs
+from shardscope.costmodel.deepspeed_hooks import hook_recount_s
 from shardscope.costmodel.elementwise import elementwise_bytes
 from shardscope.costmodel.memory_peak import DDP_BUCKET_VIEW_DEFAULT, compute_policy, recompute_shares
 from shardscope.costmodel.optimizer_step import STREAM_SHARE, optimizer_step_s
@@ -222,6 +223,9 @@ class StepAssumptions:
     """DDP's ``gradient_as_bucket_view``: off (torch's default, what Hugging Face's Trainer, Accelerate and Lightning
     build) keeps its all-reduce buckets as a second copy of the gradients; on (this project's worker) the gradients
     are views of them (:data:`~shardscope.costmodel.memory_peak.DDP_BUCKET_VIEW_DEFAULT`)."""
+    deepspeed_version: str | None = None
+    """The DeepSpeed release the run uses (``advise``: the one installed, or ``--deepspeed-version``); 0.18.5 and 0.18.6
+    add host time to every ZeRO backward (:mod:`shardscope.costmodel.deepspeed_hooks`). None: a release without it."""
 
     def __post_init__(self) -> None:
         if self.reduce_bytes is not None and (isinstance(self.reduce_bytes, bool) or self.reduce_bytes not in (2, 4)):
@@ -819,6 +823,9 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
         host = max(0.0, host_s - (compute + exposed))
         comm += host
         exposed += host
+    if gpu is not None and not gpu.is_cpu:  # a DeepSpeed release that recounts in every hook: the GPU waits for it
+        recount = hook_recount_s(strategy, cfg, a.deepspeed_version, a.trainable_fraction) * a.grad_accum
+        host, comm, exposed = host + recount, comm + recount, exposed + recount
     terms = whole_peak_terms(strategy, cfg, gpus, a, shard_group)
     memory = {"total_bytes": terms.peak_bytes}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None

@@ -1,0 +1,92 @@
+"""DeepSpeed 0.18.5/0.18.6's recount of the backward's parameters in every ZeRO gradient hook (modeled numbers)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from shardscope.cli import main
+from shardscope.contracts.models import PRESETS, ModelConfig
+from shardscope.contracts.peak_flops import peak_flops
+from shardscope.costmodel.deepspeed_hooks import (SECONDS_PER_VISIT, hook_recount_s, installed_deepspeed_version,
+                                                  recount_note, recounts_in_every_hook)
+from shardscope.costmodel.hardware import spec_for_name
+from shardscope.costmodel.step import StepAssumptions, predict_step
+
+H100 = spec_for_name("NVIDIA H100 80GB HBM3")
+#: The fix's benchmark model had 147 parameter tensors (deepspeedai/DeepSpeed#7886): 18 SwiGLU blocks of 8, the
+#: embedding, the final norm and an untied head are as many.
+FIX_SHAPE = ModelConfig(n_layers=18, d_model=1024, n_heads=16, n_kv_heads=16, d_ff=2816, vocab_size=32000,
+                        max_seq_len=1024)
+
+
+def test_only_the_two_releases_recount_in_every_hook() -> None:
+    assert recounts_in_every_hook("0.18.5") and recounts_in_every_hook("0.18.6")
+    assert recounts_in_every_hook("0.18.5+cu121")
+    assert not any(recounts_in_every_hook(v) for v in ("0.18.4", "0.18.7", "0.19.8", "0.18.50", None))
+
+
+def test_the_recount_is_the_fixs_measured_difference_on_its_tensor_count() -> None:
+    assert FIX_SHAPE.param_tensors() == 147
+    assert hook_recount_s("zero2", FIX_SHAPE, "0.18.5") == pytest.approx(0.1265 - 0.0505)
+    assert hook_recount_s("zero3", FIX_SHAPE, "0.18.6") == pytest.approx(0.076)
+    deeper = replace(FIX_SHAPE, n_layers=36)  # twice the tensors: four times the visits
+    assert hook_recount_s("zero1", deeper, "0.18.5") == pytest.approx(deeper.param_tensors() ** 2 * SECONDS_PER_VISIT)
+    for strategy, version, fraction in (("ddp", "0.18.5", 1.0), ("fsdp", "0.18.5", 1.0), ("zero2", "0.18.7", 1.0),
+                                        ("zero2", None, 1.0), ("zero2", "0.18.5", 0.01)):
+        assert hook_recount_s(strategy, FIX_SHAPE, version, fraction) == 0.0
+
+
+def test_the_step_waits_for_it_on_a_gpu_every_micro_batch() -> None:
+    cfg = PRESETS["mistral-7b"]
+
+    def step(strategy: str, version: str | None, gpu=H100, accum: int = 1):
+        a = StepAssumptions(micro_batch=1, seq_len=2048, grad_accum=accum, deepspeed_version=version)
+        return predict_step(strategy, "mistral-7b", cfg, 8, peak_flops("NVIDIA H100 80GB HBM3"),
+                            lambda op, size: size / 100e9, 80 * 2**30, a, gpu=gpu)
+
+    extra = cfg.param_tensors() ** 2 * SECONDS_PER_VISIT
+    for accum in (1, 3):
+        before, after = step("zero2", "0.18.7", accum=accum), step("zero2", "0.18.5", accum=accum)
+        assert after.step_time_s - before.step_time_s == pytest.approx(accum * extra)
+        assert after.host_time_s - before.host_time_s == pytest.approx(accum * extra)
+    assert step("fsdp", "0.18.5").step_time_s == step("fsdp", "0.18.7").step_time_s
+    cpu = replace(H100, family="CPU (gloo)")  # measured steps there already hold the host's work
+    assert step("zero2", "0.18.5", gpu=cpu).step_time_s == step("zero2", "0.18.7", gpu=cpu).step_time_s
+
+
+def test_param_tensors_counts_the_workers_parameters() -> None:
+    torch = pytest.importorskip("torch")
+    from shardscope.training.model import GPT
+
+    shapes = [PRESETS["tiny"], ModelConfig(n_layers=3, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128,
+                                                  vocab_size=100, max_seq_len=64, mlp="gelu", norm="layernorm",
+                                                  tie_embeddings=True),
+              ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=4, d_ff=96, vocab_size=90, max_seq_len=64,
+                          norm="fused_rmsnorm")]
+    for cfg in shapes:
+        with torch.device("meta"):
+            assert cfg.param_tensors() == len(list(GPT(cfg).parameters())), cfg
+
+
+def test_advise_says_so_for_the_release_it_is_given_and_reads_the_installed_one(capsys) -> None:
+    argv = ["advise", "--topology", "preset:hgx-h100", "--model", "mistral-7b", "--gpus", "8", "--micro-batch", "2",
+            "--seq-len", "1024"]
+    assert main([*argv, "--deepspeed-version", "0.18.5"]) == 0
+    out = capsys.readouterr().out
+    assert "note: DeepSpeed 0.18.5 recounts the backward's parameters in every gradient hook" in out
+    assert f"{PRESETS['mistral-7b'].param_tensors()} parameter tensors" in out
+    assert main([*argv, "--deepspeed-version", "0.18.7"]) == 0
+    assert "recounts" not in capsys.readouterr().out
+    assert main([*argv, "--strategies", "ddp,fsdp", "--deepspeed-version", "0.18.5"]) == 0
+    assert "recounts" not in capsys.readouterr().out  # no DeepSpeed strategy ranked
+    assert main(argv) == 0
+    installed = installed_deepspeed_version()
+    assert ("recounts" in capsys.readouterr().out) == recounts_in_every_hook(installed)
+
+
+def test_the_note_is_none_where_nothing_is_added() -> None:
+    assert recount_note("0.18.7", ["zero2"], FIX_SHAPE) is None
+    assert recount_note("0.18.5", ["ddp", "fsdp"], FIX_SHAPE) is None
+    assert "0.076 s" in recount_note("0.18.5", ["ddp", "zero3"], FIX_SHAPE)
