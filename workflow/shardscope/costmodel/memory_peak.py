@@ -277,7 +277,8 @@ def eager_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, devi
     in fp32 and 6 in bf16 (traced with the tensor tracker). Under autocast on a GPU ``pow`` is one of the ops CUDA's
     autocast runs in fp32, so its input is saved as an fp32 copy and everything after it up to the last product is
     fp32 (``tanh``'s output, ``1 + tanh``), with only ``0.5·x`` in bf16: 16 bytes kept against the fused kernel's 4,
-    12 more (derived from autocast's op lists, not traced: CPU autocast keeps ``pow`` in bf16, 6 more, as traced).
+    12 more (derived from torch.amp's op reference, whose "CUDA Ops that can autocast to float32" list names ``pow``;
+    not traced: CPU autocast keeps ``pow`` in bf16, 6 more, as traced).
     0 for the fused kernel."""
     if cfg.activation != "eager_tanh":
         return 0
