@@ -957,6 +957,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
                                   "fair": asdict(fair), "overlap_comm": overlap_comm, "reduce_bucket_elements": bucket_elements,
                                   "ddp_bucket_view": ddp_bucket_view,
                                   **({"deepspeed": asdict(deepspeed)} if deepspeed is not None else {}),
+                                  "mlp_activation": cfg.activation,
                                   "activations_at_forward_end": acts["total"], "activation_peak": acts["peak"]}, **held)
 
 

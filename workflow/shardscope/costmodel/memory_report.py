@@ -70,6 +70,7 @@ def format_peak_table(rows: list[dict[str, Any]]) -> str:
         "",
         f"whole peak per GPU (modeled): seq {first['seq_len']}, micro-batch {first['micro_batch']}, "
         f"activation checkpointing {first['checkpointing']}, attention {first['attention']}, "
+        f"{'GELU as gelu_new eager ops, ' if first.get('mlp_activation') == 'eager_tanh' else ''}"
         f"overhead {first['overhead_fraction']:g} of the peak (calibrated from a measured run, 0 if not)",
         "  activations: the tensors autograd saves (per block and the output side); buffers: the temporaries of "
         "the peak phase (logits, gradient buckets, gathered parameters, optimizer step)",
