@@ -90,3 +90,10 @@ def test_the_note_is_none_where_nothing_is_added() -> None:
     assert recount_note("0.18.7", ["zero2"], FIX_SHAPE) is None
     assert recount_note("0.18.5", ["ddp", "fsdp"], FIX_SHAPE) is None
     assert "0.076 s" in recount_note("0.18.5", ["ddp", "zero3"], FIX_SHAPE)
+
+
+def test_a_release_that_is_no_release_is_refused_in_one_sentence(capsys) -> None:
+    argv = ["advise", "--topology", "preset:hgx-h100", "--model", "mistral-7b", "--gpus", "8"]
+    assert main([*argv, "--deepspeed-version", "latest"]) == 2
+    err = capsys.readouterr().err
+    assert "--deepspeed-version: expected a release such as 0.18.7, got 'latest'" in err and err.count("\n") == 1

@@ -64,6 +64,15 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _release(text: str) -> str:
+    """A DeepSpeed release as ``--deepspeed-version`` takes it: ``X.Y`` or ``X.Y.Z``, a local ``+suffix`` allowed."""
+    import re
+
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?(\+[\w.]+)?", text):
+        raise argparse.ArgumentTypeError(f"expected a release such as 0.18.7, got {text!r}")
+    return text
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -450,7 +459,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reduce-dtype", choices=("float32", "bfloat16", "float16"),
                    help="dtype every strategy reduces gradients in (default: each framework's own: DDP under "
                         "autocast float32, the parameters' dtype; DeepSpeed and FSDP the training dtype)")
-    p.add_argument("--deepspeed-version", metavar="X.Y.Z",
+    p.add_argument("--deepspeed-version", metavar="X.Y.Z", type=_release,
                    help="the DeepSpeed release the run uses (default: the one installed here, if any); 0.18.5 and 0.18.6 "
                         "recount the backward's parameters in every ZeRO gradient hook, which advise then adds")
     _topology_args(p)
