@@ -255,6 +255,8 @@ class StepAssumptions:
             raise ValueError(f"trainable fraction must be in (0, 1], got {self.trainable_fraction!r}")
         if self.offload_optimizer not in ("none", "cpu"):
             raise ValueError(f"optimizer offload must be none or cpu, got {self.offload_optimizer!r}")
+        if self.deepspeed_version is not None and not isinstance(self.deepspeed_version, str):
+            raise ValueError(f"deepspeed_version must be a release string such as '0.18.7', got {self.deepspeed_version!r}")
 
     @property
     def gradient_bytes(self) -> int:
@@ -779,7 +781,9 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     micro-batches of ``a.micro_batch`` sequences; a recorded run's collectives are taken as one step's. The
     optimizer's update runs once per step on the GPU, or on the host with ``a.offload_optimizer="cpu"``, whose
     ``gpus_per_host`` ranks (default: all ``gpus``) share its CPU under DeepSpeed and update side by side under
-    torch (:mod:`shardscope.costmodel.optimizer_step`); it is part of the compute time.
+    torch (:mod:`shardscope.costmodel.optimizer_step`); it is part of the compute time. A DeepSpeed release that
+    recounts the backward's parameters in every gradient hook (``a.deepspeed_version``) adds that host time, which
+    the GPU waits for, to every micro-batch (:func:`~shardscope.costmodel.deepspeed_hooks.hook_recount_s`).
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
