@@ -6,12 +6,16 @@ The model's command lives with the model (it was the training stage's, which is 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from shardscope.cli import gpu_count
 from shardscope.contracts.names import GROUPED_STRATEGIES, STRATEGIES
 from shardscope.costmodel.deepspeed_config import add_deepspeed_config_arg
 from shardscope.errors import UserError
 from shardscope.fileio import dump_json
+
+if TYPE_CHECKING:
+    from shardscope.contracts.models import ModelConfig
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
@@ -23,18 +27,19 @@ def _cmd_memory(args: argparse.Namespace) -> int:
 
     try:
         dtype = memory_dtype(args.dtype)
-        args.deepspeed_knobs, args.offload_optimizer = run_knobs(
-            args.deepspeed_config, resolve_model(parse_model_spec(args.model))[1].d_model, args.offload_optimizer)
+        name, cfg = resolve_model(parse_model_spec(args.model))  # once: a config.json path is read here only
+        args.deepspeed_knobs, args.offload_optimizer = run_knobs(args.deepspeed_config, cfg.d_model,
+                                                                 args.offload_optimizer)
         optim_bytes = args.optimizer_bytes if args.optimizer_bytes is not None else _optimizer_bytes(args)
         per_param = assumptions(dtype, not args.no_master_weights, args.param_bytes, args.grad_bytes, optim_bytes,
                                 half="fp16" if args.dtype == "float16" else "bf16")
-        rows = memory_table(parse_model_spec(args.model), args.strategy, args.gpus, dtype, per_param=per_param,
+        rows = memory_table({"name": name, **cfg.to_dict()}, args.strategy, args.gpus, dtype, per_param=per_param,
                             gpu_memory_gb=args.gpu_memory_gb, deepspeed_estimates=not args.no_deepspeed_estimate,
                             shard_group=_shard_group(args))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     try:
-        _add_whole_peak(rows, args)
+        _add_whole_peak(rows, args, cfg)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     print(dump_json(rows) if args.json else format_memory_table(rows) + format_peak_table(rows), end="")
@@ -82,8 +87,8 @@ def _optimizer_bytes(args: argparse.Namespace) -> float | None:
     return master + optimizer.moment_bytes
 
 
-def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
-    """Each row gains ``peak`` (every modeled term), whether it fits the usable memory and the
+def _add_whole_peak(rows: list[dict], args: argparse.Namespace, cfg: ModelConfig) -> None:
+    """Each row gains ``peak`` (every modeled term) of model ``cfg``, whether it fits the usable memory and the
     ``largest_micro_batch`` that does.
 
     The peak is :func:`shardscope.costmodel.answer.job_peak`'s, advise's and the report's: the implementation's model
@@ -92,12 +97,10 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace) -> None:
     """
     from dataclasses import replace
 
-    from shardscope.contracts.models import parse_model_spec, resolve_model
     from shardscope.costmodel.answer import job_peak, largest_fitting
     from shardscope.costmodel.memory_peak import ATTENTION_KERNELS, CHECKPOINTING
     from shardscope.costmodel.step import StepAssumptions
 
-    _, cfg = resolve_model(parse_model_spec(args.model))
     if args.seq_len is None:
         seq = min(cfg.max_seq_len, 4096)
     else:

@@ -16,10 +16,10 @@ times fewer parameters per GPU than DDP.
 - **Offloaded to the host** (``offload_optimizer="cpu"``): the update runs on the CPU, at DeepSpeed's CPU-Adam
   rate for ZeRO, whose OpenMP threads span the host's cores so that every rank of a host shares them, and at
   torch's CPU AdamW rate for FSDP, one thread per rank (torchrun starts each rank with ``OMP_NUM_THREADS=1``), so
-  that a host's ranks update side by side (:data:`CPU_ADAM_PARAMS_PER_S`), and the rank's gradients cross PCIe to the host and its updated parameters
-  back (:func:`shardscope.costmodel.hardware.pcie_effective_gbps`). FSDP's CPU offload (``CPUOffload``,
-  ``CPUOffloadPolicy``) keeps the sharded parameters on the host as well, so every all-gather first copies the
-  rank's fp32 shard to the GPU, in forward and again in backward. The copies are counted as exposed: DeepSpeed
+  that a host's ranks update side by side (:data:`CPU_ADAM_PARAMS_PER_S`), and the rank's gradients cross PCIe to
+  the host and its updated parameters back (:func:`shardscope.costmodel.hardware.pcie_effective_gbps`). FSDP's CPU
+  offload (``CPUOffload``, ``CPUOffloadPolicy``) keeps the sharded parameters on the host as well, so every
+  all-gather first copies the rank's fp32 shard to the GPU, in forward and again in backward. The copies are counted as exposed: DeepSpeed
   and FSDP overlap part of them, so this is the slow side of the truth (stated, not measured here).
 
 Every number is modeled. On a CPU machine the step model leaves the update to the measured calibration (the
