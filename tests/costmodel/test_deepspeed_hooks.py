@@ -97,3 +97,38 @@ def test_a_release_that_is_no_release_is_refused_in_one_sentence(capsys) -> None
     assert main([*argv, "--deepspeed-version", "latest"]) == 2
     err = capsys.readouterr().err
     assert "--deepspeed-version: expected a release such as 0.18.7, got 'latest'" in err and err.count("\n") == 1
+
+
+def test_a_real_models_count_of_tensors_replaces_the_stand_ins() -> None:
+    """pi05's 814 trainable tensors (its vision tower and action expert) beside its Gemma-2B stand-in's 146: the
+    recount grows with the square of the real count, as OpenTau#177's ~2.7 s of ZeRO-2 hook time did."""
+    from shardscope.contracts.models import resolve_model
+
+    gemma = {"model_type": "gemma", "hidden_size": 2048, "num_hidden_layers": 18, "num_attention_heads": 8,
+             "num_key_value_heads": 1, "head_dim": 256, "intermediate_size": 16384, "vocab_size": 257152}
+    _, stand_in = resolve_model(gemma)
+    _, real = resolve_model({**gemma, "parameter_tensors": 814})
+    assert stand_in.param_tensors() == 146 and real.param_tensors() == 814
+    assert real.param_count() == stand_in.param_count()  # the count of tensors changes nothing else
+    assert hook_recount_s("zero2", real, "0.18.5") == pytest.approx(814**2 * SECONDS_PER_VISIT)
+    assert 2.2 < hook_recount_s("zero2", real, "0.18.5") < 2.5
+    assert real.to_dict()["parameter_tensors"] == 814 and "parameter_tensors" not in stand_in.to_dict()
+    assert resolve_model({"preset": "tiny", "parameter_tensors": 9})[1].param_tensors() == 9
+    for bad in (0, -3, True, 2.5, "814"):
+        with pytest.raises(ValueError, match="model.parameter_tensors must be a positive integer"):
+            resolve_model({"preset": "tiny", "parameter_tensors": bad})
+
+
+def test_the_pipeline_refuses_a_count_its_worker_would_not_build(tmp_path) -> None:
+    import json
+
+    from shardscope.contracts.hf_config import spec_of
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                                "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+                                "parameter_tensors": 40}))
+    with pytest.raises(ValueError, match=r"config key sizing.model: .* parameter_tensors 40, .*leave parameter_tensors out"):
+        spec_of(str(path), "sizing.model")
+    with pytest.raises(ValueError, match="parameter_tensors 40"):
+        spec_of({"preset": "tiny", "parameter_tensors": 40}, "sizing.model")

@@ -272,14 +272,19 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: asked for OpenTau's runs, whose uv.lock pins 0.18.5: the pi05 stand-in has 146 of pi05's several hundred parameter
 #: tensors, so its ZeRO steps grow 0.075 s where the thread measured about 2.8 s; held-out worst ratio x2.93 -> x2.74,
 #: pairwise 64/73 -> 65/73.
+#: Then pi05's own count of trainable parameter tensors, 814 (``parameter_tensors``, counted from OpenTau's model code:
+#: the vision tower, the action expert's AdaRMS norms), in place of the stand-in's 146: the recount is 2.33 s per
+#: ZeRO backward where #177 measured 3442 - ~760 ms. DDP over ZeRO-2 is modeled x3.40 against x2.64 measured (was
+#: x0.99), so the case's top-1 is right: held-out top-1 10/12 -> 11/12, pairwise 65/73 -> 67/73, worst ratio
+#: x2.74 -> x2.09, ratio median x1.27 -> x1.25.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.81, "pairwise": 0.88, "ratio_median": 1.27, "ratio_worst": 2.75, "memory_median": 0.19,
+    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.26, "ratio_worst": 2.1, "memory_median": 0.19,
                  "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 0.84, "pairwise": 0.88, "ratio_median": 1.25, "ratio_worst": 2.75, "memory_median": 0.17,
+    "all": {"top1": 0.92, "pairwise": 0.91, "ratio_median": 1.25, "ratio_worst": 2.1, "memory_median": 0.17,
             "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
             "largest_median": 1.27, "largest_worst": 2.01},
 }

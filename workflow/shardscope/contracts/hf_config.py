@@ -10,7 +10,9 @@ BlenderBot, Marian, Pegasus: ``encoder_layers`` + ``decoder_layers``, ``encoder_
 ``encoder_ffn_dim``), whose encoder and decoder stand as one decoder of all their layers (cross-attention,
 about a tenth of their weights, is not represented). The same keys may come as a JSON object (``--model
 '{"hidden_size": ...}'``, :func:`looks_like_hf`), where a ``norm`` key (not one of transformers') may name the norm the
-run's framework uses in place of the family's (``fused_rmsnorm`` for torchtitan's fused kernel). Torch-free and offline: the file is read, nothing is downloaded.
+run's framework uses in place of the family's (``fused_rmsnorm`` for torchtitan's fused kernel) and a
+``parameter_tensors`` key the real model's count of trainable parameter tensors (for DeepSpeed's per-tensor hooks).
+Torch-free and offline: the file is read, nothing is downloaded.
 
 What is kept is what the memory and step models use: width, depth, heads, KV heads, MLP width and
 kind, vocabulary, tying, context and the head (a language model's, or a task's few labels where ``architectures``
@@ -217,6 +219,8 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None), "sdpa")
     values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
     values["activation"] = activation_kind(doc, mlp)
+    if doc.get("parameter_tensors") is not None:  # shardscope's own key: the real model's tensors, where it says
+        values["parameter_tensors"] = doc["parameter_tensors"]
     dropout_key = next((k for k in ATTENTION_DROPOUT_KEYS if doc.get(k) is not None), None)
     if dropout_key is not None:
         values["attention_dropout"] = doc[dropout_key]
@@ -266,7 +270,12 @@ def spec_of(model: Any, key: str) -> Any:
 
 
 def _trainable(cfg: ModelConfig, key: str, where: str) -> None:
-    """Refuse, for the pipeline, a model its training worker cannot build: a classifier head (modeled only)."""
+    """Refuse, for the pipeline, a model its training worker cannot build: a classifier head, or a count of parameter
+    tensors the stand-in would not have (both modeled only)."""
+    if cfg.parameter_tensors is not None:
+        raise ValueError(f"config key {key}: the model ({where}) gives parameter_tensors {cfg.parameter_tensors}, the "
+                         "count of a real model that advise, memory and predict model but the training stage cannot "
+                         "build (its worker builds the stand-in of the shape alone); leave parameter_tensors out")
     if cfg.head != "lm":
         raise ValueError(f"config key {key}: the model ({where}) has a classifier head, which advise, memory and predict "
                          "model but the training stage cannot run (its worker trains language models); give a language "

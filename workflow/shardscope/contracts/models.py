@@ -81,6 +81,12 @@ class ModelConfig:
     activation: str = "fused"
     """A GELU MLP's activation: ``fused`` (torch's kernel) or ``eager_tanh`` (Hugging Face's ``gelu_new`` as Python
     tensor ops: :data:`ACTIVATION_KINDS`); a SwiGLU's SiLU is always torch's kernel."""
+    parameter_tensors: int | None = None
+    """The real model's trainable parameter tensors (``len([p for p in model.parameters() if p.requires_grad])``) where
+    this shape stands in for a model with more of them (a vision tower, a second expert, separate biases); None: the
+    stand-in's own count (:meth:`param_tensors`). DeepSpeed's per-parameter gradient hooks fire once per tensor, so
+    their host time follows the real count (:mod:`shardscope.costmodel.deepspeed_hooks`). Modeled only: the training
+    worker builds the stand-in."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -97,7 +103,7 @@ class ModelConfig:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                     raise ValueError(f"model.attention_dropout must be a number at least 0 and below 1, got {value!r}")
                 continue
-            if f.name == "head_size" and value is None:
+            if f.name in ("head_size", "parameter_tensors") and value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"model.{f.name} must be a positive integer, got {value!r}")
@@ -149,7 +155,10 @@ class ModelConfig:
         """Parameter tensors of :class:`GPT` with this shape: the embedding, per block its two norms (a LayerNorm's gain
         and bias), q, the fused k/v, the output and the MLP's matrices, the final norm, and an untied language-model
         head. A Hugging Face model of the same shape has as many or more (separate k and v, biases): this is the
-        count DeepSpeed's per-parameter hooks fire for in the worker (:mod:`shardscope.costmodel.deepspeed_hooks`)."""
+        count DeepSpeed's per-parameter hooks fire for in the worker (:mod:`shardscope.costmodel.deepspeed_hooks`).
+        ``parameter_tensors``, where given, is the real model's count and replaces it."""
+        if self.parameter_tensors is not None:
+            return self.parameter_tensors
         norm = 2 if self.norm == "layernorm" else 1
         head = 1 if self.head == "lm" and not self.tie_embeddings else 0
         return 1 + self.n_layers * (2 * norm + 3 + self.mlp_matrices) + norm + head
@@ -188,11 +197,11 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, ``norm`` only
         where it is not RMSNorm, ``attention`` and ``attention_dropout`` only where not fused and none, ``head`` only
-        where it is not a language model's, ``activation`` only where not fused, so a shape that has none of them is
-        stored as it always was)."""
+        where it is not a language model's, ``activation`` only where not fused, ``parameter_tensors`` only where
+        given, so a shape that has none of them is stored as it always was)."""
         out = asdict(self)
         for key, default in (("head_size", None), ("norm", "rmsnorm"), ("attention", "sdpa"), ("attention_dropout", 0.0),
-                             ("head", "lm"), ("activation", "fused")):
+                             ("head", "lm"), ("activation", "fused"), ("parameter_tensors", None)):
             if out[key] == default:
                 del out[key]
         return out
