@@ -277,11 +277,16 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: ZeRO backward where #177 measured 3442 - ~760 ms. DDP over ZeRO-2 is modeled x3.40 against x2.64 measured (was
 #: x0.99), so the case's top-1 is right: held-out top-1 10/12 -> 11/12, pairwise 65/73 -> 67/73, worst ratio
 #: x2.74 -> x2.09, ratio median x1.27 -> x1.25.
+#: Then DeepSpeed ZeRO-1/2's own optimizer step on a GPU (stage_1_and_2.py read at v0.18.5): the gradient norm casts each
+#: chunk to float64 (8 B per element of the largest: BLOOM's 257M-element embedding, 2.1 GB on the rank that holds
+#: it), and the partition's 16-bit gradients are flattened and cast to fp32 beside them (6 B per local parameter,
+#: where 4 were modeled): BELLE's ZeRO-1/2 runs move toward their nvidia-smi peaks, held-out memory median
+#: 0.183 -> 0.167.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.26, "ratio_worst": 2.1, "memory_median": 0.19,
+    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.26, "ratio_worst": 2.1, "memory_median": 0.17,
                  "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
                  "largest_median": 1.27, "largest_worst": 2.01},
     "all": {"top1": 0.92, "pairwise": 0.91, "ratio_median": 1.25, "ratio_worst": 2.1, "memory_median": 0.17,

@@ -587,7 +587,8 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
     scaled copy, two of the largest local tensor. On GPU the ``foreach`` path keeps one
     temporary per local parameter (``exp_avg_sq.sqrt()`` for all of them): 4 bytes per local
     parameter. DeepSpeed's ZeRO-1/2/3 then copy the updated fp32 partition into the 16-bit
-    parameters through one partition-sized buffer.
+    parameters through one partition-sized buffer. DeepSpeed's ZeRO-1/2 on a GPU: the moments of its own step
+    (:func:`zero12_step_moments`).
     """
     largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
     sharded = strategy in ("fsdp", "fsdp_grad_op", "zero3", "zero1", "zero2")
@@ -596,8 +597,31 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
         per_tensor = -(-largest // gpus) if strategy in ("fsdp", "fsdp_grad_op") else largest
         temp = 2 * 4 * (local if strategy in ("zero1", "zero2", "zero3") else per_tensor)
     else:
-        temp = 4 * local
+        temp = zero12_step_moments(strategy, cfg, local, policy) if strategy in ("zero1", "zero2") else 4 * local
     return temp
+
+
+def zero12_step_moments(strategy: str, cfg: ModelConfig, local: int, policy: str) -> int:
+    """Bytes beyond the held states at the largest of the three moments of DeepSpeed ZeRO-1/2's optimizer step on a
+    GPU (``DeepSpeedZeroOptimizer.step``, ``runtime/zero/stage_1_and_2.py``, read at v0.18.5), per ``local``
+    parameters the rank updates.
+
+    - the gradient norm, first, with every held gradient alive: each gradient chunk of the rank's partition is cast to
+      float64 for its norm, one at a time (``get_grad_norm_direct``: ``g.data.double()``), 8 B per element of the
+      largest chunk: the largest tensor, or the whole partition where that tensor is larger;
+    - the flattening: the gradients of the parameters outside the rank's partition are freed (ZeRO-1 holds every
+      gradient until then), and the partition's are copied flat (``self.flatten``) and cast to fp32 (``.to(fp32)``)
+      while the gradients they came from are still held: 2 + 4 B per local parameter in a 16-bit run, the flat
+      copy alone (4 B, the cast returns it) in fp32;
+    - the update: the 16-bit gradients freed, the fp32 gradient (4 B) beside torch's foreach AdamW's temporary
+      (4 B per local parameter; DeepSpeed's FusedAdam keeps none)."""
+    largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
+    e_grad = 4 if policy == "fp32" else 2
+    others = e_grad * (cfg.param_count() - local) if strategy == "zero1" else 0
+    norm = 8 * min(largest, local)
+    flatten = (e_grad + 4 if policy != "fp32" else 4) * local - others
+    update = 8 * local - e_grad * local - others
+    return max(norm, flatten, update, 0)
 
 
 def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: int, policy: str,
