@@ -614,7 +614,11 @@ def zero12_step_moments(strategy: str, cfg: ModelConfig, local: int, policy: str
       while the gradients they came from are still held: 2 + 4 B per local parameter in a 16-bit run, the flat
       copy alone (4 B, the cast returns it) in fp32;
     - the update: the 16-bit gradients freed, the fp32 gradient (4 B) beside torch's foreach AdamW's temporary
-      (4 B per local parameter; DeepSpeed's FusedAdam keeps none)."""
+      (4 B per local parameter; DeepSpeed's FusedAdam keeps none).
+
+    Measured, not only read: a real DeepSpeed run (one gloo rank on CPU, the optimizer replaced by plain SGD so that
+    DeepSpeed's step is all there is) holds these bytes in its step to within 0.01% on three shapes in bf16 and fp32,
+    ZeRO-1 and ZeRO-2 (``tests/training/test_zero12_step_moments.py``)."""
     largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
     e_grad = 4 if policy == "fp32" else 2
     others = e_grad * (cfg.param_count() - local) if strategy == "zero1" else 0
