@@ -1,9 +1,10 @@
-"""Run by ``test_zero12_step_moments.py`` in a process of its own: DeepSpeed ZeRO-1/2 on one gloo rank (CPU), its
+"""Run by ``test_zero_step_moments.py`` in a process of its own: DeepSpeed ZeRO-1/2/3 on one gloo rank (CPU), its
 optimizer step under the tensor tracker, one JSON line per (strategy, dtype, shape).
 
 DeepSpeed's reduce and all-gather buckets are cut to 100,000 elements and the inner optimizer is replaced by plain SGD
 (no temporaries of its own), so what the tracker sees in the step is DeepSpeed's own step: its gradient norm and its
-flattening (``stage_1_and_2.py``), the moments :func:`shardscope.costmodel.memory_peak.zero12_step_moments` models.
+flattening (``stage_1_and_2.py``, ``stage3.py``), the moments :func:`shardscope.costmodel.memory_peak.zero_step_moments`
+models. ``PROBE_SUB_GROUP`` in the environment sets ZeRO-3's ``sub_group_size``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def small_buckets(config_of):
     def config(*args, **kwargs):
         out = config_of(*args, **kwargs)
         out["zero_optimization"].update(reduce_bucket_size=SMALL_BUCKET, allgather_bucket_size=SMALL_BUCKET)
+        if os.environ.get("PROBE_SUB_GROUP"):
+            out["zero_optimization"]["sub_group_size"] = int(os.environ["PROBE_SUB_GROUP"])
         return out
     return config
 

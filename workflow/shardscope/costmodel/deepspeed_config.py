@@ -1,8 +1,8 @@
 """A DeepSpeed config file read as the knobs the memory and step models use (``--deepspeed-config``).
 
 A run that sets DeepSpeed's buckets (``reduce_bucket_size``, ``allgather_bucket_size``), ``overlap_comm`` or ZeRO-3's
-parameter limits (``stage3_max_live_parameters``, ``stage3_max_reuse_distance``, ``stage3_prefetch_bucket_size``)
-holds and moves other bytes than DeepSpeed's defaults; ``advise`` and ``memory`` read them from the run's own
+parameter limits (``stage3_max_live_parameters``, ``stage3_max_reuse_distance``, ``stage3_prefetch_bucket_size``) and
+step sub-groups (``sub_group_size``) holds and moves other bytes than DeepSpeed's defaults; ``advise`` and ``memory`` read them from the run's own
 ``ds_config.json`` (DeepSpeed's format: the keys under ``zero_optimization``, ``offload_optimizer.device``, or the
 ``cpu_offload`` flag that preceded it). A key
 left out takes DeepSpeed's default (``deepspeed/runtime/zero/config.py``); ``"auto"`` takes what Hugging Face's
@@ -29,6 +29,9 @@ from shardscope.contracts.strategies import (
 #: look-ahead included; so a model above it holds this many gathered, one below it (reused within the reuse distance)
 #: holds all of itself.
 DEEPSPEED_MAX_LIVE_ELEMENTS = 1_000_000_000
+#: DeepSpeed's default ``sub_group_size`` (deepspeed/runtime/zero/config.py: 1e9 elements): ZeRO-3 steps its partition in
+#: sub-groups of about this many elements, one after another (``stage3.py``: a sub-group closes once it reaches it).
+ZERO3_SUB_GROUP_ELEMENTS = 1_000_000_000
 #: The ``zero_optimization`` keys read, each with DeepSpeed's default and what ``"auto"`` becomes (a function of the
 #: model's width; None: DeepSpeed's default), as Hugging Face's ``HfTrainerDeepSpeedConfig`` and Accelerate fill them.
 _KEYS: dict[str, tuple[int, Any]] = {
@@ -37,6 +40,7 @@ _KEYS: dict[str, tuple[int, Any]] = {
     "stage3_prefetch_bucket_size": (DEEPSPEED_PREFETCH_ELEMENTS, lambda h: int(0.9 * h * h)),
     "stage3_max_live_parameters": (DEEPSPEED_MAX_LIVE_ELEMENTS, None),
     "stage3_max_reuse_distance": (ZERO3_MAX_REUSE_ELEMENTS, None),
+    "sub_group_size": (ZERO3_SUB_GROUP_ELEMENTS, None),
 }
 
 
@@ -54,6 +58,8 @@ class DeepSpeedKnobs:
     """``stage3_max_live_parameters``: gathered elements ZeRO-3 keeps alive at most."""
     max_reuse_distance: int = ZERO3_MAX_REUSE_ELEMENTS
     """``stage3_max_reuse_distance``: a parameter used again within it stays gathered."""
+    sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS
+    """``sub_group_size``: the elements of its partition ZeRO-3 steps at once."""
     overlap_comm: bool | None = None
     """``overlap_comm``; None: DeepSpeed's default (on for ZeRO-3, off for 1-2)."""
     offload_optimizer: str | None = None
@@ -109,7 +115,8 @@ def read_deepspeed_config(path: str, d_model: int) -> DeepSpeedKnobs:
                           allgather_bucket_elements=values["allgather_bucket_size"],
                           prefetch_bucket_elements=values["stage3_prefetch_bucket_size"],
                           max_live_parameters=values["stage3_max_live_parameters"],
-                          max_reuse_distance=values["stage3_max_reuse_distance"], overlap_comm=overlap,
+                          max_reuse_distance=values["stage3_max_reuse_distance"],
+                          sub_group_elements=values["sub_group_size"], overlap_comm=overlap,
                           offload_optimizer=device, stage=stage, source=str(path))
 
 

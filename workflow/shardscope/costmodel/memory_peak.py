@@ -90,7 +90,7 @@ from shardscope.contracts.models import ATTENTION_KINDS, ModelConfig
 from shardscope.contracts.names import CHECKPOINTING_MODES, SELECTIVE_LAYER_EVERY, STRATEGIES
 from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_elements, dtype_bytes
 from shardscope.contracts.strategies import OFFLOAD_HOLDS, SHARDED, uses_deepspeed
-from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs
+from shardscope.costmodel.deepspeed_config import ZERO3_SUB_GROUP_ELEMENTS, DeepSpeedKnobs
 from shardscope.costmodel.deepspeed_estimate import largest_layer_params
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
@@ -580,15 +580,16 @@ class OptimizerAssumption:
         return 2.0 if self.name == "adamw_bf16_states" else 4.0
 
 
-def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, device: str) -> int:
+def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, device: str,
+                     deepspeed: DeepSpeedKnobs | None = None) -> int:
     """Bytes the optimizer step allocates for a moment.
 
     torch's AdamW on CPU runs per tensor (``foreach`` only on accelerators): ``denom`` and its
     scaled copy, two of the largest local tensor. On GPU the ``foreach`` path keeps one
     temporary per local parameter (``exp_avg_sq.sqrt()`` for all of them): 4 bytes per local
     parameter. DeepSpeed's ZeRO-1/2/3 then copy the updated fp32 partition into the 16-bit
-    parameters through one partition-sized buffer. DeepSpeed's ZeRO-1/2 on a GPU: the moments of its own step
-    (:func:`zero12_step_moments`).
+    parameters through one partition-sized buffer. DeepSpeed's ZeRO-1/2/3 on a GPU: the moments of its own step
+    (:func:`zero_step_moments`; ``deepspeed``: a run's own config, whose ``sub_group_size`` ZeRO-3 steps by).
     """
     largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
     sharded = strategy in ("fsdp", "fsdp_grad_op", "zero3", "zero1", "zero2")
@@ -597,34 +598,44 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
         per_tensor = -(-largest // gpus) if strategy in ("fsdp", "fsdp_grad_op") else largest
         temp = 2 * 4 * (local if strategy in ("zero1", "zero2", "zero3") else per_tensor)
     else:
-        temp = zero12_step_moments(strategy, cfg, local, policy) if strategy in ("zero1", "zero2") else 4 * local
+        sub_group = (deepspeed or DeepSpeedKnobs()).sub_group_elements
+        temp = (zero_step_moments(strategy, cfg, gpus, policy, sub_group) if strategy in ("zero1", "zero2", "zero3")
+                else 4 * local)
     return temp
 
 
-def zero12_step_moments(strategy: str, cfg: ModelConfig, local: int, policy: str) -> int:
-    """Bytes beyond the held states at the largest of the three moments of DeepSpeed ZeRO-1/2's optimizer step on a
-    GPU (``DeepSpeedZeroOptimizer.step``, ``runtime/zero/stage_1_and_2.py``, read at v0.18.5), per ``local``
-    parameters the rank updates.
+def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
+                      sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS) -> int:
+    """Bytes beyond the held states at the largest of the three moments of DeepSpeed ZeRO-1/2/3's optimizer step on a
+    GPU (``step`` of ``runtime/zero/stage_1_and_2.py`` and ``stage3.py``, read at v0.18.5) of one of ``gpus`` ranks.
 
     - the gradient norm, first, with every held gradient alive: each gradient chunk of the rank's partition is cast to
-      float64 for its norm, one at a time (``get_grad_norm_direct``: ``g.data.double()``), 8 B per element of the
-      largest chunk: the largest tensor, or the whole partition where that tensor is larger;
+      float64 for its norm, one at a time (``get_grad_norm_direct``: ``.double()``), 8 B per element of the largest
+      chunk: under ZeRO-1/2 the largest tensor, or the whole partition where that tensor is larger; under ZeRO-3,
+      which partitions every tensor, the rank's share of the largest;
     - the flattening: the gradients of the parameters outside the rank's partition are freed (ZeRO-1 holds every
-      gradient until then), and the partition's are copied flat (``self.flatten``) and cast to fp32 (``.to(fp32)``)
-      while the gradients they came from are still held: 2 + 4 B per local parameter in a 16-bit run, the flat
-      copy alone (4 B, the cast returns it) in fp32;
+      gradient until then), and the partition's are copied flat and cast to fp32 while the gradients they came from
+      are still held: 2 + 4 B per parameter in a 16-bit run, the flat copy alone (4 B, the cast returns it) in fp32.
+      ZeRO-1/2 flatten the whole partition at once; ZeRO-3 one sub-group at a time (``sub_group_size``, which a
+      sub-group passes by at most one tensor's share);
     - the update: the 16-bit gradients freed, the fp32 gradient (4 B) beside torch's foreach AdamW's temporary
-      (4 B per local parameter; DeepSpeed's FusedAdam keeps none).
+      (4 B per parameter; DeepSpeed's FusedAdam keeps none).
 
     Measured, not only read: a real DeepSpeed run (one gloo rank on CPU, the optimizer replaced by plain SGD so that
     DeepSpeed's step is all there is) holds these bytes in its step to within 0.01% on three shapes in bf16 and fp32,
-    ZeRO-1 and ZeRO-2 (``tests/training/test_zero12_step_moments.py``)."""
+    under ZeRO-1, -2 and -3, and with ZeRO-3's sub-groups cut small (``tests/training/test_zero_step_moments.py``)."""
     largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
+    local = cfg.param_count() // gpus
     e_grad = 4 if policy == "fp32" else 2
+    if strategy == "zero3":
+        chunk = -(-largest // gpus)
+        flat = min(local, sub_group_elements + chunk)
+    else:
+        chunk, flat = min(largest, local), local
     others = e_grad * (cfg.param_count() - local) if strategy == "zero1" else 0
-    norm = 8 * min(largest, local)
-    flatten = (e_grad + 4 if policy != "fp32" else 4) * local - others
-    update = 8 * local - e_grad * local - others
+    norm = 8 * chunk
+    flatten = (e_grad + 4 if policy != "fp32" else 4) * flat - others
+    update = (8 - e_grad) * flat - others
     return max(norm, flatten, update, 0)
 
 
@@ -932,7 +943,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     # the optimizer steps only the parameters given to it (the trainable ones): foreach AdamW's temporaries and
     # DeepSpeed's partition copy are per stepped parameter
     step_temp = (0 if optimizer.offload == "cpu"
-                 else int(step_temporaries(strategy, cfg, gpus, policy, device) * trainable_fraction))
+                 else int(step_temporaries(strategy, cfg, gpus, policy, device, deepspeed) * trainable_fraction))
     log_softmax = shape.tokens * cfg.head_outputs * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)
