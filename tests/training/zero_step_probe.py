@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
-os.environ.update(DS_ACCELERATOR="cpu", LOCAL_RANK="0", RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                  MASTER_PORT=str(29500 + os.getpid() % 2000))
+os.environ.update(DS_ACCELERATOR="cpu", LOCAL_RANK="0", RANK="0", WORLD_SIZE="1")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -47,7 +47,10 @@ def small_buckets(config_of):
 
 
 def main(runs: list[str]) -> None:
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    import tempfile
+
+    rendezvous = Path(tempfile.mkdtemp()) / "pg"  # a file, not a port: nothing to collide with tests beside it
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
     strategies.deepspeed_config = small_buckets(strategies.deepspeed_config)
     ctx = DistContext(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"), backend="gloo")
     for run in runs:
