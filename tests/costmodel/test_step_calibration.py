@@ -174,3 +174,17 @@ def test_a_calibration_the_schema_refuses_leaves_the_database_as_it_was(module_d
     assert db.read_bytes() == before
     with pytest.raises(UserError, match="no results database"):
         store_calibration_rows(tmp_path / "absent.duckdb", rows)
+
+
+def test_runs_no_positive_rate_fits_get_a_note_not_a_broken_calibration(tmp_path) -> None:
+    """Collectives timed 10,000 times slower than the runs could have spent on them: no compute rate explains the steps,
+    so the job is not calibrated and a note says so (the step_calibration rule used to stop on a rate of 0)."""
+    db = tmp_path / "s.duckdb"
+    _synthetic_db(db, rate=2e9, overlap=0.3, recorded=True)
+    with duckdb.connect(str(db)) as con:
+        con.execute("UPDATE collectives SET time_s = time_s * 1e4")
+    with duckdb.connect(str(db), read_only=True) as con:
+        found, notes = calibrate_steps(con)
+    assert found == []
+    assert notes == ["tiny on 2 ranks (box): no positive compute rate fits the runs (all runs, without ddp, without "
+                     "fsdp, without fsdp_grad_op, without zero3); not calibrated"]

@@ -269,7 +269,8 @@ def _fit(samples: Sequence[StepSample], timer: Callable[[str, int], float]) -> t
     from the fitted rate until they settle; the overlap whose fit has the smallest squared log error
     wins. A run without a recorded Python-call count contributes 0 to that column (and where none
     has one, its coefficient is 0). Pure Python and a few milliseconds (the pipeline's
-    step_calibration rule runs it after every collect).
+    step_calibration rule runs it after every collect). A rate of 0 means no overlap of the grid gave a positive one:
+    :func:`calibrate_steps` then stores no calibration for the job and says why.
     """
     from shardscope.costmodel.least_squares import nnls
     from shardscope.costmodel.step import exposed_comm_s
@@ -341,10 +342,16 @@ def calibrate_steps(con: Any, peak_flops: float | None = None,
             continue
         timer = timer or (lambda op, size: 0.0)
         rate, overlap, per_call, per_host = _fit(samples, timer)
+        held_out = {s.strategy: _fit([o for o in samples if o is not s], timer) for s in samples}
+        unfitted = [name for name, fit in (("all runs", (rate,)), *held_out.items()) if fit[0] <= 0]
+        if unfitted:  # the step model cannot be calibrated on these runs: say so rather than store a broken fit
+            notes.append(f"{model} on {n} ranks ({host}): no positive compute rate fits the runs "
+                         f"({', '.join(name if name == 'all runs' else 'without ' + name for name in unfitted)}); "
+                         "not calibrated")
+            continue
         rows = []
         for s in samples:
-            others = [o for o in samples if o is not s]
-            held = _fit(others, timer)
+            held = held_out[s.strategy]
             rows.append({"strategy": s.strategy, "run_id": s.run_id, "measured_s": s.measured_s,
                          "modeled_s": _modeled(s, rate, overlap, timer, per_call, per_host),
                          "held_out_s": _modeled(s, held[0], held[1], timer, held[2], held[3]),
