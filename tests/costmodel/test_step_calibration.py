@@ -100,19 +100,19 @@ def test_the_fit_recovers_the_seconds_per_recorded_python_call(tmp_path) -> None
     assert c.assumptions().host_call_s == c.host_call_s
 
 
-def test_too_few_strategies_or_no_sweep_give_a_note_not_a_calibration(tmp_path) -> None:
-    db = tmp_path / "s.duckdb"
-    _synthetic_db(db, rate=2e9, overlap=0.3, recorded=False)
+def _calibrated_after(db, change: str, recorded: bool = False) -> tuple[list, list[str]]:
+    """The calibration of a synthetic database (rate 2e9, overlap 0.3) after one SQL ``change`` to it."""
+    _synthetic_db(db, rate=2e9, overlap=0.3, recorded=recorded)
     with duckdb.connect(str(db)) as con:
-        con.execute("DELETE FROM training_runs WHERE strategy NOT IN ('ddp', 'zero3')")
+        con.execute(change)
     with duckdb.connect(str(db), read_only=True) as con:
-        found, notes = calibrate_steps(con)
+        return calibrate_steps(con)
+
+
+def test_too_few_strategies_or_no_sweep_give_a_note_not_a_calibration(tmp_path) -> None:
+    found, notes = _calibrated_after(tmp_path / "s.duckdb", "DELETE FROM training_runs WHERE strategy NOT IN ('ddp', 'zero3')")
     assert found == [] and notes == ["tiny on 2 ranks (box): 2 strategies measured, a calibration needs 4"]
-    _synthetic_db(tmp_path / "t.duckdb", rate=2e9, overlap=0.3, recorded=False)
-    with duckdb.connect(str(tmp_path / "t.duckdb")) as con:
-        con.execute("DELETE FROM collectives")
-    with duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True) as con:
-        found, notes = calibrate_steps(con)
+    found, notes = _calibrated_after(tmp_path / "t.duckdb", "DELETE FROM collectives")
     assert found == [] and "no measured collective sweep" in notes[0]
 
 
@@ -179,12 +179,7 @@ def test_a_calibration_the_schema_refuses_leaves_the_database_as_it_was(module_d
 def test_runs_no_positive_rate_fits_get_a_note_not_a_broken_calibration(tmp_path) -> None:
     """Collectives timed 10,000 times slower than the runs could have spent on them: no compute rate explains the steps,
     so the job is not calibrated and a note says so (the step_calibration rule used to stop on a rate of 0)."""
-    db = tmp_path / "s.duckdb"
-    _synthetic_db(db, rate=2e9, overlap=0.3, recorded=True)
-    with duckdb.connect(str(db)) as con:
-        con.execute("UPDATE collectives SET time_s = time_s * 1e4")
-    with duckdb.connect(str(db), read_only=True) as con:
-        found, notes = calibrate_steps(con)
+    found, notes = _calibrated_after(tmp_path / "s.duckdb", "UPDATE collectives SET time_s = time_s * 1e4", recorded=True)
     assert found == []
     assert notes == ["tiny on 2 ranks (box): no positive compute rate fits the runs (all runs, without ddp, without "
                      "fsdp, without fsdp_grad_op, without zero3); not calibrated"]
