@@ -30,10 +30,11 @@ def test_an_empty_config_is_deepspeeds_defaults_and_auto_is_hugging_faces(tmp_pa
     assert read_deepspeed_config(_write(tmp_path, {}), 4096) == DeepSpeedKnobs(source=str(tmp_path / "ds_config.json"))
     auto = read_deepspeed_config(_write(tmp_path, {"zero_optimization": {
         "stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto", "overlap_comm": True,
-        "allgather_bucket_size": 2e8, "stage3_max_live_parameters": 1e8, "offload_optimizer": {"device": "cpu"}}}), 4096)
+        "allgather_bucket_size": 2e8, "stage3_max_live_parameters": 1e8, "offload_optimizer": {"device": "cpu"},
+        "sub_group_size": 5e8}}), 4096)
     assert (auto.reduce_bucket_elements, auto.prefetch_bucket_elements) == (4096 * 4096, int(0.9 * 4096 * 4096))
     assert (auto.allgather_bucket_elements, auto.max_live_parameters, auto.overlap_comm, auto.offload_optimizer,
-            auto.stage) == (200_000_000, 100_000_000, True, "cpu", 3)
+            auto.stage, auto.sub_group_elements) == (200_000_000, 100_000_000, True, "cpu", 3, 500_000_000)
 
 
 @pytest.mark.parametrize(("doc", "fragment"), [
@@ -42,8 +43,9 @@ def test_an_empty_config_is_deepspeeds_defaults_and_auto_is_hugging_faces(tmp_pa
     ({"zero_optimization": {"stage3_max_live_parameters": "many"}}, "stage3_max_live_parameters must be"),
     ({"zero_optimization": {"overlap_comm": "yes"}}, "overlap_comm must be true, false"),
     ({"zero_optimization": {"stage": 4}}, "stage must be 0, 1, 2 or 3"),
+    ({"zero_optimization": {"sub_group_size": 0}}, "zero_optimization.sub_group_size must be a positive"),
     ({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}}, "nvme is not modeled"),
-], ids=["not-object", "negative", "word", "overlap", "stage", "nvme"])
+], ids=["not-object", "negative", "word", "overlap", "stage", "sub-group", "nvme"])
 def test_bad_config_is_one_sentence_naming_file_and_key(tmp_path: Path, doc: object, fragment: str) -> None:
     path = _write(tmp_path, doc)
     with pytest.raises(ValueError) as err:
