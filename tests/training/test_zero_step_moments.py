@@ -16,15 +16,13 @@ from shardscope.costmodel.memory_peak import zero_step_moments  # noqa: E402
 from shardscope.training.launch import ops_env  # noqa: E402
 
 PROBE = Path(__file__).with_name("zero_step_probe.py")
-#: The reduce bucket the probe cuts DeepSpeed's to, which ZeRO-3 keeps alive through its step (in the reduce dtype).
-BUCKET_ELEMENTS = 100_000
+sys.path.insert(0, str(PROBE.parent))
+from zero_step_probe import SHAPES, SMALL_BUCKET  # noqa: E402  (its rank variables are set only when it runs)
+
 SUB_GROUP = 1_000_000
 
 
 def _probe(runs: list[str], **env: str) -> list[dict]:
-    sys.path.insert(0, str(PROBE.parent))
-    from zero_step_probe import SHAPES
-
     out = subprocess.run([sys.executable, str(PROBE), *runs], capture_output=True, text=True, timeout=600,
                          env={**ops_env(cpu=True), **env})
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -40,8 +38,9 @@ def probed() -> list[dict]:
 
 
 def _step_bytes(row: dict) -> int:
-    """The tracked step's bytes beyond the held states, less ZeRO-3's reduce bucket (alive through its step)."""
-    bucket = BUCKET_ELEMENTS * (4 if row["dtype"] == "float32" else 2) if row["strategy"] == "zero3" else 0
+    """The tracked step's bytes beyond the held states, less ZeRO-3's reduce bucket (the probe's, cut to SMALL_BUCKET
+    elements in the reduce dtype, alive through its step)."""
+    bucket = SMALL_BUCKET * (4 if row["dtype"] == "float32" else 2) if row["strategy"] == "zero3" else 0
     return row["tracked"]["transient_peak_bytes"] - bucket
 
 

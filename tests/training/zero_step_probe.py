@@ -14,16 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.update(DS_ACCELERATOR="cpu", LOCAL_RANK="0", RANK="0", WORLD_SIZE="1")
+import torch
+import torch.distributed as dist
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-import shardscope.training.strategies as strategies  # noqa: E402
-from shardscope.contracts.models import ModelConfig  # noqa: E402
-from shardscope.device import DistContext  # noqa: E402
-from shardscope.training.memtrack import tracked_step  # noqa: E402
-from shardscope.training.model import synthetic_batch  # noqa: E402
+import shardscope.training.strategies as strategies
+from shardscope.contracts.models import ModelConfig
+from shardscope.device import DistContext
+from shardscope.training.memtrack import tracked_step
+from shardscope.training.model import synthetic_batch
 
 SHAPES = {
     # the embedding is most of the model, but its 8 B float64 copy is less than 6 B per parameter
@@ -48,6 +46,9 @@ def small_buckets(config_of):
 
 def main(runs: list[str]) -> None:
     import tempfile
+
+    # DeepSpeed's rank variables for this process only: the test imports SHAPES from here and must not inherit them
+    os.environ.update(DS_ACCELERATOR="cpu", LOCAL_RANK="0", RANK="0", WORLD_SIZE="1")
 
     rendezvous = Path(tempfile.mkdtemp()) / "pg"  # a file, not a port: nothing to collide with tests beside it
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)

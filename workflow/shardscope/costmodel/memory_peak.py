@@ -624,7 +624,7 @@ def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
     Measured, not only read: a real DeepSpeed run (one gloo rank on CPU, the optimizer replaced by plain SGD so that
     DeepSpeed's step is all there is) holds these bytes in its step to within 0.01% on three shapes in bf16 and fp32,
     under ZeRO-1, -2 and -3, and with ZeRO-3's sub-groups cut small (``tests/training/test_zero_step_moments.py``)."""
-    largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
+    largest = largest_layer_params(cfg)  # every module of the GPT holds one weight: its largest is the largest tensor
     local = cfg.param_count() // gpus
     e_grad = 4 if policy == "fp32" else 2
     if strategy == "zero3":

@@ -343,11 +343,10 @@ def calibrate_steps(con: Any, peak_flops: float | None = None,
         timer = timer or (lambda op, size: 0.0)
         rate, overlap, per_call, per_host = _fit(samples, timer)
         held_out = {s.strategy: _fit([o for o in samples if o is not s], timer) for s in samples}
-        unfitted = [name for name, fit in (("all runs", (rate,)), *held_out.items()) if fit[0] <= 0]
+        unfitted = (["all runs"] if rate <= 0 else []) + [f"without {name}" for name, fit in held_out.items() if fit[0] <= 0]
         if unfitted:  # the step model cannot be calibrated on these runs: say so rather than store a broken fit
             notes.append(f"{model} on {n} ranks ({host}): no positive compute rate fits the runs "
-                         f"({', '.join(name if name == 'all runs' else 'without ' + name for name in unfitted)}); "
-                         "not calibrated")
+                         f"({', '.join(unfitted)}); not calibrated")
             continue
         rows = []
         for s in samples:
