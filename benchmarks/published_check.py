@@ -247,7 +247,16 @@ def advise_argv(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path, 
         argv += ["--shard-size", str(run["shard_size"])]
     # the DeepSpeed release the runs used where the source pins one; else advise takes the one installed here
     argv += ["--deepspeed-version", case["deepspeed_version"]] if case.get("deepspeed_version") else []
-    return argv + _run_flags(case, run)
+    return argv + _deepspeed_config_arg(case, workdir) + _run_flags(case, run)
+
+
+def _deepspeed_config_arg(case: Mapping[str, Any], workdir: Path) -> list[str]:
+    """``--deepspeed-config FILE`` where the case gives the DeepSpeed config its runs used (written to ``workdir``)."""
+    if not case.get("deepspeed_config"):
+        return []
+    path = workdir / f"{case['id']}.ds_config.json"
+    path.write_text(json.dumps(case["deepspeed_config"]), encoding="utf-8")
+    return ["--deepspeed-config", str(path)]
 
 
 def memory_argv(case: Mapping[str, Any], run: Mapping[str, Any], workdir: Path, model_as: str = "json") -> list[str]:

@@ -15,6 +15,7 @@ from shardscope.contracts.strategies import DEEPSPEED_BUCKET_ELEMENTS
 from shardscope.costmodel.answer import job_peak
 from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs, read_deepspeed_config, run_knobs
 from shardscope.costmodel.deepspeed_estimate import largest_layer_params
+from shardscope.costmodel.memory_peak import zero3_kept_after_forward
 from shardscope.costmodel.step import StepAssumptions, messages_for
 
 MISTRAL = PRESETS["mistral-7b"]
@@ -78,15 +79,21 @@ def test_the_reduce_bucket_and_overlap_of_the_config_size_zero2s_buffers() -> No
     assert (default, small) == (DEEPSPEED_BUCKET_ELEMENTS * 2, 2 * 200_000_000 * 2)
 
 
-def test_zero3_holds_the_live_parameters_but_never_less_than_the_module_it_computes() -> None:
+def test_zero3_holds_what_its_reuse_distance_keeps_whatever_the_live_limit() -> None:
     a = {"micro_batch": 1, "seq_len": 1024}
-    whole = job_peak("zero3", MISTRAL, 8, StepAssumptions(**a)).phases["forward"]["gathered_params"]
-    live = job_peak("zero3", MISTRAL, 8, StepAssumptions(**a, deepspeed=DeepSpeedKnobs(
-        max_live_parameters=300_000_000))).phases["forward"]["gathered_params"]
-    tiny = job_peak("zero3", MISTRAL, 8, StepAssumptions(**a, deepspeed=DeepSpeedKnobs(
-        max_live_parameters=30_000_000))).phases["forward"]["gathered_params"]
-    assert whole == 2 * 1_000_000_000 and live == 2 * 300_000_000  # 7.2 B parameters beyond both limits
-    assert tiny == 2 * largest_layer_params(MISTRAL)  # one 131M-parameter embedding, fetched whole
+
+    def gathered(**knobs: int) -> int:
+        return job_peak("zero3", MISTRAL, 8, StepAssumptions(**a, deepspeed=DeepSpeedKnobs(**knobs))).phases[
+            "forward"]["gathered_params"]
+
+    reuse_kept = zero3_kept_after_forward(MISTRAL, 1_000_000_000)
+    assert 400_000_000 < reuse_kept < 600_000_000  # 7.2 B parameters: about the last half of the distance's worth
+    # DeepSpeed's defaults: the prefetch keeps what it passes too, bounded by the distance and the live limit
+    assert gathered() == 2 * 1_000_000_000
+    # a live limit below what the reuse distance keeps stops the prefetch; the distance still keeps its share
+    assert gathered(max_live_parameters=300_000_000) == gathered(max_live_parameters=30_000_000) == 2 * reuse_kept
+    # a distance shorter than any module's next use and no prefetch: only the module computing, the embedding's size
+    assert gathered(max_reuse_distance=1, max_live_parameters=1) == 2 * largest_layer_params(MISTRAL)
 
 
 def test_the_step_model_sends_the_configs_buckets() -> None:

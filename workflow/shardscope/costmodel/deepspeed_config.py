@@ -24,10 +24,9 @@ from shardscope.contracts.strategies import (
     ZERO3_MAX_REUSE_ELEMENTS,
 )
 
-#: DeepSpeed's default ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9 elements): the fetch
-#: coordinator keeps at most this many gathered elements alive, its ``stage3_prefetch_bucket_size`` (5e7) of
-#: look-ahead included; so a model above it holds this many gathered, one below it (reused within the reuse distance)
-#: holds all of itself.
+#: DeepSpeed's default ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9 elements): how many
+#: gathered elements ZeRO-3's prefetch may bring the live total to. It bounds the prefetch only, not what
+#: ``stage3_max_reuse_distance`` keeps gathered (:func:`shardscope.costmodel.memory_peak.zero3_gathered_elements`).
 DEEPSPEED_MAX_LIVE_ELEMENTS = 1_000_000_000
 #: DeepSpeed's default ``sub_group_size`` (deepspeed/runtime/zero/config.py: 1e9 elements): ZeRO-3 steps its partition in
 #: sub-groups of about this many elements, one after another (``stage3.py``: a sub-group closes once it reaches it).
@@ -55,9 +54,10 @@ class DeepSpeedKnobs:
     prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_ELEMENTS
     """``stage3_prefetch_bucket_size``: ZeRO-3's look-ahead, counted within the live parameters."""
     max_live_parameters: int = DEEPSPEED_MAX_LIVE_ELEMENTS
-    """``stage3_max_live_parameters``: gathered elements ZeRO-3 keeps alive at most."""
+    """``stage3_max_live_parameters``: the live gathered elements up to which ZeRO-3 prefetches (not a bound on what
+    its reuse distance keeps gathered)."""
     max_reuse_distance: int = ZERO3_MAX_REUSE_ELEMENTS
-    """``stage3_max_reuse_distance``: a parameter used again within it stays gathered."""
+    """``stage3_max_reuse_distance``: a module used again within this many elements of the trace stays gathered."""
     sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS
     """``sub_group_size``: the elements of its partition ZeRO-3 steps at once."""
     overlap_comm: bool | None = None
@@ -68,12 +68,6 @@ class DeepSpeedKnobs:
     """``zero_optimization.stage``, where given (which strategy the file was written for)."""
     source: str = ""
     """The file read."""
-
-    def gathered_elements(self, params: int, largest_module: int) -> int:
-        """Elements ZeRO-3 holds gathered at once on a model of ``params`` parameters whose largest module has
-        ``largest_module``: all of a model within the reuse distance and the live limit, else the limit, and never less
-        than the one module being computed (DeepSpeed fetches a module whole, whatever the limit)."""
-        return max(min(params, self.max_reuse_distance, self.max_live_parameters), largest_module)
 
 
 def read_deepspeed_config(path: str, d_model: int) -> DeepSpeedKnobs:

@@ -44,8 +44,8 @@ buffers (temporary, by phase)
     backward, the logits' gradient beside its first gradient, or both its gradients with the logits' gradient freed
     (:func:`head_backward`; DeepSpeed's bucket, allocated at the first gradient hook, only
     beside the last); FSDP the root and the last block's gather still unsharded; ZeRO-1/2 the reduce
-    bucket; ZeRO-3 every parameter reused within ``stage3_max_reuse_distance`` (1e9 elements)
-    still gathered, plus the bucket; inside the blocks ZeRO-3 has released the head's and the
+    bucket; ZeRO-3 every module whose next use comes within ``stage3_max_reuse_distance`` (1e9 elements) of the
+    step's trace still gathered (:func:`zero3_kept_after_forward`), plus the bucket; inside the blocks ZeRO-3 has released the head's and the
     final norm's (:func:`zero3_released_before_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
     configures DeepSpeed (:func:`shardscope.contracts.fairness.deepspeed_bucket_elements`: 5e8 by
     default, 25 MiB under ``--buckets equal``), allocated whole however small the model
@@ -675,12 +675,76 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         blocks["block_grads"] = block
     elif strategy == "zero3":
         knobs = deepspeed or DeepSpeedKnobs()  # DeepSpeed's defaults: 1e9 live, 1e9 reuse distance
-        gathered = knobs.gathered_elements(cfg.param_count(), largest_layer_params(cfg)) * e_param
+        gathered = zero3_gathered_elements(cfg, knobs, shape.checkpointing) * e_param
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm, deepspeed)
         forward["gathered_params"] = head["gathered_params"] = gathered
         blocks["gathered_params"] = max(gathered - zero3_released_before_blocks(cfg) * e_param, 0)
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     return {"forward": forward, "backward": head, "backward_blocks": blocks}
+
+
+def zero3_gathered_elements(cfg: ModelConfig, knobs: DeepSpeedKnobs, checkpointing: str = "none") -> int:
+    """Parameter elements ZeRO-3 holds gathered when forward ends, under ``knobs``' reuse distance and live limit.
+
+    Two rules of DeepSpeed's fetch coordinator keep a module gathered after its use. The reuse distance
+    (:func:`zero3_kept_after_forward`) always does. The prefetch, while fewer than ``stage3_max_live_parameters``
+    elements are gathered, also keeps every gathered parameter its look-ahead passes, until that parameter's next use
+    (measured: with a prefetch bucket as large as the model all of it stays, at any reuse distance); that is taken here
+    as all of a model within the reuse distance or the prefetch bucket, whichever is longer, and the live limit (with
+    both far below the model the look-ahead keeps more than that: ``tests/training/test_zero3_reuse.py``). Once what the reuse distance keeps passes the live
+    limit the prefetch stops, and the reuse distance alone decides (DeepSpeed-Chat's ``stage3_max_live_parameters`` of
+    3e7 under a 1e9 distance keeps far more than 3e7). Never less than the largest module, fetched whole.
+    """
+    kept = zero3_kept_after_forward(cfg, knobs.max_reuse_distance, _checkpointed_blocks(cfg, checkpointing))
+    bound = min(cfg.param_count(), max(knobs.max_reuse_distance, knobs.prefetch_bucket_elements), knobs.max_live_parameters)
+    return max(bound, kept, largest_layer_params(cfg))
+
+
+def zero3_forward_modules(cfg: ModelConfig) -> list[int]:
+    """Parameters of each module ZeRO-3 fetches in one forward, in the order it fetches them: the embedding, per block
+    its first norm, queries, fused key/value, output projection, second norm and MLP matrices, then the final norm and
+    the head (the embedding's weight again where tied). DeepSpeed records its trace per module that owns parameters."""
+    kv = cfg.n_kv_heads * cfg.head_dim
+    block = [cfg.norm_params, cfg.d_model * cfg.q_dim, cfg.d_model * 2 * kv, cfg.q_dim * cfg.d_model, cfg.norm_params,
+             *([cfg.d_model * cfg.d_ff] * cfg.mlp_matrices)]
+    return [cfg.vocab_size * cfg.d_model, *block * cfg.n_layers, cfg.norm_params, cfg.head_outputs * cfg.d_model]
+
+
+def zero3_kept_after_forward(cfg: ModelConfig, reuse_distance: int, recomputed: list[bool] | None = None) -> int:
+    """Parameter elements ZeRO-3 holds gathered when forward ends: every module whose next use comes within
+    ``stage3_max_reuse_distance`` elements of the step's recorded trace.
+
+    DeepSpeed's fetch coordinator (``partitioned_param_coordinator.py``, ``__params_to_release``, the same in 0.9.2
+    and 0.18) releases a module after its forward unless the trace, walked on from there, reaches that module again
+    before it has passed ``reuse_distance`` elements, whatever ``stage3_max_live_parameters`` says (measured with the
+    prefetch off, a live limit below what is gathered: the prefetch keeps more, :func:`zero3_gathered_elements`). A module's next use is its backward, after the rest of forward and the backward of every
+    module after it, so the last ``reuse_distance / 2`` or so of the model stays (all of a model of fewer than
+    ``reuse_distance / 2`` parameters: DeepSpeed's default 1e9 keeps every module of a 500M-parameter model); a block
+    that backward recomputes (``recomputed``, per block) is fetched again for its recompute first, so the walk
+    passes each later block twice and about a third stays. The head, in use when forward ends, is always held.
+    Measured on one gloo rank with DeepSpeed 0.19.8 (``tests/training/test_zero3_reuse.py``): exact without
+    checkpointing, within one matrix with it.
+    """
+    modules = zero3_forward_modules(cfg)
+    per_block = (len(modules) - 3) // cfg.n_layers
+    recomputed = recomputed or [False] * cfg.n_layers
+    backward: list[int] = [len(modules) - 1, len(modules) - 2]
+    for b in reversed(range(cfg.n_layers)):
+        own = list(range(1 + b * per_block, 1 + (b + 1) * per_block))
+        backward += own + own[::-1] if recomputed[b] else own[::-1]
+    trace = list(range(len(modules))) + backward + [0]
+    passed = [0]
+    for m in trace:
+        passed.append(passed[-1] + modules[m])
+    next_use: dict[int, int] = {}
+    kept = modules[-1]
+    for position in range(len(trace) - 1, len(modules) - 1, -1):
+        next_use[trace[position]] = position
+    for position in range(1 if cfg.tie_embeddings else 0, len(modules) - 1):  # a tied head holds the embedding's
+        again = next_use.get(position)
+        if again is not None and passed[again] - passed[position + 1] < reuse_distance:
+            kept += modules[position]
+    return kept
 
 
 def zero3_released_before_blocks(cfg: ModelConfig) -> int:

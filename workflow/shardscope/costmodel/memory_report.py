@@ -76,7 +76,7 @@ def format_peak_table(rows: list[dict[str, Any]]) -> str:
         "the peak phase (logits, gradient buckets, gathered parameters, optimizer step)",
         "  states: as this code's strategies hold them (unless bytes per parameter are given), the same whole peak "
         "advise, predict and the report give; fits: within the usable share of the GPU's memory",
-        *([f"  DeepSpeed (ZeRO) buckets and ZeRO-3's live parameters from {first['deepspeed']['source']}"]
+        *([f"  DeepSpeed (ZeRO) buckets and ZeRO-3's reuse distance from {first['deepspeed']['source']}"]
           if first.get("deepspeed") else []),
         f"{'':5}{'strategy':>13}  {'states':>11}  {'activations':>11}  {'buffers':>11}  {'overhead':>11}  {'peak':>11}  "
         f"{'phase':>8}  fits  largest micro-batch",

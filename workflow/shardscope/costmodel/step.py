@@ -217,7 +217,7 @@ class StepAssumptions:
     """``cpu``: the optimizer state lives in host memory (ZeRO-Offload); the GPU keeps none of it."""
     deepspeed: DeepSpeedKnobs | None = None
     """The run's own DeepSpeed config (``--deepspeed-config``): its reduce and all-gather buckets, ``overlap_comm`` and
-    ZeRO-3's live parameters, in place of :attr:`deepspeed_bucket_elements`, :attr:`overlap_comm`'s default and the
+    ZeRO-3's reuse distance, in place of :attr:`deepspeed_bucket_elements`, :attr:`overlap_comm`'s default and the
     memory model's defaults."""
     ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT
     """DDP's ``gradient_as_bucket_view``: off (torch's default, what Hugging Face's Trainer, Accelerate and Lightning
