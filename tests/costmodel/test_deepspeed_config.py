@@ -88,8 +88,8 @@ def test_zero3_holds_what_its_reuse_distance_keeps_whatever_the_live_limit() -> 
 
     reuse_kept = zero3_kept_after_forward(MISTRAL, 1_000_000_000)
     assert 400_000_000 < reuse_kept < 600_000_000  # 7.2 B parameters: about the last half of the distance's worth
-    # DeepSpeed's defaults: the prefetch keeps what it passes too, bounded by the distance and the live limit
-    assert gathered() == 2 * 1_000_000_000
+    # DeepSpeed's defaults: the prefetch fills the live limit, whatever the reuse distance
+    assert gathered() == gathered(max_reuse_distance=100_000_000) == 2 * 1_000_000_000
     # a live limit below what the reuse distance keeps stops the prefetch; the distance still keeps its share
     assert gathered(max_live_parameters=300_000_000) == gathered(max_live_parameters=30_000_000) == 2 * reuse_kept
     # a distance shorter than any module's next use and no prefetch: only the module computing, the embedding's size

@@ -1,8 +1,9 @@
 """Run by ``test_zero3_reuse.py`` in a process of its own: DeepSpeed ZeRO-3 on one gloo rank (CPU), the parameter
-elements it holds gathered when forward ends, one JSON line per (reuse distance, live limit, checkpointing).
+elements it holds when forward ends (gathered, or prefetched and still in flight: memory either way), one JSON line per
+``reuse distance:live limit:prefetch bucket:checkpointing`` argument.
 
-Each run takes four steps; DeepSpeed records its module trace in the first and releases by it from the second on, so the
-count is read in the third. The prefetch bucket is one element, so nothing is gathered ahead of its use.
+Each run takes four steps; DeepSpeed records its module trace in the first and fetches and releases by it from the
+second on, so the count is read in the third.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def main(runs: list[str]) -> None:
         seen: list[int] = []
 
         def after_forward(module, inputs, output) -> None:  # noqa: ANN001
-            seen.append(sum(p.ds_numel for p in module.parameters() if p.ds_status == ZeroParamStatus.AVAILABLE))
+            seen.append(sum(p.ds_numel for p in module.parameters() if p.ds_status != ZeroParamStatus.NOT_AVAILABLE))
 
         model.register_forward_hook(after_forward)
         for step in range(4):

@@ -25,8 +25,8 @@ from shardscope.contracts.strategies import (
 )
 
 #: DeepSpeed's default ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9 elements): how many
-#: gathered elements ZeRO-3's prefetch may bring the live total to. It bounds the prefetch only, not what
-#: ``stage3_max_reuse_distance`` keeps gathered (:func:`shardscope.costmodel.memory_peak.zero3_gathered_elements`).
+#: gathered elements ZeRO-3's prefetch brings the live total to (and so what it holds); what
+#: ``stage3_max_reuse_distance`` keeps gathered may pass it (:func:`shardscope.costmodel.memory_peak.zero3_gathered_elements`).
 DEEPSPEED_MAX_LIVE_ELEMENTS = 1_000_000_000
 #: DeepSpeed's default ``sub_group_size`` (deepspeed/runtime/zero/config.py: 1e9 elements): ZeRO-3 steps its partition in
 #: sub-groups of about this many elements, one after another (``stage3.py``: a sub-group closes once it reaches it).
@@ -54,8 +54,8 @@ class DeepSpeedKnobs:
     prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_ELEMENTS
     """``stage3_prefetch_bucket_size``: ZeRO-3's look-ahead, counted within the live parameters."""
     max_live_parameters: int = DEEPSPEED_MAX_LIVE_ELEMENTS
-    """``stage3_max_live_parameters``: the live gathered elements up to which ZeRO-3 prefetches (not a bound on what
-    its reuse distance keeps gathered)."""
+    """``stage3_max_live_parameters``: the gathered elements up to which ZeRO-3 prefetches (what its reuse distance
+    keeps may pass it)."""
     max_reuse_distance: int = ZERO3_MAX_REUSE_ELEMENTS
     """``stage3_max_reuse_distance``: a module used again within this many elements of the trace stays gathered."""
     sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS

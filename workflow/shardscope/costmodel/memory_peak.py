@@ -684,20 +684,19 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
 
 
 def zero3_gathered_elements(cfg: ModelConfig, knobs: DeepSpeedKnobs, checkpointing: str = "none") -> int:
-    """Parameter elements ZeRO-3 holds gathered when forward ends, under ``knobs``' reuse distance and live limit.
+    """Parameter elements ZeRO-3 holds gathered when forward ends (in use, kept, or prefetched and in flight), under
+    ``knobs``' live limit and reuse distance: the larger of what the two rules of DeepSpeed's fetch coordinator hold.
 
-    Two rules of DeepSpeed's fetch coordinator keep a module gathered after its use. The reuse distance
-    (:func:`zero3_kept_after_forward`) always does. The prefetch, while fewer than ``stage3_max_live_parameters``
-    elements are gathered, also keeps every gathered parameter its look-ahead passes, until that parameter's next use
-    (measured: with a prefetch bucket as large as the model all of it stays, at any reuse distance); that is taken here
-    as all of a model within the reuse distance or the prefetch bucket, whichever is longer, and the live limit (with
-    both far below the model the look-ahead keeps more than that: ``tests/training/test_zero3_reuse.py``). Once what the reuse distance keeps passes the live
-    limit the prefetch stops, and the reuse distance alone decides (DeepSpeed-Chat's ``stage3_max_live_parameters`` of
-    3e7 under a 1e9 distance keeps far more than 3e7). Never less than the largest module, fetched whole.
+    The prefetch gathers ahead while fewer than ``stage3_max_live_parameters`` elements are gathered, and what it
+    gathers stays until its use, so it fills the live limit (all of a model smaller than it) whatever the reuse
+    distance. The reuse distance (:func:`zero3_kept_after_forward`) keeps modules used again soon, past the live limit
+    too: DeepSpeed-Chat's live limit of 3e7 under the default 1e9 distance holds far more than 3e7. Never less than the
+    largest module, fetched whole. Measured on one gloo rank with DeepSpeed 0.19.8 (``tests/training/
+    test_zero3_reuse.py``): within one module of every run whose prefetch bucket is a module or more (a bucket of a
+    few elements fills less than the live limit).
     """
     kept = zero3_kept_after_forward(cfg, knobs.max_reuse_distance, _checkpointed_blocks(cfg, checkpointing))
-    bound = min(cfg.param_count(), max(knobs.max_reuse_distance, knobs.prefetch_bucket_elements), knobs.max_live_parameters)
-    return max(bound, kept, largest_layer_params(cfg))
+    return max(min(cfg.param_count(), knobs.max_live_parameters), kept, largest_layer_params(cfg))
 
 
 def zero3_forward_modules(cfg: ModelConfig) -> list[int]:
@@ -717,7 +716,7 @@ def zero3_kept_after_forward(cfg: ModelConfig, reuse_distance: int, recomputed: 
     DeepSpeed's fetch coordinator (``partitioned_param_coordinator.py``, ``__params_to_release``, the same in 0.9.2
     and 0.18) releases a module after its forward unless the trace, walked on from there, reaches that module again
     before it has passed ``reuse_distance`` elements, whatever ``stage3_max_live_parameters`` says (measured with the
-    prefetch off, a live limit below what is gathered: the prefetch keeps more, :func:`zero3_gathered_elements`). A module's next use is its backward, after the rest of forward and the backward of every
+    prefetch stopped by a live limit below what is gathered; the prefetch holds more, :func:`zero3_gathered_elements`). A module's next use is its backward, after the rest of forward and the backward of every
     module after it, so the last ``reuse_distance / 2`` or so of the model stays (all of a model of fewer than
     ``reuse_distance / 2`` parameters: DeepSpeed's default 1e9 keeps every module of a 500M-parameter model); a block
     that backward recomputes (``recomputed``, per block) is fetched again for its recompute first, so the walk
