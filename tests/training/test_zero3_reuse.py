@@ -14,15 +14,20 @@ import pytest
 pytest.importorskip("deepspeed")
 
 from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs  # noqa: E402
-from shardscope.costmodel.memory_peak import _checkpointed_blocks, zero3_gathered_elements, zero3_kept_after_forward  # noqa: E402
+from shardscope.costmodel.memory_peak import (  # noqa: E402
+    _checkpointed_blocks,
+    zero3_gathered_elements,
+    zero3_kept_after_forward,
+)
 from shardscope.training.launch import ops_env  # noqa: E402
 
 PROBE = Path(__file__).with_name("zero3_reuse_probe.py")
 sys.path.insert(0, str(PROBE.parent))
 from zero3_reuse_probe import SHAPE  # noqa: E402  (its rank variables are set only when it runs)
 
-#: reuse distance : live limit : prefetch bucket : checkpointing. A live limit of 1,000 elements stops the prefetch at once,
-#: so the reuse distance alone decides (the first seven); the rest prefetch, in buckets of a module or more but one.
+#: reuse distance : live limit : prefetch bucket : checkpointing. A live limit of 1,000 elements stops the prefetch at
+#: once, so the reuse distance alone decides (the first seven); the rest prefetch, in buckets of a module or more but
+#: the last.
 REUSE_ONLY = ["1000000000:1000:1:none", "300000:1000:1:none", "600000:1000:1:none", "1200000:1000:1:none",
               "1:1000:1:none", "600000:1000:1:full", "1200000:1000:1:full"]
 PREFETCHING = ["300000:500000:50000:none", "300000:500000:50000:full", "1500000:500000:50000:none",
@@ -66,7 +71,7 @@ def test_without_checkpointing_the_reuse_rule_keeps_exactly_what_deepspeed_keeps
 
 def test_with_checkpointing_the_reuse_rule_is_within_one_module(probed: dict[str, list[int]]) -> None:
     """A recomputed block is fetched again before its backward; where torch's checkpoint ends its recompute and in which
-    order the two MLP inputs' gradients come is finer than the model's trace (at most one matrix and the norms apart)."""
+    order the two MLP inputs' gradients come is finer than the model's trace (one matrix and the norms at most)."""
     matrix = SHAPE.d_model * SHAPE.d_ff
     for run in REUSE_ONLY:
         if run.endswith(":full"):

@@ -26,7 +26,8 @@ from shardscope.contracts.strategies import (
 
 #: DeepSpeed's default ``stage3_max_live_parameters`` (deepspeed/runtime/zero/config.py: 1e9 elements): how many
 #: gathered elements ZeRO-3's prefetch brings the live total to (and so what it holds); what
-#: ``stage3_max_reuse_distance`` keeps gathered may pass it (:func:`shardscope.costmodel.memory_peak.zero3_gathered_elements`).
+#: ``stage3_max_reuse_distance`` keeps gathered may pass it
+#: (:func:`shardscope.costmodel.memory_peak.zero3_gathered_elements`).
 DEEPSPEED_MAX_LIVE_ELEMENTS = 1_000_000_000
 #: DeepSpeed's default ``sub_group_size`` (deepspeed/runtime/zero/config.py: 1e9 elements): ZeRO-3 steps its partition in
 #: sub-groups of about this many elements, one after another (``stage3.py``: a sub-group closes once it reaches it).

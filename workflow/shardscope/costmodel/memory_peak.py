@@ -44,8 +44,9 @@ buffers (temporary, by phase)
     backward, the logits' gradient beside its first gradient, or both its gradients with the logits' gradient freed
     (:func:`head_backward`; DeepSpeed's bucket, allocated at the first gradient hook, only
     beside the last); FSDP the root and the last block's gather still unsharded; ZeRO-1/2 the reduce
-    bucket; ZeRO-3 every module whose next use comes within ``stage3_max_reuse_distance`` (1e9 elements) of the
-    step's trace still gathered (:func:`zero3_kept_after_forward`), plus the bucket; inside the blocks ZeRO-3 has released the head's and the
+    bucket; ZeRO-3 what its prefetch fills up to ``stage3_max_live_parameters`` or, where more, every module whose
+    next use comes within ``stage3_max_reuse_distance`` of the step's trace (:func:`zero3_gathered_elements`; 1e9
+    elements each by default) still gathered, plus the bucket; inside the blocks ZeRO-3 has released the head's and the
     final norm's (:func:`zero3_released_before_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
     configures DeepSpeed (:func:`shardscope.contracts.fairness.deepspeed_bucket_elements`: 5e8 by
     default, 25 MiB under ``--buckets equal``), allocated whole however small the model
@@ -124,7 +125,11 @@ NCCL_DEFAULT_CHANNELS = 32
 #: = 9382 / 9039 MiB (microsoft/onnxruntime#19620), 26406 / 26215 MiB (microsoft/onnxruntime#16213), and reserved
 #: but unallocated 1.83 of 75.31 GiB allocated at an OOM (vllm-project/compressed-tensors#587). Workloads whose
 #: shapes vary step to step fragment far more (6.39 of 14.73 GiB, kohya-ss/sd-scripts#2029); a fixed-shape training
-#: step is what is modeled.
+#: step is what is modeled. Other fixed-shape traces spread widely and are not used: FSDP1 LoRA on Llama-2-7B, peak
+#: reserved over peak active 1.26-1.35 (meta-llama/llama-cookbook#41, three settings); DeepSpeed ZeRO-2 with offload
+#: in 2022, reserved over max allocated 1.15 and 1.26 (deepspeedai/DeepSpeed#522); a 2025 DeepSpeed ZeRO-2 run
+#: 1.006-1.019 (TensorAuto/OpenTau#273). Near a full GPU the allocator frees its unused cache and retries before it
+#: fails, so a run that fits keeps only the fragmentation inside its live segments (the OOM trace above).
 ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
 #: torch DDP's default (``gradient_as_bucket_view=False``): the reducer allocates its all-reduce buckets when DDP is
 #: built, flat tensors as large as every gradient together, and copies each gradient into them, so the gradients are
@@ -710,17 +715,18 @@ def zero3_forward_modules(cfg: ModelConfig) -> list[int]:
 
 
 def zero3_kept_after_forward(cfg: ModelConfig, reuse_distance: int, recomputed: list[bool] | None = None) -> int:
-    """Parameter elements ZeRO-3 holds gathered when forward ends: every module whose next use comes within
+    """Parameter elements ZeRO-3's reuse rule keeps gathered when forward ends: every module whose next use comes within
     ``stage3_max_reuse_distance`` elements of the step's recorded trace.
 
     DeepSpeed's fetch coordinator (``partitioned_param_coordinator.py``, ``__params_to_release``, the same in 0.9.2
     and 0.18) releases a module after its forward unless the trace, walked on from there, reaches that module again
     before it has passed ``reuse_distance`` elements, whatever ``stage3_max_live_parameters`` says (measured with the
-    prefetch stopped by a live limit below what is gathered; the prefetch holds more, :func:`zero3_gathered_elements`). A module's next use is its backward, after the rest of forward and the backward of every
-    module after it, so the last ``reuse_distance / 2`` or so of the model stays (all of a model of fewer than
-    ``reuse_distance / 2`` parameters: DeepSpeed's default 1e9 keeps every module of a 500M-parameter model); a block
-    that backward recomputes (``recomputed``, per block) is fetched again for its recompute first, so the walk
-    passes each later block twice and about a third stays. The head, in use when forward ends, is always held.
+    prefetch stopped by a live limit below what is gathered; the prefetch holds more, :func:`zero3_gathered_elements`).
+    A module's next use is its backward, after the rest of forward and the backward of every module after it, so the
+    last ``reuse_distance / 2`` or so of the model stays (all of a model of fewer than ``reuse_distance / 2``
+    parameters: DeepSpeed's default 1e9 keeps every module of a 500M-parameter model); a block that backward
+    recomputes (``recomputed``, per block) is fetched again for its recompute first, so the walk passes each later
+    block twice and about a third stays. The head, in use when forward ends, is always held.
     Measured on one gloo rank with DeepSpeed 0.19.8 (``tests/training/test_zero3_reuse.py``): exact without
     checkpointing, within one matrix with it.
     """
