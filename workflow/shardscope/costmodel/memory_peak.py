@@ -715,8 +715,8 @@ def zero3_forward_modules(cfg: ModelConfig) -> list[int]:
 
 
 def zero3_kept_after_forward(cfg: ModelConfig, reuse_distance: int, recomputed: list[bool] | None = None) -> int:
-    """Parameter elements ZeRO-3's reuse rule keeps gathered when forward ends: every module whose next use comes within
-    ``stage3_max_reuse_distance`` elements of the step's recorded trace.
+    """Parameter elements ZeRO-3's reuse rule keeps gathered when forward ends: every module whose next use comes
+    within ``stage3_max_reuse_distance`` elements of the step's recorded trace.
 
     DeepSpeed's fetch coordinator (``partitioned_param_coordinator.py``, ``__params_to_release``, the same in 0.9.2
     and 0.18) releases a module after its forward unless the trace, walked on from there, reaches that module again
