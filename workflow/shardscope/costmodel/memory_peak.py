@@ -47,7 +47,8 @@ buffers (temporary, by phase)
     bucket; ZeRO-3 what its prefetch fills up to ``stage3_max_live_parameters`` or, where more, every module whose
     next use comes within ``stage3_max_reuse_distance`` of the step's trace (:func:`zero3_gathered_elements`; 1e9
     elements each by default) still gathered, plus the bucket; inside the blocks ZeRO-3 has released the head's and the
-    final norm's (:func:`zero3_released_before_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
+    final norm's (:func:`zero3_released_before_blocks`) and its prefetch refills the live limit
+    (:func:`zero3_gathered_in_blocks`). The bucket is ``reduce_bucket_size`` elements as the run
     configures DeepSpeed (:func:`shardscope.contracts.fairness.deepspeed_bucket_elements`: 5e8 by
     default, 25 MiB under ``--buckets equal``), allocated whole however small the model
     (DeepSpeed's ``torch.empty(reduce_bucket_size)``: 2 GB in fp32 for the tiny model too);
@@ -680,10 +681,10 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
         blocks["block_grads"] = block
     elif strategy == "zero3":
         knobs = deepspeed or DeepSpeedKnobs()  # DeepSpeed's defaults: 1e9 live, 1e9 reuse distance
-        gathered = zero3_gathered_elements(cfg, knobs, shape.checkpointing) * e_param
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm, deepspeed)
+        gathered = zero3_gathered_elements(cfg, knobs, shape.checkpointing) * e_param
         forward["gathered_params"] = head["gathered_params"] = gathered
-        blocks["gathered_params"] = max(gathered - zero3_released_before_blocks(cfg) * e_param, 0)
+        blocks["gathered_params"] = zero3_gathered_in_blocks(cfg, knobs, shape.checkpointing) * e_param
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     return {"forward": forward, "backward": head, "backward_blocks": blocks}
 
@@ -702,6 +703,17 @@ def zero3_gathered_elements(cfg: ModelConfig, knobs: DeepSpeedKnobs, checkpointi
     """
     kept = zero3_kept_after_forward(cfg, knobs.max_reuse_distance, _checkpointed_blocks(cfg, checkpointing))
     return max(min(cfg.param_count(), knobs.max_live_parameters), kept, largest_layer_params(cfg))
+
+
+def zero3_gathered_in_blocks(cfg: ModelConfig, knobs: DeepSpeedKnobs, checkpointing: str = "none") -> int:
+    """Parameter elements ZeRO-3 holds gathered when the blocks' backward starts: what forward ended with, less the
+    head and the final norm it has released (:func:`zero3_released_before_blocks`), but never less than the live limit
+    over the modules still to come, which the prefetch refills as modules are released, nor than the block's largest
+    module, fetched for its backward (measured on real DeepSpeed: ``tests/training/test_zero3_reuse.py``)."""
+    released = zero3_released_before_blocks(cfg)
+    refilled = min(cfg.param_count() - released, knobs.max_live_parameters)
+    largest_in_block = max(zero3_forward_modules(cfg)[1:-2])
+    return max(refilled, zero3_gathered_elements(cfg, knobs, checkpointing) - released, largest_in_block)
 
 
 def zero3_forward_modules(cfg: ModelConfig) -> list[int]:
