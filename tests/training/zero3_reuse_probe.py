@@ -1,5 +1,5 @@
 """Run by ``test_zero3_reuse.py`` in a process of its own: DeepSpeed ZeRO-3 on one gloo rank (CPU), the parameter
-elements it holds when forward ends and when the first block's backward is done (gathered, or prefetched and still in
+elements it holds when forward ends and when the last block's backward begins (gathered, or prefetched and still in
 flight: memory either way), one JSON line per ``reuse distance:live limit:prefetch bucket:checkpointing`` argument.
 
 Each run takes four steps; DeepSpeed records its module trace in the first and fetches and releases by it from the
@@ -49,18 +49,13 @@ def main(runs: list[str]) -> None:
         model = prepared.model
         apply_checkpointing(model, checkpointing)
         seen: list[int] = []
-
-        def after_forward(module, inputs, output) -> None:  # noqa: ANN001
-            seen.append(sum(p.ds_numel for p in module.parameters() if p.ds_status != ZeroParamStatus.NOT_AVAILABLE))
-
-        model.register_forward_hook(after_forward)
         first_block_backward: list[int] = []
 
-        def block_backward(module, grad_in, grad_out) -> None:  # noqa: ANN001
-            first_block_backward.append(sum(p.ds_numel for p in model.parameters()
-                                            if p.ds_status != ZeroParamStatus.NOT_AVAILABLE))
+        def held() -> int:
+            return sum(p.ds_numel for p in model.parameters() if p.ds_status != ZeroParamStatus.NOT_AVAILABLE)
 
-        model.blocks[-1].register_full_backward_pre_hook(lambda module, grad_out: block_backward(module, None, grad_out))
+        model.register_forward_hook(lambda module, inputs, output: seen.append(held()))
+        model.blocks[-1].register_full_backward_pre_hook(lambda module, grad_output: first_block_backward.append(held()))
         for step in range(4):
             prepared.forward_backward(synthetic_batch(SHAPE, 1, 16, step, 0, ctx.device))
             prepared.step()
