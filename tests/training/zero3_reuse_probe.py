@@ -33,7 +33,8 @@ def main(runs: list[str]) -> None:
 
     rendezvous = Path(tempfile.mkdtemp()) / "pg"
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
-    ctx = DistContext(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"), backend="gloo")
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"),
+                      backend="gloo")
     config_of = strategies.deepspeed_config
     for run in runs:
         reuse, live, prefetch, checkpointing = run.split(":")
@@ -55,7 +56,8 @@ def main(runs: list[str]) -> None:
             return sum(p.ds_numel for p in model.parameters() if p.ds_status != ZeroParamStatus.NOT_AVAILABLE)
 
         model.register_forward_hook(lambda module, inputs, output: seen.append(held()))
-        model.blocks[-1].register_full_backward_pre_hook(lambda module, grad_output: first_block_backward.append(held()))
+        model.blocks[-1].register_full_backward_pre_hook(
+            lambda module, grad_output: first_block_backward.append(held()))
         for step in range(4):
             prepared.forward_backward(synthetic_batch(SHAPE, 1, 16, step, 0, ctx.device))
             prepared.step()
