@@ -682,9 +682,9 @@ def strategy_buffers(strategy: str, cfg: ModelConfig, shape: StepShape, gpus: in
     elif strategy == "zero3":
         knobs = deepspeed or DeepSpeedKnobs()  # DeepSpeed's defaults: 1e9 live, 1e9 reuse distance
         bucket = zero_reduce_bucket(strategy, shape.dtype, fair, overlap_comm, deepspeed)
-        gathered = zero3_gathered_elements(cfg, knobs, shape.checkpointing) * e_param
-        forward["gathered_params"] = head["gathered_params"] = gathered
-        blocks["gathered_params"] = zero3_gathered_in_blocks(cfg, knobs, shape.checkpointing) * e_param
+        gathered = zero3_gathered_elements(cfg, knobs, shape.checkpointing)
+        forward["gathered_params"] = head["gathered_params"] = gathered * e_param
+        blocks["gathered_params"] = zero3_gathered_in_blocks(cfg, knobs, gathered) * e_param
         head["reduce_bucket"] = blocks["reduce_bucket"] = bucket
     return {"forward": forward, "backward": head, "backward_blocks": blocks}
 
@@ -705,25 +705,31 @@ def zero3_gathered_elements(cfg: ModelConfig, knobs: DeepSpeedKnobs, checkpointi
     return max(min(cfg.param_count(), knobs.max_live_parameters), kept, largest_layer_params(cfg))
 
 
-def zero3_gathered_in_blocks(cfg: ModelConfig, knobs: DeepSpeedKnobs, checkpointing: str = "none") -> int:
-    """Parameter elements ZeRO-3 holds gathered when the blocks' backward starts: what forward ended with, less the
-    head and the final norm it has released (:func:`zero3_released_before_blocks`), but never less than the live limit
-    over the modules still to come, which the prefetch refills as modules are released, nor than the block's largest
-    module, fetched for its backward (measured on real DeepSpeed: ``tests/training/test_zero3_reuse.py``)."""
+def zero3_gathered_in_blocks(cfg: ModelConfig, knobs: DeepSpeedKnobs, after_forward: int) -> int:
+    """Parameter elements ZeRO-3 holds gathered when the blocks' backward starts: what forward ended with
+    (``after_forward``, :func:`zero3_gathered_elements`), less the head and the final norm it has released
+    (:func:`zero3_released_before_blocks`), but never less than the live limit over the modules still to come, which
+    the prefetch refills as modules are released, nor than the block's largest module, fetched for its backward
+    (measured on real DeepSpeed: ``tests/training/test_zero3_reuse.py``)."""
     released = zero3_released_before_blocks(cfg)
     refilled = min(cfg.param_count() - released, knobs.max_live_parameters)
-    largest_in_block = max(zero3_forward_modules(cfg)[1:-2])
-    return max(refilled, zero3_gathered_elements(cfg, knobs, checkpointing) - released, largest_in_block)
+    return max(refilled, after_forward - released, max(zero3_block_modules(cfg)))
+
+
+def zero3_block_modules(cfg: ModelConfig) -> list[int]:
+    """Parameters of each module of one block in the order ZeRO-3 fetches them: its first norm, queries, fused
+    key/value, output projection, second norm and MLP matrices."""
+    kv = cfg.n_kv_heads * cfg.head_dim
+    return [cfg.norm_params, cfg.d_model * cfg.q_dim, cfg.d_model * 2 * kv, cfg.q_dim * cfg.d_model, cfg.norm_params,
+            *([cfg.d_model * cfg.d_ff] * cfg.mlp_matrices)]
 
 
 def zero3_forward_modules(cfg: ModelConfig) -> list[int]:
-    """Parameters of each module ZeRO-3 fetches in one forward, in the order it fetches them: the embedding, per block
-    its first norm, queries, fused key/value, output projection, second norm and MLP matrices, then the final norm and
-    the head (the embedding's weight again where tied). DeepSpeed records its trace per module that owns parameters."""
-    kv = cfg.n_kv_heads * cfg.head_dim
-    block = [cfg.norm_params, cfg.d_model * cfg.q_dim, cfg.d_model * 2 * kv, cfg.q_dim * cfg.d_model, cfg.norm_params,
-             *([cfg.d_model * cfg.d_ff] * cfg.mlp_matrices)]
-    return [cfg.vocab_size * cfg.d_model, *block * cfg.n_layers, cfg.norm_params, cfg.head_outputs * cfg.d_model]
+    """Parameters of each module ZeRO-3 fetches in one forward, in the order it fetches them: the embedding, each
+    block's (:func:`zero3_block_modules`), then the final norm and the head (the embedding's weight again where tied).
+    DeepSpeed records its trace per module that owns parameters."""
+    return [cfg.vocab_size * cfg.d_model, *zero3_block_modules(cfg) * cfg.n_layers, cfg.norm_params,
+            cfg.head_outputs * cfg.d_model]
 
 
 def zero3_kept_after_forward(cfg: ModelConfig, reuse_distance: int, recomputed: list[bool] | None = None) -> int:
@@ -743,7 +749,7 @@ def zero3_kept_after_forward(cfg: ModelConfig, reuse_distance: int, recomputed: 
     checkpointing, within one matrix with it.
     """
     modules = zero3_forward_modules(cfg)
-    per_block = (len(modules) - 3) // cfg.n_layers
+    per_block = len(zero3_block_modules(cfg))
     recomputed = recomputed or [False] * cfg.n_layers
     backward: list[int] = [len(modules) - 1, len(modules) - 2]
     for b in reversed(range(cfg.n_layers)):
