@@ -259,6 +259,25 @@ def test_memory_cli_prints_every_term_and_the_largest_micro_batch(capsys: pytest
     assert line.split()[-1].isdigit() and int(line.split()[-1]) > zero3["largest_micro_batch"]
 
 
+def test_memory_table_states_the_overhead_it_shows_and_the_device_column_fits_is_checked_on(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The header once said "overhead 0 of the peak" beside a non-zero overhead column (the allocator's reserve);
+    it names what the column holds, and the table shows the device bytes "fits" is decided on."""
+    args = ["memory", "--model", "mistral-7b", "--gpus", "8", "--strategy", "zero3", "--no-deepspeed-estimate"]
+    assert main([*args, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    peak = row["peak"]
+    assert peak["overhead_bytes"] > 0 and peak["device_bytes"] > peak["peak_bytes"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "overhead 0" not in out and "caching allocator's reserve" in out
+    (line,) = [x for x in out.splitlines() if x.startswith("peak") and "zero3" in x]
+    cells = line.split()
+    assert float(cells[cells.index("GB", 12) - 1]) == pytest.approx(peak["device_bytes"] / 1e9, abs=0.006)
+    assert main([*args, "--overhead-fraction", "0.1"]) == 0
+    assert "overhead 0.1 of the peak (calibrated from a measured run)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [(["--seq-len", "5000"], "--seq-len must be between 1 and the model's maximum sequence length 4096"),

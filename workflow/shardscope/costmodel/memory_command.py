@@ -177,6 +177,7 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
                    help="share of the GPU's memory the whole peak may use, as advise's "
                         f"(default {DEFAULT_USABLE_FRACTION})")
     p.add_argument("--overhead-fraction", type=float, default=0.0,
-                   help="allocator/NCCL overhead as a share of the peak, calibrated from a measured run (default 0)")
+                   help="allocator/NCCL overhead as a share of the peak, calibrated from a measured run; it replaces the "
+                        "modeled caching allocator's reserve (default 0: the modeled reserve)")
     p.add_argument("--json", action="store_true", help="rows as JSON (bytes, assumptions, fits, DeepSpeed's estimate, whole peak)")
     p.set_defaults(func=_cmd_memory)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardscope.costmodel.memory_peak import ALLOCATOR_RESERVE_FRACTION
+
 GB = 1e9
 MB = 1e6
 
@@ -56,6 +58,18 @@ def format_memory_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _overhead_words(peak: dict[str, Any]) -> str:
+    """What the overhead column holds: a fraction calibrated from a measured run, else on the reserved basis the
+    caching allocator's modeled reserve (so the header never says 0 beside a column that is not)."""
+    fraction = peak["assumptions"].get("overhead_fraction") or 0
+    if fraction:
+        return f"overhead {fraction:g} of the peak (calibrated from a measured run)"
+    if peak.get("basis") == "allocated":
+        return "overhead 0 (the allocated basis: tensors alive, no allocator reserve)"
+    return (f"overhead: the caching allocator's reserve, {ALLOCATOR_RESERVE_FRACTION:.1%} of the allocated peak "
+            "(a fraction calibrated from a measured run replaces it)")
+
+
 def format_peak_table(rows: list[dict[str, Any]]) -> str:
     """The whole modeled peak per strategy, every term, and the largest micro-batch that fits the GPU.
 
@@ -71,20 +85,23 @@ def format_peak_table(rows: list[dict[str, Any]]) -> str:
         f"whole peak per GPU (modeled): seq {first['seq_len']}, micro-batch {first['micro_batch']}, "
         f"activation checkpointing {first['checkpointing']}, attention {first['attention']}, "
         f"{'GELU as gelu_new eager ops, ' if first.get('mlp_activation') == 'eager_tanh' else ''}"
-        f"overhead {first['overhead_fraction']:g} of the peak (calibrated from a measured run, 0 if not)",
+        f"{_overhead_words(rows[0]['peak'])}",
         "  activations: the tensors autograd saves (per block and the output side); buffers: the temporaries of "
         "the peak phase (logits, gradient buckets, gathered parameters, optimizer step)",
         "  states: as this code's strategies hold them (unless bytes per parameter are given), the same whole peak "
-        "advise, predict and the report give; fits: within the usable share of the GPU's memory",
+        "advise, predict and the report give; device: the peak and what is held outside the allocator (CUDA context, "
+        "NCCL buffers), as nvidia-smi shows it; fits: the device column within the usable share of the GPU's memory",
         *([f"  DeepSpeed (ZeRO) buckets and ZeRO-3's reuse distance from {first['deepspeed']['source']}"]
           if first.get("deepspeed") else []),
         f"{'':5}{'strategy':>13}  {'states':>11}  {'activations':>11}  {'buffers':>11}  {'overhead':>11}  {'peak':>11}  "
+        f"{'device':>11}  "
         f"{'phase':>8}  fits  largest micro-batch",
     ]
     for row in rows:
         peak = row["peak"]
         cells = "  ".join(f"{peak[k] / scale:8.2f} {unit}" for k in
-                          ("state_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes", "peak_bytes"))
+                          ("state_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes", "peak_bytes",
+                           "device_bytes"))
         lines.append(f"peak {_label(row):>13}  {cells}  {peak['peak_phase']:>8}  {'yes' if row['peak_fits'] else 'no':>4}  "
                      f"{row['largest_micro_batch']}")
     lines.append("terms per phase (peak phase first):")
