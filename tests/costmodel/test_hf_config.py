@@ -43,9 +43,60 @@ def test_original_t5_config_is_ungated_as_t5config_defaults_it() -> None:
     name, cfg = resolve_model(str(HF / "t5-large" / "config.json"))
     assert name == "t5-large" and "feed_forward_proj" not in json.loads((HF / "t5-large" / "config.json").read_text())
     assert (cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.mlp, cfg.tie_embeddings) == (48, 1024, 4096, "gelu", True)
-    # 48 blocks of 4 + 8 (x 1024^2) and the 32128-word table; the published 737.7 M adds the decoder's cross-attention
-    # (24 x 4 x 1024^2 = 100.7 M), which the stand-in decoder does not represent
-    assert cfg.param_count() == 48 * (12 * 1024 * 1024 + 2 * cfg.norm_params) + 32128 * 1024 + cfg.norm_params
+    # 48 blocks of 4 + 8 (x 1024^2), the decoder's 24 cross-attentions (4 x 1024^2 and a norm each) and the
+    # 32128-word table: the published 737.7 M less its two relative-position tables (2 x 32 x 16) and the encoder's
+    # own final norm (1,024)
+    assert cfg.cross_attention_layers == 24
+    blocks = 48 * (12 * 1024 * 1024 + 2 * cfg.norm_params)
+    assert cfg.param_count() == blocks + 24 * (4 * 1024 * 1024 + cfg.norm_params) + 32128 * 1024 + cfg.norm_params
+    assert cfg.param_count() == pytest.approx(737.7e6, rel=1e-4)
+
+
+#: facebook/bart-large's config.json keys that shape it: BartConfig writes ``num_hidden_layers`` as a copy of
+#: ``encoder_layers``, so a reader that took it first counted the encoder alone (12 of 24 layers, 202.5 M).
+BART_LARGE = {"model_type": "bart", "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
+              "num_hidden_layers": 12, "encoder_attention_heads": 16, "decoder_attention_heads": 16,
+              "encoder_ffn_dim": 4096, "decoder_ffn_dim": 4096, "vocab_size": 50265, "max_position_embeddings": 1024,
+              "activation_function": "gelu"}
+
+
+def test_a_bart_family_file_is_its_encoder_and_decoder_with_the_decoder_cross_attentions(tmp_path: Path) -> None:
+    cfg = resolve_model(_write(tmp_path, BART_LARGE))[1]
+    assert (cfg.n_layers, cfg.cross_attention_layers, cfg.d_ff, cfg.norm) == (24, 12, 4096, "layernorm")
+    # 406.3 M published (BartForConditionalGeneration); its biases and learned position tables are not modeled
+    assert cfg.param_count() == pytest.approx(406.3e6, rel=0.01) and cfg.param_count() < 406.3e6
+    one_stack = {k: v for k, v in BART_LARGE.items() if k not in ("encoder_layers", "decoder_layers")}
+    assert resolve_model(_write(tmp_path, one_stack))[1].cross_attention_layers == 0
+
+
+def test_cross_attentions_add_their_weights_and_flops_and_are_stored_only_when_present() -> None:
+    from shardscope.contracts.models import ModelConfig
+
+    base = dict(n_layers=4, d_model=64, n_heads=4, n_kv_heads=4, d_ff=256, vocab_size=100)
+    plain, encdec = ModelConfig(**base), ModelConfig(**base, cross_attention_layers=2)
+    attention = 4 * 64 * 64
+    assert encdec.param_count() - plain.param_count() == 2 * (attention + plain.norm_params)
+    assert encdec.flops_per_token(32) - plain.flops_per_token(32) == 6 * 2 * attention + 12 * 2 * 64 * 32
+    assert encdec.block_matmul_params() == plain.block_matmul_params() + 2 * attention // 4
+    assert encdec.param_tensors() == plain.param_tensors() + 2 * (1 + 3)
+    assert "cross_attention_layers" not in plain.to_dict() and encdec.to_dict()["cross_attention_layers"] == 2
+    assert resolve_model(encdec.to_dict())[1] == encdec
+    for bad in (5, -1, True, 1.5):
+        with pytest.raises(ValueError, match="cross_attention_layers must be an integer from 0 to model.n_layers"):
+            ModelConfig(**base, cross_attention_layers=bad)
+
+
+def test_the_pipeline_and_the_worker_refuse_an_encoder_decoder() -> None:
+    from shardscope.contracts.hf_config import spec_of
+
+    path = str(HF / "t5-large" / "config.json")
+    with pytest.raises(ValueError, match="config key gpu.model: the model .* is an encoder-decoder .24 decoder layers"):
+        spec_of(path, "gpu.model")
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from shardscope.training.model import GPT
+
+    with pytest.raises(ValueError, match="cross_attention_layers .* is modeled only"):
+        GPT(resolve_model(path)[1])
 
 
 @pytest.mark.parametrize("experts", [{"num_local_experts": 8}, {"num_experts": 64}, {"n_routed_experts": 256},

@@ -282,16 +282,24 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: it), and the partition's 16-bit gradients are flattened and cast to fp32 beside them (6 B per local parameter,
 #: where 4 were modeled): BELLE's ZeRO-1/2 runs move toward their nvidia-smi peaks, held-out memory median
 #: 0.183 -> 0.167.
+#: Then an encoder-decoder's cross-attentions counted in its weights and FLOPs (``cross_attention_layers``), so T5-large
+#: is 737.67 M (was 636.98 M), T5-3B 2.852 B (was 2.449 B) and BlenderBot-400M 364.2 M (was 285.6 M), each now
+#: within 0.3% of its published count: T5-large's DDP runs at micro-batch 16 (fp32) and 20 (fp16) are modeled at
+#: 23.8 and 24.0 GiB on a 23.65 GiB card, so two runs that ran are called out of memory (held-out false OOM 7 -> 9),
+#: and T5-large's ratios and largest micro-batches move (held-out ratio median x1.252 -> x1.262; all: largest
+#: micro-batch median x1.27 -> x1.28, T5 now modeled below where it was above). Those runs' 128 tokens are an upper
+#: bound: the post's script pads each batch to its longest sample, which the case cannot state (its
+#: ``seq_len_basis``).
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.26, "ratio_worst": 2.1, "memory_median": 0.18,
-                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
+    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.27, "ratio_worst": 2.1, "memory_median": 0.18,
+                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.11, "absolute_worst": 2.92,
                  "largest_median": 1.27, "largest_worst": 2.01},
     "all": {"top1": 0.92, "pairwise": 0.91, "ratio_median": 1.25, "ratio_worst": 2.1, "memory_median": 0.17,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 7, "absolute_median": 1.11, "absolute_worst": 2.92,
-            "largest_median": 1.27, "largest_worst": 2.01},
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.11, "absolute_worst": 2.92,
+            "largest_median": 1.29, "largest_worst": 2.01},
 }
 
 

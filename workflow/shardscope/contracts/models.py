@@ -87,6 +87,13 @@ class ModelConfig:
     stand-in's own count (:meth:`param_tensors`). DeepSpeed's per-parameter gradient hooks fire once per tensor, so
     their host time follows the real count (:mod:`shardscope.costmodel.deepspeed_hooks`). Modeled only: the training
     worker builds the stand-in."""
+    cross_attention_layers: int = 0
+    """Blocks that also attend over an encoder's output: an encoder-decoder's decoder layers (T5, BART, BlenderBot,
+    Whisper), whose encoder and decoder the ``n_layers`` blocks stand for together. Each adds a second attention's
+    q, k, v and output weights (k and v read the encoder's width) and its norm, counted in the parameters
+    (:meth:`param_count`), the per-block weights (:meth:`block_matmul_params`, spread over the blocks) and the FLOPs
+    (:meth:`flops_per_token`, the encoder as long as the decoder); its activations and its non-matmul traffic are not
+    represented. 0: a decoder or an encoder alone. Modeled only: the training worker builds the stand-in."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -104,6 +111,11 @@ class ModelConfig:
                     raise ValueError(f"model.attention_dropout must be a number at least 0 and below 1, got {value!r}")
                 continue
             if f.name in ("head_size", "parameter_tensors") and value is None:
+                continue
+            if f.name == "cross_attention_layers":
+                if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.n_layers:
+                    raise ValueError(f"model.cross_attention_layers must be an integer from 0 to model.n_layers "
+                                     f"({self.n_layers}), got {value!r}")
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"model.{f.name} must be a positive integer, got {value!r}")
@@ -161,18 +173,31 @@ class ModelConfig:
             return self.parameter_tensors
         norm = 2 if self.norm == "layernorm" else 1
         head = 1 if self.head == "lm" and not self.tie_embeddings else 0
-        return 1 + self.n_layers * (2 * norm + 3 + self.mlp_matrices) + norm + head
+        cross = self.cross_attention_layers * (norm + 3)  # its norm, q, the fused k/v, the output
+        return 1 + self.n_layers * (2 * norm + 3 + self.mlp_matrices) + cross + norm + head
+
+    def attention_params(self) -> int:
+        """Weights of one attention: q, the fused k/v (``n_kv_heads`` wide) and the output."""
+        kv = self.n_kv_heads * self.head_dim
+        return self.d_model * (self.q_dim + 2 * kv) + self.q_dim * self.d_model
+
+    def cross_attention_params(self) -> int:
+        """Parameters of every cross-attention together (:attr:`cross_attention_layers`): each one attention's
+        weights and its norm."""
+        return self.cross_attention_layers * (self.attention_params() + self.norm_params)
 
     def block_matmul_params(self) -> int:
-        """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP."""
-        kv = self.n_kv_heads * self.head_dim
-        attention = self.d_model * (self.q_dim + 2 * kv) + self.q_dim * self.d_model
-        return attention + self.mlp_matrices * self.d_model * self.d_ff
+        """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP, and of an
+        encoder-decoder the cross-attentions' weights spread evenly over its blocks (so ``n_layers`` times this is
+        every block weight; a decoder block holds more, an encoder block less)."""
+        cross = self.cross_attention_layers * self.attention_params() // self.n_layers
+        return self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff + cross
 
     def param_count(self) -> int:
-        """Exact number of parameters of :class:`GPT` with this shape, computed without building it."""
-        block = self.block_matmul_params() + 2 * self.norm_params
-        return self.vocab_params() + self.n_layers * block + self.norm_params
+        """Exact number of parameters of :class:`GPT` with this shape, computed without building it (and of an
+        encoder-decoder's stand-in, its cross-attentions' weights and norms too)."""
+        block = self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff + 2 * self.norm_params
+        return self.vocab_params() + self.n_layers * block + self.cross_attention_params() + self.norm_params
 
     def vocab_params(self) -> int:
         """The input embedding's weights, and the output head's where it has its own (untied, a language model's)."""
@@ -188,20 +213,24 @@ class ModelConfig:
         appendix B): ``12·L·d·seq_len`` for ``QKᵀ`` and ``PV`` forward (4·d·s) and backward (8·d·s), ``d`` the
         queries' width (:attr:`q_dim`),
         counted over the full square as ``FlopCounterMode`` counts the math kernel; a causal flash
-        kernel skips about half of it. Not counted (neither here nor by the counter): norms,
+        kernel skips about half of it. An encoder-decoder's cross-attentions add their weights and their scores
+        over an encoder of ``seq_len`` tokens. Not counted (neither here nor by the counter): norms,
         softmax, activations, rotary and the loss, each O(d) or O(V) per token, not O(d²).
         """
-        matmul = self.n_layers * self.block_matmul_params() + self.head_outputs * self.d_model
-        return 6.0 * matmul + 12.0 * self.n_layers * self.q_dim * seq_len
+        blocks = self.n_layers * (self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff)
+        matmul = blocks + self.cross_attention_layers * self.attention_params() + self.head_outputs * self.d_model
+        return 6.0 * matmul + 12.0 * (self.n_layers + self.cross_attention_layers) * self.q_dim * seq_len
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, ``norm`` only
         where it is not RMSNorm, ``attention`` and ``attention_dropout`` only where not fused and none, ``head`` only
         where it is not a language model's, ``activation`` only where not fused, ``parameter_tensors`` only where
-        given, so a shape that has none of them is stored as it always was)."""
+        given, ``cross_attention_layers`` only where there are some, so a shape that has none of them is stored as it
+        always was)."""
         out = asdict(self)
         for key, default in (("head_size", None), ("norm", "rmsnorm"), ("attention", "sdpa"), ("attention_dropout", 0.0),
-                             ("head", "lm"), ("activation", "fused"), ("parameter_tensors", None)):
+                             ("head", "lm"), ("activation", "fused"), ("parameter_tensors", None),
+                             ("cross_attention_layers", 0)):
             if out[key] == default:
                 del out[key]
         return out

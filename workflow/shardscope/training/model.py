@@ -175,6 +175,9 @@ class GPT(nn.Module):
         if cfg.head != "lm":
             raise ValueError(f"the training worker builds language models; model.head {cfg.head!r} is modeled only "
                              "(advise, memory, predict)")
+        if cfg.cross_attention_layers:
+            raise ValueError("the training worker builds decoders; model.cross_attention_layers (an encoder-decoder's) "
+                             "is modeled only (advise, memory, predict)")
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
