@@ -69,6 +69,29 @@ def test_a_bart_family_file_is_its_encoder_and_decoder_with_the_decoder_cross_at
     assert resolve_model(_write(tmp_path, one_stack))[1].cross_attention_layers == 0
 
 
+#: bigscience/bloom-560m's shaping keys as its released config.json spells them (a Megatron-DeepSpeed conversion:
+#: ``n_embed``, not ``hidden_size``; ``seq_length`` for the context, ALiBi having no position table).
+BLOOM_560M = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "n_embed": 1024, "n_layer": 24,
+              "num_attention_heads": 16, "seq_length": 2048, "vocab_size": 250880, "attention_dropout": 0.0}
+#: mosaicml/mpt-7b's: MPT's own key names and an MLP ``expansion_ratio`` times the width.
+MPT_7B = {"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32,
+          "expansion_ratio": 4, "max_seq_len": 2048, "vocab_size": 50432, "no_bias": True}
+
+
+def test_bloom_and_mpt_files_read_with_their_own_key_names(tmp_path: Path) -> None:
+    bloom = resolve_model(_write(tmp_path, BLOOM_560M))[1]
+    assert (bloom.d_model, bloom.n_layers, bloom.n_heads, bloom.d_ff, bloom.max_seq_len) == (1024, 24, 16, 4096, 2048)
+    # 559,214,592 published: less the linear biases (9,216 per block) and the embedding's LayerNorm (2,048)
+    assert bloom.param_count() == 559_214_592 - 24 * 9216 - 2048
+    mpt = resolve_model(_write(tmp_path, MPT_7B))[1]
+    assert (mpt.d_model, mpt.n_layers, mpt.n_heads, mpt.d_ff, mpt.mlp, mpt.norm) == (4096, 32, 32, 16384, "gelu",
+                                                                                      "layernorm")
+    # 6,649,286,656 published: MPT's LayerNorms have no bias (no_bias), which the fused LayerNorm counts (65 of them)
+    assert mpt.param_count() == 6_649_286_656 + 65 * 4096
+    with pytest.raises(ValueError, match="expansion_ratio must be a positive number that makes a whole MLP width"):
+        resolve_model(_write(tmp_path, {**MPT_7B, "expansion_ratio": 0}))
+
+
 def test_cross_attentions_add_their_weights_and_flops_and_are_stored_only_when_present() -> None:
     from shardscope.contracts.models import ModelConfig
 

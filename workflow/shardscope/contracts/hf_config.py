@@ -3,8 +3,9 @@
 ``--model PATH/config.json`` (and a config file's model keys) describe a real model by the file its
 publisher ships: Llama, Mistral, Qwen (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``num_key_value_heads``, ``intermediate_size``, ``max_position_embeddings``, ``tie_word_embeddings``),
-GPT-2 (``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``) and GPT-NeoX (Llama's key names,
-a GELU MLP); also the encoders (BERT, RoBERTa, DeBERTa: Llama's key names, a GELU MLP) and the encoder-decoders
+GPT-2 (``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``), GPT-NeoX (Llama's key names,
+a GELU MLP), BLOOM's released files (``n_embed``, ``seq_length``) and MPT (``d_model``, ``n_layers``, ``n_heads``,
+``expansion_ratio``, ``max_seq_len``); also the encoders (BERT, RoBERTa, DeBERTa: Llama's key names, a GELU MLP) and the encoder-decoders
 (T5: ``d_model``, ``num_layers`` + ``num_decoder_layers``, ``num_heads``, ``d_ff``, ``feed_forward_proj``; BART,
 BlenderBot, Marian, Pegasus: ``encoder_layers`` + ``decoder_layers``, ``encoder_attention_heads``,
 ``encoder_ffn_dim``), whose encoder and decoder stand as one decoder of all their layers, the decoder's
@@ -35,7 +36,7 @@ from shardscope.contracts.models import ModelConfig
 #: (t5-small to t5-11b) leave it out and take ``T5Config``'s default, ``relu``, so ``t5`` is listed here too.
 UNGATED_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "codegen", "phi", "bert",
                     "roberta", "xlm-roberta", "deberta", "deberta-v2", "electra", "bart", "mbart", "blenderbot",
-                    "blenderbot-small", "marian", "pegasus", "whisper", "t5")
+                    "blenderbot-small", "marian", "pegasus", "whisper", "t5", "mpt")
 #: Families whose blocks normalise with LayerNorm (torch's fused kernel, with a bias); the others (Llama, Mistral, Qwen,
 #: Gemma, T5's T5LayerNorm) with an RMSNorm their modelling code writes out op by op.
 LAYERNORM_FAMILIES = ("gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "falcon", "bloom", "codegen", "phi", "bert",
@@ -48,17 +49,20 @@ UNTIED_BY_DEFAULT = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3
                      "codegen", "phi3", "olmo", "olmo2", "internlm2", "deepseek_v2", "deepseek_v3")
 #: Each dimension's keys, the first present wins.
 KEYS: dict[str, tuple[str, ...]] = {
-    "d_model": ("hidden_size", "n_embd", "d_model"),
-    "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers"),
-    "n_heads": ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads"),
+    "d_model": ("hidden_size", "n_embd", "d_model", "n_embed"),
+    "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "n_layers"),
+    "n_heads": ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "n_heads"),
     "vocab_size": ("vocab_size",),
 }
+#: Keys of the context the model is sized for, the first present wins: Llama's and most families', GPT-2's, BLOOM's
+#: released files' ``seq_length`` (ALiBi: no position table), MPT's ``max_seq_len``.
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_seq_len")
 #: The decoder's depth in an encoder-decoder config, added to the encoder's (``KEYS["n_layers"]``), by the key of the
 #: encoder's depth it goes with.
 DECODER_LAYERS = {"num_layers": "num_decoder_layers", "encoder_layers": "decoder_layers"}
 #: Keys only a Hugging Face config has (shardscope's own fields are ``ModelConfig``'s): one of them in a JSON object
 #: makes it a config read by :func:`shape_of`.
-HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_layers",
+HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "n_embed", "num_hidden_layers", "n_layer", "num_layers",
                           "encoder_layers", "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
                           "intermediate_size", "n_inner", "ffn_dim", "encoder_ffn_dim", "num_key_value_heads",
                           "max_position_embeddings", "n_positions", "tie_word_embeddings", "hidden_act",
@@ -207,6 +211,8 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     mlp = mlp_kind(doc)
     ff_keys = ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
     d_ff = next((doc[k] for k in ff_keys if doc.get(k) is not None), None)
+    if d_ff is None and doc.get("expansion_ratio") is not None and isinstance(dims["d_model"], int):
+        d_ff = _expanded(doc["expansion_ratio"], dims["d_model"], path)  # MPT: the MLP's width over the model's
     if d_ff is None:
         if mlp != "gelu":
             raise ValueError(f"{path}: the config has no intermediate_size, which a gated (SwiGLU) MLP's width needs")
@@ -219,8 +225,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     family = str(doc.get("model_type") or "").lower()
     head = head_kind(doc)
     tied = doc.get("tie_word_embeddings", bool(family) and family not in UNTIED_BY_DEFAULT)
-    context = next((doc[k] for k in ("max_position_embeddings", "n_positions", "n_ctx") if doc.get(k) is not None),
-                   2048)
+    context = next((doc[k] for k in CONTEXT_KEYS if doc.get(k) is not None), 2048)
     values = {**dims, "d_ff": d_ff, "n_kv_heads": dims["n_heads"] if kv is None else kv, "max_seq_len": context,
               "tie_embeddings": tied, "mlp": mlp}
     for name, value in values.items():
@@ -255,11 +260,18 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
         raise ValueError(f"{path}: {_in_hf_terms(str(exc), doc)}") from None
 
 
+def _expanded(ratio: Any, width: int, path: str) -> int:
+    """MPT's MLP width: ``expansion_ratio`` times the model's (a positive number whose product is a whole width)."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0 or (ratio * width) % 1:
+        raise ValueError(f"{path}: expansion_ratio must be a positive number that makes a whole MLP width, got {ratio!r}")
+    return int(ratio * width)
+
+
 def _key_of(field: str, doc: dict[str, Any]) -> str:
     """The config's own key for one of our fields (the one it uses, else the first we accept)."""
     keys = {**KEYS, "d_ff": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim"),
             "n_kv_heads": ("num_key_value_heads",),
-            "max_seq_len": ("max_position_embeddings", "n_positions")}[field]
+            "max_seq_len": CONTEXT_KEYS}[field]
     return next((k for k in keys if k in doc), keys[0])
 
 
