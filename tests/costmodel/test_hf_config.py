@@ -92,6 +92,47 @@ def test_bloom_and_mpt_files_read_with_their_own_key_names(tmp_path: Path) -> No
         resolve_model(_write(tmp_path, {**MPT_7B, "expansion_ratio": 0}))
 
 
+#: THUDM/chatglm3-6b's shaping keys (ChatGLM2's and GLM-4's spell them so too): grouped keys and values under
+#: ``multi_query_group_num``, a gated MLP of ``ffn_hidden_size``, ``padded_vocab_size``, an RMSNorm flag.
+CHATGLM3_6B = {"model_type": "chatglm", "hidden_size": 4096, "num_layers": 28, "num_attention_heads": 32,
+               "kv_channels": 128, "multi_query_attention": True, "multi_query_group_num": 2, "ffn_hidden_size": 13696,
+               "padded_vocab_size": 65024, "seq_length": 8192, "rmsnorm": True, "add_qkv_bias": True,
+               "tie_word_embeddings": False}
+#: THUDM/chatglm-6b's (the first): a GELU MLP of ``inner_hidden_size``, LayerNorm, the head tied by default.
+CHATGLM_6B = {"model_type": "chatglm", "hidden_size": 4096, "num_layers": 28, "num_attention_heads": 32,
+              "inner_hidden_size": 16384, "max_sequence_length": 2048, "vocab_size": 130528}
+
+
+def test_chatglm_files_read_with_their_own_key_names(tmp_path: Path) -> None:
+    glm3 = resolve_model(_write(tmp_path, CHATGLM3_6B))[1]
+    assert (glm3.n_kv_heads, glm3.d_ff, glm3.mlp, glm3.norm, glm3.tie_embeddings) == (2, 13696, "swiglu", "rmsnorm",
+                                                                                       False)
+    assert glm3.param_count() == 6_243_584_000 - 28 * (4096 + 2 * 256)  # published, less the q/k/v biases
+    glm1 = resolve_model(_write(tmp_path, CHATGLM_6B))[1]
+    assert (glm1.n_kv_heads, glm1.d_ff, glm1.mlp, glm1.norm, glm1.tie_embeddings, glm1.max_seq_len) == \
+        (32, 16384, "gelu", "layernorm", True, 2048)
+    assert glm1.param_count() == 6_173_286_400 - 28 * (4 * 4096 + 16384 + 4096)  # published, less its linear biases
+
+
+#: google/paligemma-3b-pt-224's shaping keys: the language model (Gemma-2B) under ``text_config`` beside a SigLIP
+#: ``vision_config``, no width of the file's own.
+PALIGEMMA = {"architectures": ["PaliGemmaForConditionalGeneration"], "model_type": "paligemma",
+             "text_config": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+                             "num_attention_heads": 8, "num_hidden_layers": 18, "num_key_value_heads": 1,
+                             "vocab_size": 257216},
+             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "num_hidden_layers": 27}}
+
+
+def test_a_vision_language_file_is_read_as_its_language_model(tmp_path: Path) -> None:
+    cfg = resolve_model(_write(tmp_path, PALIGEMMA))[1]
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.vocab_size, cfg.mlp) == \
+        (18, 2048, 8, 1, 16384, 257216, "swiglu")
+    assert cfg.tie_embeddings and cfg.head == "lm"  # Gemma ties; the architecture is a generating model
+    path = _write(tmp_path, {"model_type": "llava", "text_config": {"model_type": "llama", "vocab_size": 32064}})
+    with pytest.raises(ValueError, match=r": text_config: the config has no hidden_size"):
+        resolve_model(path)
+
+
 def test_cross_attentions_add_their_weights_and_flops_and_are_stored_only_when_present() -> None:
     from shardscope.contracts.models import ModelConfig
 

@@ -4,8 +4,11 @@
 publisher ships: Llama, Mistral, Qwen (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
 ``num_key_value_heads``, ``intermediate_size``, ``max_position_embeddings``, ``tie_word_embeddings``),
 GPT-2 (``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``), GPT-NeoX (Llama's key names,
-a GELU MLP), BLOOM's released files (``n_embed``, ``seq_length``) and MPT (``d_model``, ``n_layers``, ``n_heads``,
-``expansion_ratio``, ``max_seq_len``); also the encoders (BERT, RoBERTa, DeBERTa: Llama's key names, a GELU MLP) and the encoder-decoders
+a GELU MLP), BLOOM's released files (``n_embed``, ``seq_length``), MPT (``d_model``, ``n_layers``, ``n_heads``,
+``expansion_ratio``, ``max_seq_len``) and ChatGLM/GLM-4 (``num_layers``, ``ffn_hidden_size``,
+``multi_query_group_num``, ``padded_vocab_size``, ``seq_length``, ``rmsnorm``); a vision-language model's
+language model under its ``text_config`` (PaliGemma, LLaVA, Gemma 3; the vision tower not represented); also the
+encoders (BERT, RoBERTa, DeBERTa: Llama's key names, a GELU MLP) and the encoder-decoders
 (T5: ``d_model``, ``num_layers`` + ``num_decoder_layers``, ``num_heads``, ``d_ff``, ``feed_forward_proj``; BART,
 BlenderBot, Marian, Pegasus: ``encoder_layers`` + ``decoder_layers``, ``encoder_attention_heads``,
 ``encoder_ffn_dim``), whose encoder and decoder stand as one decoder of all their layers, the decoder's
@@ -52,11 +55,15 @@ KEYS: dict[str, tuple[str, ...]] = {
     "d_model": ("hidden_size", "n_embd", "d_model", "n_embed"),
     "n_layers": ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "n_layers"),
     "n_heads": ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "n_heads"),
-    "vocab_size": ("vocab_size",),
+    "vocab_size": ("padded_vocab_size", "vocab_size"),
 }
+#: Keys of the MLP's inner width, the first present wins: Llama's, GPT-2's, OPT's, T5's, BART's, ChatGLM2/3's and
+#: GLM-4's ``ffn_hidden_size`` (gated), the first ChatGLM's ``inner_hidden_size`` (ungated).
+FF_KEYS = ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim", "ffn_hidden_size", "inner_hidden_size")
 #: Keys of the context the model is sized for, the first present wins: Llama's and most families', GPT-2's, BLOOM's
-#: released files' ``seq_length`` (ALiBi: no position table), MPT's ``max_seq_len``.
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_seq_len")
+#: released files' ``seq_length`` (ALiBi: no position table; ChatGLM's too), MPT's ``max_seq_len``, the first
+#: ChatGLM's ``max_sequence_length``.
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length", "max_seq_len", "max_sequence_length")
 #: The decoder's depth in an encoder-decoder config, added to the encoder's (``KEYS["n_layers"]``), by the key of the
 #: encoder's depth it goes with.
 DECODER_LAYERS = {"num_layers": "num_decoder_layers", "encoder_layers": "decoder_layers"}
@@ -132,8 +139,18 @@ def mlp_kind(doc: dict[str, Any]) -> str:
         return "swiglu" if str(projection).lower().startswith("gated") else "gelu"
     if family in UNGATED_FAMILIES:
         return "gelu"
+    if family == "chatglm" and doc.get("ffn_hidden_size") is None and doc.get("inner_hidden_size") is not None:
+        return "gelu"  # the first ChatGLM: a GELU MLP of inner_hidden_size; ChatGLM2 on gate theirs (ffn_hidden_size)
     act = str(doc.get("hidden_act") or doc.get("activation_function") or "silu").lower()
     return "gelu" if act.startswith(("gelu", "relu")) and not family else "swiglu"
+
+
+def norm_kind(doc: dict[str, Any], family: str) -> str:
+    """``layernorm`` for the LayerNorm families (:data:`LAYERNORM_FAMILIES`), ``rmsnorm`` for the others; ChatGLM's
+    files say which with their own ``rmsnorm`` flag (true from ChatGLM2 on, absent from the first's LayerNorm)."""
+    if family == "chatglm":
+        return "rmsnorm" if doc.get("rmsnorm") else "layernorm"
+    return "layernorm" if family in LAYERNORM_FAMILIES else "rmsnorm"
 
 
 def activation_kind(doc: dict[str, Any], mlp: str) -> str:
@@ -203,13 +220,26 @@ def refuse_experts(doc: dict[str, Any], path: str) -> None:
                              f"model (its memory and step models describe dense blocks); give a dense model")
 
 
+def language_model(doc: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """The part of a config that shapes the language model, and how errors name it: the file itself, or a
+    vision-language model's ``text_config`` (LLaVA, PaliGemma, Gemma 3, Llama 3.2 Vision) where the file has no width
+    of its own; its vision tower is not represented (the training step of its language model is what is modeled)."""
+    text = doc.get("text_config")
+    if isinstance(text, dict) and not any(doc.get(k) is not None for k in KEYS["d_model"]):
+        return text, f"{path}: text_config"
+    return doc, path
+
+
 def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
-    """The :class:`ModelConfig` of a parsed config.json (``path`` names it in errors)."""
+    """The :class:`ModelConfig` of a parsed config.json (``path`` names it in errors; a vision-language model's
+    language model, :func:`language_model`)."""
+    outer = doc
+    doc, path = language_model(doc, path)
     refuse_experts(doc, path)
     dims = {name: _first(doc, keys, path) for name, keys in KEYS.items()}
     dims["n_layers"] = depth(doc, path)
     mlp = mlp_kind(doc)
-    ff_keys = ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim")
+    ff_keys = FF_KEYS
     d_ff = next((doc[k] for k in ff_keys if doc.get(k) is not None), None)
     if d_ff is None and doc.get("expansion_ratio") is not None and isinstance(dims["d_model"], int):
         d_ff = _expanded(doc["expansion_ratio"], dims["d_model"], path)  # MPT: the MLP's width over the model's
@@ -220,11 +250,14 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     kv = doc.get("num_key_value_heads")
     if kv is None and doc.get("new_decoder_architecture"):
         kv = doc.get("num_kv_heads")  # Falcon-40B/180B's grouped keys and values
+    elif kv is None and doc.get("multi_query_attention"):
+        kv = doc.get("multi_query_group_num")  # ChatGLM2/3's and GLM-4's grouped keys and values
     elif kv is None and doc.get("multi_query"):
         kv = 1  # Falcon-7B's multi-query attention
     family = str(doc.get("model_type") or "").lower()
-    head = head_kind(doc)
-    tied = doc.get("tie_word_embeddings", bool(family) and family not in UNTIED_BY_DEFAULT)
+    head = head_kind(doc if doc is outer else {**doc, "architectures": outer.get("architectures")})
+    tied = doc.get("tie_word_embeddings", outer.get("tie_word_embeddings",
+                                                    bool(family) and family not in UNTIED_BY_DEFAULT))
     context = next((doc[k] for k in CONTEXT_KEYS if doc.get(k) is not None), 2048)
     values = {**dims, "d_ff": d_ff, "n_kv_heads": dims["n_heads"] if kv is None else kv, "max_seq_len": context,
               "tie_embeddings": tied, "mlp": mlp}
@@ -244,13 +277,14 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
         head_size = None  # the width over the heads: the default, stored as it always was
     values["head_size"] = head_size
     values["head"] = head
-    values["norm"] = doc.get("norm") or ("layernorm" if family in LAYERNORM_FAMILIES else "rmsnorm")
-    attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None), "sdpa")
+    own = {**outer, **doc}  # shardscope's own keys and the attention's may sit beside a text_config
+    values["norm"] = own.get("norm") or norm_kind(doc, family)
+    attention = next((own[k] for k in ATTENTION_KEYS if own.get(k) is not None), "sdpa")
     values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
     values["activation"] = activation_kind(doc, mlp)
     values["cross_attention_layers"] = decoder_depth(doc, path)
-    if doc.get("parameter_tensors") is not None:  # shardscope's own key: the real model's tensors, where it says
-        values["parameter_tensors"] = doc["parameter_tensors"]
+    if own.get("parameter_tensors") is not None:  # shardscope's own key: the real model's tensors, where it says
+        values["parameter_tensors"] = own["parameter_tensors"]
     dropout_key = next((k for k in ATTENTION_DROPOUT_KEYS if doc.get(k) is not None), None)
     if dropout_key is not None:
         values["attention_dropout"] = doc[dropout_key]
@@ -269,7 +303,7 @@ def _expanded(ratio: Any, width: int, path: str) -> int:
 
 def _key_of(field: str, doc: dict[str, Any]) -> str:
     """The config's own key for one of our fields (the one it uses, else the first we accept)."""
-    keys = {**KEYS, "d_ff": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "encoder_ffn_dim"),
+    keys = {**KEYS, "d_ff": FF_KEYS,
             "n_kv_heads": ("num_key_value_heads",),
             "max_seq_len": CONTEXT_KEYS}[field]
     return next((k for k in keys if k in doc), keys[0])
