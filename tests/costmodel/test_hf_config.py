@@ -128,6 +128,9 @@ def test_a_vision_language_file_is_read_as_its_language_model(tmp_path: Path) ->
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff, cfg.vocab_size, cfg.mlp) == \
         (18, 2048, 8, 1, 16384, 257216, "swiglu")
     assert cfg.tie_embeddings and cfg.head == "lm"  # Gemma ties; the architecture is a generating model
+    outside = {**PALIGEMMA, "vocab_size": 257216, "text_config": {k: v for k, v in PALIGEMMA["text_config"].items()
+                                                                  if k != "vocab_size"}}
+    assert resolve_model(_write(tmp_path, outside))[1] == cfg  # a vocabulary given beside the text_config
     path = _write(tmp_path, {"model_type": "llava", "text_config": {"model_type": "llama", "vocab_size": 32064}})
     with pytest.raises(ValueError, match=r": text_config: the config has no hidden_size"):
         resolve_model(path)

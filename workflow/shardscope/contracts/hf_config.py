@@ -223,10 +223,12 @@ def refuse_experts(doc: dict[str, Any], path: str) -> None:
 def language_model(doc: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
     """The part of a config that shapes the language model, and how errors name it: the file itself, or a
     vision-language model's ``text_config`` (LLaVA, PaliGemma, Gemma 3, Llama 3.2 Vision) where the file has no width
-    of its own; its vision tower is not represented (the training step of its language model is what is modeled)."""
+    of its own (the file's other top-level keys fill what the text_config leaves out, as its vocabulary may); its
+    vision tower is not represented (the training step of its language model is what is modeled)."""
     text = doc.get("text_config")
     if isinstance(text, dict) and not any(doc.get(k) is not None for k in KEYS["d_model"]):
-        return text, f"{path}: text_config"
+        outer = {k: v for k, v in doc.items() if not k.endswith("_config")}  # e.g. a vocab_size kept outside
+        return {**outer, **text}, f"{path}: text_config"
     return doc, path
 
 
