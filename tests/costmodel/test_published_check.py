@@ -290,15 +290,22 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: micro-batch median x1.27 -> x1.28, T5 now modeled below where it was above). Those runs' 128 tokens are an upper
 #: bound: the post's script pads each batch to its longest sample, which the case cannot state (its
 #: ``seq_len_basis``).
+#: Then the fused attention kernel at its own share of the matmuls' rate (``FUSED_ATTENTION_SHARE``: 0.85 on the Ampere
+#: class, 0.6 on the Hopper class, fitted on llm-foundry's MPT 7B-70B rows and checked on its 760M-3B rows,
+#: ``benchmarks/compute_curve_check.py``): the defaults' absolute median and worst x1.07/x1.16 -> x1.04/x1.09 (the H100
+#: torchtitan runs at 8,192 tokens), the held-out ratio median x1.262 -> x1.256 and absolute worst x2.91 -> x2.87, all
+#: absolute median x1.11 -> x1.08. The held-out absolute median moves x1.107 -> x1.112: the eager-attention runs
+#: (BERT on V100, BLOOM on TITAN RTX), whose score matmuls are plain matmuls, run 0.5-1% faster on the re-solved
+#: matmul ceiling, and the median run is one of them.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
-                 "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.07, "absolute_worst": 1.17,
+                 "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.27, "ratio_worst": 2.1, "memory_median": 0.18,
-                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.11, "absolute_worst": 2.92,
+    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.26, "ratio_worst": 2.1, "memory_median": 0.18,
+                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.12, "absolute_worst": 2.88,
                  "largest_median": 1.27, "largest_worst": 2.01},
     "all": {"top1": 0.92, "pairwise": 0.91, "ratio_median": 1.25, "ratio_worst": 2.1, "memory_median": 0.17,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.11, "absolute_worst": 2.92,
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.88,
             "largest_median": 1.29, "largest_worst": 2.01},
 }
 

@@ -362,7 +362,7 @@ def test_a_float32_step_runs_on_the_cuda_cores_not_the_16_bit_tensor_peak() -> N
     from shardscope.costmodel.hardware import spec_for_name
     from shardscope.costmodel.elementwise import elementwise_bytes
     from shardscope.costmodel.optimizer_step import STREAM_SHARE
-    from shardscope.costmodel.step import compute_mfu, dtype_peak_flops
+    from shardscope.costmodel.step import attention_share, compute_mfu, dtype_peak_flops, fused_attention_flops
 
     titan = spec_for_name("NVIDIA TITAN RTX")
     assert dtype_peak_flops(130.5e12, "float32", titan) == 16.3e12
@@ -374,7 +374,9 @@ def test_a_float32_step_runs_on_the_cuda_cores_not_the_16_bit_tensor_peak() -> N
         pred = predict_step("ddp", "llama-1b", CFG, 1, 130.5e12, lambda op, size: 0.0, None, a, gpu=titan)
         compute = pred.compute_time_s - pred.optimizer_time_s
         peak = dtype_peak_flops(130.5e12, dtype, titan)
-        matmuls = CFG.flops_per_token(512) * 8 * 512 / (peak * compute_mfu(CFG, a, peak, titan))
+        rate = peak * compute_mfu(CFG, a, peak, titan)
+        matmuls = (CFG.flops_per_token(512) * 8 * 512
+                   + fused_attention_flops(CFG, "none", 512, 8 * 512) * (1 / attention_share(titan.arch) - 1)) / rate
         traffic = elementwise_bytes(CFG, 8 * 512, "fp32" if dtype == "float32" else "autocast")
         assert compute == pytest.approx(matmuls + traffic / (titan.memory_bandwidth_gbps * 1e9 * STREAM_SHARE))
         steps[dtype] = compute

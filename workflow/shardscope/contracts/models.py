@@ -219,7 +219,13 @@ class ModelConfig:
         """
         blocks = self.n_layers * (self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff)
         matmul = blocks + self.cross_attention_layers * self.attention_params() + self.head_outputs * self.d_model
-        return 6.0 * matmul + 12.0 * (self.n_layers + self.cross_attention_layers) * self.q_dim * seq_len
+        return 6.0 * matmul + self.attention_flops_per_token(seq_len)
+
+    def attention_flops_per_token(self, seq_len: int) -> float:
+        """The attention scores' part of :meth:`flops_per_token`: ``QKᵀ`` and ``PV`` forward and backward over the
+        full square, ``12·d·seq_len`` per attention (``d`` the queries' width), every block's and every
+        cross-attention's."""
+        return 12.0 * (self.n_layers + self.cross_attention_layers) * self.q_dim * seq_len
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, ``norm`` only

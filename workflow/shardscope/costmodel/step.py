@@ -5,8 +5,10 @@ Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × efficiency)``, 
 or calibrated MFU, else the matmuls' (:func:`matmul_efficiency`: a roofline at the tokens per micro-batch and the
 width, against the GPU's datasheet bandwidth, :data:`~shardscope.costmodel.hardware.MEMORY_BANDWIDTH_GBPS`, times a
 published efficiency ceiling per GPU class, :data:`PUBLISHED_EFFICIENCY`) plus the bytes the other ops stream
-(:mod:`shardscope.costmodel.elementwise`) at the memory's bandwidth (:func:`micro_batch_compute_s`), so a larger
-micro-batch runs closer to the peak and a 16-bit step is bounded by its elementwise traffic.
+(:mod:`shardscope.costmodel.elementwise`) at the memory's bandwidth (:func:`micro_batch_compute_s`), and the fused
+attention kernel's FLOPs at its own share of the matmuls' rate (:data:`FUSED_ATTENTION_SHARE`), so a larger
+micro-batch runs closer to the peak, a longer sequence further from it, and a 16-bit step is bounded by its
+elementwise traffic.
 
 Communication per step, Ψ parameters on the wire (the ZeRO paper's volumes, in nccl-tests sizes),
 gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`` setting, whose
@@ -75,7 +77,8 @@ from shardscope.costmodel.hardware import GpuSpec
 from shardscope.costmodel.deepspeed_config import DeepSpeedKnobs
 from shardscope.costmodel.deepspeed_hooks import hook_recount_s
 from shardscope.costmodel.elementwise import elementwise_bytes
-from shardscope.costmodel.memory_peak import DDP_BUCKET_VIEW_DEFAULT, compute_policy, recompute_shares
+from shardscope.costmodel.memory_peak import (DDP_BUCKET_VIEW_DEFAULT, compute_policy, recompute_shares,
+                                            recomputed_flops_per_token)
 from shardscope.costmodel.optimizer_step import STREAM_SHARE, optimizer_step_s
 
 #: A constant model FLOPs utilisation, for callers that want one (``--mfu``): PaLM reports 46.2% MFU training 540B
@@ -128,6 +131,17 @@ PUBLISHED_EFFICIENCY: dict[str, EfficiencyPoint] = {
 #: Hopper's for the generations whose peak outgrew memory bandwidth as Hopper's did (Blackwell, CDNA 3), Ampere's
 #: for the rest; the roofline term then uses the GPU's own peak and bandwidth.
 EFFICIENCY_CLASS = {"hopper": "hopper", "blackwell": "hopper", "cdna": "hopper"}
+#: The fused attention kernel's rate on the FLOPs counted for it (the full square of scores,
+#: :meth:`~shardscope.contracts.models.ModelConfig.attention_flops_per_token`) as a share of the matmuls' rate at the
+#: same micro-batch, per GPU class. Fitted (least squares on log throughput, a 0.025 grid) on the 7B-70B rows of
+#: llm-foundry's MPT benchmark table (77 rows, 512 to 65,536 tokens, A100 and H100: ``tests/data/published/compute``,
+#: ``benchmarks/compute_curve_check.py --fit``) and checked on its 125M-3B rows (132): with the kernel at the
+#: matmuls' rate the long sequences ran 25-39% slower on H100s than modeled and the short ones 10-18% faster, one
+#: mechanism for both ends, since the anchor run's own attention then takes its share of the anchor's time. The
+#: values agree with the kernels' published rates: FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023), where
+#: matmuls reach about 80%; 35% of an H100's (the FlashAttention-3 paper), where they reach 60-70%. Eager attention's
+#: score matmuls are plain batched matmuls (share 1; its other ops are timed as traffic).
+FUSED_ATTENTION_SHARE = {"ampere": 0.85, "hopper": 0.625}
 #: Share of GPU memory the whole modeled peak may use: all of it, since the peak now counts the allocator's
 #: reserve, the CUDA context and NCCL's buffers itself (:func:`shardscope.costmodel.memory_peak.gpu_runtime_bytes`).
 DEFAULT_USABLE_FRACTION = 1.0
@@ -388,19 +402,34 @@ def roofline_share(tokens: int, width: int, peak_flops: float, memory_bytes_s: f
     return intensity / (intensity + peak_flops / memory_bytes_s)
 
 
+def attention_share(arch: str) -> float:
+    """:data:`FUSED_ATTENTION_SHARE` of a GPU's class (Ampere's for the classes without a curve of their own)."""
+    return FUSED_ATTENTION_SHARE[EFFICIENCY_CLASS.get(arch, "ampere")]
+
+
+def fused_attention_flops(cfg: ModelConfig, checkpointing: str, seq_len: int, tokens: int) -> float:
+    """FLOPs the fused attention kernel computes for ``tokens`` tokens (forward, backward and what checkpointing
+    computes again), as counted (the full square); 0 for eager attention, whose score matmuls run as matmuls."""
+    if cfg.attention != "sdpa":
+        return 0.0
+    again = recomputed_flops_per_token(cfg, checkpointing, seq_len)[1]
+    return tokens * (cfg.attention_flops_per_token(seq_len) + again)
+
+
 @functools.lru_cache(maxsize=None)
-def _ceiling(point: EfficiencyPoint) -> float:
+def _ceiling(point: EfficiencyPoint, share_attention: float = 1.0) -> float:
     """The matmul-efficiency ceiling of ``point``'s GPU class: what the roofline share is multiplied by so that the
     published run's whole micro-batch (its matmuls at ``ceiling x roofline share`` of the peak, plus its non-matmul
-    traffic at :data:`~shardscope.costmodel.optimizer_step.STREAM_SHARE` of the bandwidth) takes as long as its
-    published MFU says."""
+    traffic at :data:`~shardscope.costmodel.optimizer_step.STREAM_SHARE` of the bandwidth, its attention's FLOPs at
+    ``share_attention`` of the matmuls' rate) takes as long as its published MFU says."""
     share = roofline_share(point.tokens, point.width, point.peak_flops, point.memory_gbps * 1e9)
     if point.model is None:
         return point.mfu / share
     flops = point.model.flops_per_token(point.seq_len) * point.tokens
+    attention = fused_attention_flops(point.model, "none", point.seq_len, point.tokens)
     traffic = elementwise_bytes(point.model, point.tokens, point.policy)
     matmul_s = flops / (point.peak_flops * point.mfu) - traffic / (point.memory_gbps * 1e9 * STREAM_SHARE)
-    return flops / (point.peak_flops * matmul_s) / share
+    return (flops + attention * (1 / share_attention - 1)) / (point.peak_flops * matmul_s) / share
 
 
 def matmul_efficiency(tokens: int, width: int, peak_flops: float, memory_gbps: float | None, arch: str = "ampere",
@@ -416,7 +445,8 @@ def matmul_efficiency(tokens: int, width: int, peak_flops: float, memory_gbps: f
     """
     point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(arch, "ampere")]
     bandwidth = _bandwidth(peak_flops, memory_gbps, arch)
-    return min(1.0, _ceiling(point) * roofline_share(tokens, width, peak_flops, bandwidth, element_bytes))
+    ceiling = _ceiling(point, attention_share(arch))
+    return min(1.0, ceiling * roofline_share(tokens, width, peak_flops, bandwidth, element_bytes))
 
 
 def _bandwidth(peak_flops: float, memory_gbps: float | None, arch: str) -> float:
@@ -455,7 +485,12 @@ def micro_batch_compute_s(strategy: str, cfg: ModelConfig, a: StepAssumptions, p
     flops = cfg.flops_per_token(seq) * tokens
     matmul_again, other_again = recompute_shares(cfg, a.checkpointing, seq)
     work = work_factor(a, matmul_again)
-    seconds = flops / (peak_flops * compute_mfu(cfg, a, peak_flops, gpu)) * work
+    efficiency = compute_mfu(cfg, a, peak_flops, gpu)
+    seconds = flops / (peak_flops * efficiency) * work
+    if streams_traffic(a, gpu):  # the fused attention kernel at its own share of the matmuls' rate
+        share = attention_share(gpu.arch if gpu is not None else "ampere")
+        attention = fused_attention_flops(cfg, a.checkpointing, seq, tokens)
+        seconds += attention / (peak_flops * efficiency) * (1 / share - 1)
     if streams_traffic(a, gpu):
         policy = compute_policy(strategy, a.dtype, a.trainable_fraction < 1)
         traffic = elementwise_bytes(cfg, tokens, policy, recompute=other_again, cast_share=a.trainable_fraction,
