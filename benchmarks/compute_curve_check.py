@@ -55,7 +55,8 @@ def advise_argv(doc: dict[str, Any], row: dict[str, Any]) -> list[str]:
             "--strategies", "fsdp" if row["sharding"] == "FULL_SHARD" else "fsdp_grad_op",
             "--micro-batch", str(row["micro_batch"]), "--seq-len", str(row["seq"]),
             "--grad-accum", str(row["grad_accum"]), "--dtype", "bfloat16",
-            "--activation-checkpointing", row["checkpointing"], "--memory-gib", f"{memory_gb * 1e9 / 2**30:.4f}", "--json"]
+            "--activation-checkpointing", row["checkpointing"], "--memory-gib", f"{memory_gb * 1e9 / 2**30:.4f}",
+            "--json"]
     return argv + (["--gpu", gpu] if gpu else [])
 
 
@@ -124,8 +125,8 @@ def print_rows(doc: dict[str, Any]) -> None:
     for row in doc["rows"]:
         modeled = modeled_tokens_per_gpu(doc, row)
         print(f"{split_of(doc, row):<9} {row['gpu']:<10} {row['model']:<5} {row['seq']:>6} {row['gpus']:>4} "
-              f"{row['micro_batch']:>3} {row['checkpointing']:<5} {row['tokens_per_s_per_gpu']:>12.0f} {modeled:>12.0f} "
-              f"{modeled / row['tokens_per_s_per_gpu']:>8.2f}")
+              f"{row['micro_batch']:>3} {row['checkpointing']:<5} {row['tokens_per_s_per_gpu']:>12.0f} "
+              f"{modeled:>12.0f} {modeled / row['tokens_per_s_per_gpu']:>8.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
