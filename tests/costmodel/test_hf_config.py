@@ -273,3 +273,14 @@ def test_bad_config_is_one_sentence_naming_file_and_key(tmp_path: Path, change: 
 def test_missing_file_says_what_model_takes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no such file; --model takes a preset"):
         resolve_model(str(tmp_path / "nope" / "config.json"))
+
+
+def test_advise_says_what_an_encoder_decoders_description_leaves_out(capsys: pytest.CaptureFixture[str]) -> None:
+    from shardscope.cli import main
+
+    args = ["advise", "--topology", "preset:hgx-h100", "--gpus", "8", "--json"]
+    assert main([*args, "--model", str(HF / "t5-large" / "config.json")]) == 0
+    (note,) = [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith("encoder-decoder")]
+    assert "24 decoder layers' cross-attentions" in note and "not in the activations" in note
+    assert main([*args, "--model", str(HF / "gpt2" / "config.json")]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith("encoder-decoder")]
