@@ -284,3 +284,6 @@ def test_advise_says_what_an_encoder_decoders_description_leaves_out(capsys: pyt
     assert "24 decoder layers' cross-attentions" in note and "not in the activations" in note
     assert main([*args, "--model", str(HF / "gpt2" / "config.json")]) == 0
     assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if n.startswith("encoder-decoder")]
+    t5 = str(HF / "t5-large" / "config.json")
+    assert main(["memory", "--model", t5, "--gpus", "2", "--no-deepspeed-estimate"]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == f"note: {note}"

@@ -42,7 +42,13 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         _add_whole_peak(rows, args, cfg)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    print(dump_json(rows) if args.json else format_memory_table(rows) + format_peak_table(rows), end="")
+    if args.json:
+        print(dump_json(rows), end="")
+        return 0
+    from shardscope.costmodel.advise import model_notes
+
+    notes = "".join(f"note: {n}\n" for n in model_notes(cfg))
+    print(format_memory_table(rows) + format_peak_table(rows) + notes, end="")
     return 0
 
 
