@@ -287,3 +287,18 @@ def test_advise_says_what_an_encoder_decoders_description_leaves_out(capsys: pyt
     t5 = str(HF / "t5-large" / "config.json")
     assert main(["memory", "--model", t5, "--gpus", "2", "--no-deepspeed-estimate"]) == 0
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == f"note: {note}"
+
+
+def test_a_vision_language_answer_says_its_vision_tower_is_not_modeled(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from shardscope.cli import main
+    from shardscope.contracts.hf_config import reads_text_config
+
+    path = _write(tmp_path, PALIGEMMA)
+    assert reads_text_config(path) and reads_text_config(PALIGEMMA)
+    assert not reads_text_config(str(HF / "gpt2" / "config.json")) and not reads_text_config("mistral-7b")
+    assert main(["advise", "--topology", "preset:hgx-h100", "--gpus", "8", "--json", "--model", path]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert [n for n in notes if n.startswith("vision-language model: its language model (text_config) is modeled")]
+    assert main(["memory", "--model", path, "--gpus", "8", "--no-deepspeed-estimate"]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("note: vision-language model")

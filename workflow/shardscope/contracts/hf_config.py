@@ -69,8 +69,8 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length",
 DECODER_LAYERS = {"num_layers": "num_decoder_layers", "encoder_layers": "decoder_layers"}
 #: Keys only a Hugging Face config has (shardscope's own fields are ``ModelConfig``'s): one of them in a JSON object
 #: makes it a config read by :func:`shape_of`.
-HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "n_embed", "num_hidden_layers", "n_layer", "num_layers",
-                          "encoder_layers", "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
+HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "n_embed", "num_hidden_layers", "n_layer",
+                          "num_layers", "encoder_layers", "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
                           "intermediate_size", "n_inner", "ffn_dim", "encoder_ffn_dim", "num_key_value_heads",
                           "max_position_embeddings", "n_positions", "tie_word_embeddings", "hidden_act",
                           "activation_function", "feed_forward_proj", "architectures"})
@@ -232,6 +232,24 @@ def language_model(doc: dict[str, Any], path: str) -> tuple[dict[str, Any], str]
     return doc, path
 
 
+def reads_text_config(spec: Any) -> bool:
+    """Whether a ``--model`` value (a config.json path or a JSON object) is a vision-language model read through its
+    ``text_config`` (:func:`language_model`), so that what is modeled is its language model alone."""
+    from shardscope.contracts.models import PRESETS, looks_like_path
+
+    doc = spec
+    if isinstance(spec, str):
+        if spec in PRESETS or not looks_like_path(spec):
+            return False
+        try:
+            doc = json.loads(Path(spec).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return False
+    if not isinstance(doc, dict) or not looks_like_hf(doc):
+        return False
+    return language_model(doc, "")[0] is not doc
+
+
 def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     """The :class:`ModelConfig` of a parsed config.json (``path`` names it in errors; a vision-language model's
     language model, :func:`language_model`)."""
@@ -299,7 +317,8 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
 def _expanded(ratio: Any, width: int, path: str) -> int:
     """MPT's MLP width: ``expansion_ratio`` times the model's (a positive number whose product is a whole width)."""
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0 or (ratio * width) % 1:
-        raise ValueError(f"{path}: expansion_ratio must be a positive number that makes a whole MLP width, got {ratio!r}")
+        raise ValueError(f"{path}: expansion_ratio must be a positive number that makes a whole MLP width, "
+                         f"got {ratio!r}")
     return int(ratio * width)
 
 
@@ -350,9 +369,10 @@ def _trainable(cfg: ModelConfig, key: str, where: str) -> None:
                          "count of a real model that advise, memory and predict model but the training stage cannot "
                          "build (its worker builds the stand-in of the shape alone); leave parameter_tensors out")
     if cfg.cross_attention_layers:
-        raise ValueError(f"config key {key}: the model ({where}) is an encoder-decoder ({cfg.cross_attention_layers} "
-                         "decoder layers with cross-attention), which advise, memory and predict model but the training "
-                         "stage cannot build (its worker builds decoders); give a decoder-only model")
+        raise ValueError(f"config key {key}: the model ({where}) is an encoder-decoder "
+                         f"({cfg.cross_attention_layers} decoder layers with cross-attention), which advise, memory and "
+                         "predict model but the training stage cannot build (its worker builds decoders); give a "
+                         "decoder-only model")
     if cfg.head != "lm":
         raise ValueError(f"config key {key}: the model ({where}) has a classifier head, which advise, memory and predict "
                          "model but the training stage cannot run (its worker trains language models); give a language "

@@ -464,7 +464,7 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
     recount = recount_note(assumptions.deepspeed_version, [p.strategy for p in ranking], cfg,
                            assumptions.trainable_fraction)
     notes += (recount,) if recount else ()
-    notes += model_notes(cfg)
+    notes += model_notes(cfg, model)
     busbw = peak_busbw_gbps("all_reduce", job) if gpus > 1 else 0.0
     first = _first_sentence(decision, best, ranking, placement, nodes, busbw)
     sentences = (first, _fit_sentence(ranking, machine, no_fit),
@@ -477,13 +477,21 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
                   batches=ranked.batches, global_batch=global_batch, no_fit=no_fit, transport=transport)
 
 
-def model_notes(cfg: ModelConfig) -> tuple[str, ...]:
+def model_notes(cfg: ModelConfig, spec: Any = None) -> tuple[str, ...]:
     """What the model's description leaves out, said beside the answer: an encoder-decoder's cross-attentions are in
-    its weights and FLOPs only, its encoder taken as long as its decoder."""
-    if not cfg.cross_attention_layers:
-        return ()
-    return (f"encoder-decoder: the {cfg.cross_attention_layers} decoder layers' cross-attentions are counted in the "
-            "weights and FLOPs, not in the activations, and the encoder is taken as long as the decoder (--seq-len)",)
+    its weights and FLOPs only, its encoder taken as long as its decoder; a vision-language model (``spec`` read
+    through its ``text_config``) is its language model alone."""
+    from shardscope.contracts.hf_config import reads_text_config
+
+    notes: tuple[str, ...] = ()
+    if cfg.cross_attention_layers:
+        notes += (f"encoder-decoder: the {cfg.cross_attention_layers} decoder layers' cross-attentions are counted in "
+                  "the weights and FLOPs, not in the activations, and the encoder is taken as long as the decoder "
+                  "(--seq-len)",)
+    if spec is not None and reads_text_config(spec):
+        notes += ("vision-language model: its language model (text_config) is modeled; the vision tower's weights, "
+                  "FLOPs and activations are not",)
+    return notes
 
 
 def _grouped_note(where: Setup, gpus: int, shard_sizes: Mapping[str, int] | None) -> str:

@@ -47,7 +47,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         return 0
     from shardscope.costmodel.advise import model_notes
 
-    notes = "".join(f"note: {n}\n" for n in model_notes(cfg))
+    notes = "".join(f"note: {n}\n" for n in model_notes(cfg, parse_model_spec(args.model)))
     print(format_memory_table(rows) + format_peak_table(rows) + notes, end="")
     return 0
 
