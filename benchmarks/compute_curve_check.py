@@ -99,7 +99,7 @@ def fit(doc: dict[str, Any], grid: list[float] = GRID) -> dict[str, tuple[float,
     """Per GPU class, the share of :data:`GRID` whose defaults rows' mean squared log error is least, and that error."""
     from shardscope.costmodel import step
 
-    kept = dict(step.FUSED_ATTENTION_SHARE)
+    kept = dict(step.FUSED_ATTENTION_SHARE)  # each class's rows read only their class's share
     best: dict[str, tuple[float, float]] = {}
     try:
         for (split, klass), rows in groups(doc).items():
@@ -107,14 +107,11 @@ def fit(doc: dict[str, Any], grid: list[float] = GRID) -> dict[str, tuple[float,
                 continue
             for share in grid:
                 step.FUSED_ATTENTION_SHARE[klass] = share
-                step._ceiling.cache_clear()
                 mse = summary(log_errors(doc, rows))["mse_log"]
                 if klass not in best or mse < best[klass][1]:
                     best[klass] = (share, mse)
-            step.FUSED_ATTENTION_SHARE[klass] = kept[klass]
     finally:
         step.FUSED_ATTENTION_SHARE.update(kept)
-        step._ceiling.cache_clear()
     return best
 
 

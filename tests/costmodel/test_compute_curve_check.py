@@ -53,7 +53,7 @@ def test_the_attention_share_is_where_the_defaults_rows_put_it(doc: dict[str, An
         assert chosen[klass][0] == share
 
 
-def test_the_share_slows_long_sequences_and_leaves_eager_attention_alone() -> None:
+def test_the_share_slows_long_sequences_and_leaves_eager_attention_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """At 32k tokens the attention is most of an MPT-1B step, at 1k a sliver: the share below 1 slows the first far
     more than the second; eager attention's score matmuls are matmuls, so only the re-solved ceiling moves them."""
     from dataclasses import replace
@@ -70,16 +70,10 @@ def test_the_share_slows_long_sequences_and_leaves_eager_attention_alone() -> No
         a = step.StepAssumptions(micro_batch=32768 // seq, seq_len=seq)
         return step.micro_batch_compute_s("fsdp", cfg, a, 989.4e12, h100)[0]
 
-    kept = dict(step.FUSED_ATTENTION_SHARE)
-    try:
-        now = {seq: seconds(mpt, seq) for seq in (1024, 32768)}
-        eager_now = seconds(replace(mpt, attention="eager"), 1024)
-        step.FUSED_ATTENTION_SHARE.update(hopper=1.0)
-        step._ceiling.cache_clear()
-        before = {seq: seconds(mpt, seq) for seq in (1024, 32768)}
-        eager_before = seconds(replace(mpt, attention="eager"), 1024)
-    finally:
-        step.FUSED_ATTENTION_SHARE.update(kept)
-        step._ceiling.cache_clear()
+    now = {seq: seconds(mpt, seq) for seq in (1024, 32768)}
+    eager_now = seconds(replace(mpt, attention="eager"), 1024)
+    monkeypatch.setitem(step.FUSED_ATTENTION_SHARE, "hopper", 1.0)  # the ceiling's cache is keyed by the share
+    before = {seq: seconds(mpt, seq) for seq in (1024, 32768)}
+    eager_before = seconds(replace(mpt, attention="eager"), 1024)
     assert now[32768] / before[32768] > 1.15 > 1.02 > now[1024] / before[1024]
     assert eager_now < eager_before  # the matmuls' ceiling re-solved through the anchor, nothing else

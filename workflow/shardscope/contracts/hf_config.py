@@ -70,7 +70,8 @@ DECODER_LAYERS = {"num_layers": "num_decoder_layers", "encoder_layers": "decoder
 #: Keys only a Hugging Face config has (shardscope's own fields are ``ModelConfig``'s): one of them in a JSON object
 #: makes it a config read by :func:`shape_of`.
 HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "n_embed", "num_hidden_layers", "n_layer",
-                          "num_layers", "encoder_layers", "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
+                          "num_layers", "encoder_layers", "num_attention_heads", "n_head", "num_heads",
+                          "encoder_attention_heads",
                           "intermediate_size", "n_inner", "ffn_dim", "encoder_ffn_dim", "num_key_value_heads",
                           "max_position_embeddings", "n_positions", "tie_word_embeddings", "hidden_act",
                           "activation_function", "feed_forward_proj", "architectures"})
@@ -164,11 +165,6 @@ def activation_kind(doc: dict[str, Any], mlp: str) -> str:
     return "eager_tanh" if mlp == "gelu" and act == "gelu_new" else "fused"
 
 
-def depth(doc: dict[str, Any], path: str) -> Any:
-    """Blocks of the stand-in decoder: the config's layers, an encoder-decoder's encoder and decoder together."""
-    return _encoder_depth(doc, path) + decoder_depth(doc, path)
-
-
 def _encoder_key(doc: dict[str, Any]) -> str | None:
     """The key of the depth the decoder's is added to: an encoder-decoder's encoder depth where the file has one (the
     BART family's files also hold ``num_hidden_layers``, its config class's copy of ``encoder_layers``, which alone
@@ -228,7 +224,8 @@ def language_model(doc: dict[str, Any], path: str) -> tuple[dict[str, Any], str]
     text = doc.get("text_config")
     if isinstance(text, dict) and not any(doc.get(k) is not None for k in KEYS["d_model"]):
         outer = {k: v for k, v in doc.items() if not k.endswith("_config")}  # e.g. a vocab_size kept outside
-        return {**outer, **text}, f"{path}: text_config"
+        # the file's architectures name the model's own head (a text_config's may name its language model's)
+        return {**outer, **text, "architectures": doc.get("architectures")}, f"{path}: text_config"
     return doc, path
 
 
@@ -253,14 +250,13 @@ def reads_text_config(spec: Any) -> bool:
 def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     """The :class:`ModelConfig` of a parsed config.json (``path`` names it in errors; a vision-language model's
     language model, :func:`language_model`)."""
-    outer = doc
     doc, path = language_model(doc, path)
     refuse_experts(doc, path)
     dims = {name: _first(doc, keys, path) for name, keys in KEYS.items()}
-    dims["n_layers"] = depth(doc, path)
+    decoder = decoder_depth(doc, path)  # the stand-in's blocks: an encoder-decoder's encoder and decoder together
+    dims["n_layers"] = _encoder_depth(doc, path) + decoder
     mlp = mlp_kind(doc)
-    ff_keys = FF_KEYS
-    d_ff = next((doc[k] for k in ff_keys if doc.get(k) is not None), None)
+    d_ff = next((doc[k] for k in FF_KEYS if doc.get(k) is not None), None)
     if d_ff is None and doc.get("expansion_ratio") is not None and isinstance(dims["d_model"], int):
         d_ff = _expanded(doc["expansion_ratio"], dims["d_model"], path)  # MPT: the MLP's width over the model's
     if d_ff is None:
@@ -275,9 +271,8 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     elif kv is None and doc.get("multi_query"):
         kv = 1  # Falcon-7B's multi-query attention
     family = str(doc.get("model_type") or "").lower()
-    head = head_kind(doc if doc is outer else {**doc, "architectures": outer.get("architectures")})
-    tied = doc.get("tie_word_embeddings", outer.get("tie_word_embeddings",
-                                                    bool(family) and family not in UNTIED_BY_DEFAULT))
+    head = head_kind(doc)
+    tied = doc.get("tie_word_embeddings", bool(family) and family not in UNTIED_BY_DEFAULT)
     context = next((doc[k] for k in CONTEXT_KEYS if doc.get(k) is not None), 2048)
     values = {**dims, "d_ff": d_ff, "n_kv_heads": dims["n_heads"] if kv is None else kv, "max_seq_len": context,
               "tie_embeddings": tied, "mlp": mlp}
@@ -297,14 +292,13 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
         head_size = None  # the width over the heads: the default, stored as it always was
     values["head_size"] = head_size
     values["head"] = head
-    own = {**outer, **doc}  # shardscope's own keys and the attention's may sit beside a text_config
-    values["norm"] = own.get("norm") or norm_kind(doc, family)
-    attention = next((own[k] for k in ATTENTION_KEYS if own.get(k) is not None), "sdpa")
+    values["norm"] = doc.get("norm") or norm_kind(doc, family)
+    attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None), "sdpa")
     values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
     values["activation"] = activation_kind(doc, mlp)
-    values["cross_attention_layers"] = decoder_depth(doc, path)
-    if own.get("parameter_tensors") is not None:  # shardscope's own key: the real model's tensors, where it says
-        values["parameter_tensors"] = own["parameter_tensors"]
+    values["cross_attention_layers"] = decoder
+    if doc.get("parameter_tensors") is not None:  # shardscope's own key: the real model's tensors, where it says
+        values["parameter_tensors"] = doc["parameter_tensors"]
     dropout_key = next((k for k in ATTENTION_DROPOUT_KEYS if doc.get(k) is not None), None)
     if dropout_key is not None:
         values["attention_dropout"] = doc[dropout_key]

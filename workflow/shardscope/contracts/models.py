@@ -186,17 +186,21 @@ class ModelConfig:
         weights and its norm."""
         return self.cross_attention_layers * (self.attention_params() + self.norm_params)
 
+    def _own_block_matmul_params(self) -> int:
+        """Weights of one block's own matmuls: its attention (:meth:`attention_params`) and its MLP."""
+        return self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff
+
     def block_matmul_params(self) -> int:
         """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP, and of an
         encoder-decoder the cross-attentions' weights spread evenly over its blocks (so ``n_layers`` times this is
         every block weight; a decoder block holds more, an encoder block less)."""
         cross = self.cross_attention_layers * self.attention_params() // self.n_layers
-        return self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff + cross
+        return self._own_block_matmul_params() + cross
 
     def param_count(self) -> int:
         """Exact number of parameters of :class:`GPT` with this shape, computed without building it (and of an
         encoder-decoder's stand-in, its cross-attentions' weights and norms too)."""
-        block = self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff + 2 * self.norm_params
+        block = self._own_block_matmul_params() + 2 * self.norm_params
         return self.vocab_params() + self.n_layers * block + self.cross_attention_params() + self.norm_params
 
     def vocab_params(self) -> int:
@@ -217,7 +221,7 @@ class ModelConfig:
         over an encoder of ``seq_len`` tokens. Not counted (neither here nor by the counter): norms,
         softmax, activations, rotary and the loss, each O(d) or O(V) per token, not O(d²).
         """
-        blocks = self.n_layers * (self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff)
+        blocks = self.n_layers * self._own_block_matmul_params()
         matmul = blocks + self.cross_attention_layers * self.attention_params() + self.head_outputs * self.d_model
         return 6.0 * matmul + self.attention_flops_per_token(seq_len)
 

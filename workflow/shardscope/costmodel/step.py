@@ -487,11 +487,11 @@ def micro_batch_compute_s(strategy: str, cfg: ModelConfig, a: StepAssumptions, p
     work = work_factor(a, matmul_again)
     efficiency = compute_mfu(cfg, a, peak_flops, gpu)
     seconds = flops / (peak_flops * efficiency) * work
-    if streams_traffic(a, gpu):  # the fused attention kernel at its own share of the matmuls' rate
+    if streams_traffic(a, gpu):
+        # the fused attention kernel at its own share of the matmuls' rate, and the other ops' bytes
         share = attention_share(gpu.arch if gpu is not None else "ampere")
         attention = fused_attention_flops(cfg, a.checkpointing, seq, tokens)
         seconds += attention / (peak_flops * efficiency) * (1 / share - 1)
-    if streams_traffic(a, gpu):
         policy = compute_policy(strategy, a.dtype, a.trainable_fraction < 1)
         traffic = elementwise_bytes(cfg, tokens, policy, recompute=other_again, cast_share=a.trainable_fraction,
                                     seq_len=seq)
