@@ -176,7 +176,8 @@ def test_on_an_nvswitch_node_hpz_and_hsdp_are_left_out_and_equal_their_flat_neig
     asked = {p.strategy: p.step_time_s for p in advise(doc, "llama-1b", 8, strategies=("zero3", "zero3_hpz", "fsdp", "hsdp"),
                                                       shard_sizes={"zero3_hpz": 4, "hsdp": 4}).ranking}
     assert asked["zero3_hpz"] == pytest.approx(asked["zero3"], rel=0.05)  # a group of 4 on one NVSwitch: little gain
-    assert asked["hsdp"] == pytest.approx(asked["fsdp"], rel=0.05)
+    # HSDP's shard group of 4 gathers inside the same NVSwitch; it only updates twice FSDP's share of the parameters
+    assert asked["fsdp"] <= asked["hsdp"] <= asked["fsdp"] * 1.1
     whole = {p.strategy: p.step_time_s for p in advise(doc, "llama-1b", 8, strategies=("zero3", "zero3_hpz")).ranking}
     assert whole["zero3_hpz"] == pytest.approx(whole["zero3"])  # no islands: its partition is the whole node
 

@@ -75,11 +75,14 @@ def test_sharded_strategies_markedly_slower_on_pcie(machine: str) -> None:
         assert without_update[sharded] / without_update["ddp"] >= 1.2
         assert by[sharded].exposed_comm_time_s / by["ddp"].exposed_comm_time_s >= 1.2
     # ZeRO-1 reduces after backward (DeepSpeed's allreduce_gradients at the accumulation boundary), which DDP
-    # overlaps with backward: slower than DDP. (With the attention and head FLOPs counted, issue 31, the sharded
-    # strategies' gathers hide behind more compute, so ZeRO-1 is no longer modeled ahead of them here.)
-    assert steps["ddp"] <= steps["zero1"]
-    # DDP wins, or ties within the model's margin (the update it pays unsharded at micro-batch 1)
-    assert advice.ranking[0].strategy in ("ddp", "zero1", "zero2") or "ddp" in advice.decision.tied
+    # overlaps with backward: more of its communication is exposed than DDP's
+    assert by["zero1"].exposed_comm_time_s > by["ddp"].exposed_comm_time_s
+    # "DDP or ZeRO-1 wins when memory allows" (DESIGN finding 4), on communication and compute: DDP leads once the
+    # optimizer's update is set aside. The update is not a fabric effect: at micro-batch 1 DDP's unsharded update
+    # (torch's multi-tensor AdamW, 96 B per parameter with clipping, 0.17 s on an L40S for 1.2 B parameters) outweighs
+    # what PCIe costs the sharded strategies, which update an eighth of the parameters each
+    assert min(without_update, key=without_update.__getitem__) == "ddp"
+    assert by["ddp"].optimizer_time_s > steps["ddp"] - min(steps.values())
 
 
 def test_bus_bandwidth_flat_on_nvswitch_and_falling_across_groups() -> None:

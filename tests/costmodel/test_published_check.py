@@ -297,15 +297,22 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: absolute median x1.11 -> x1.08. The held-out absolute median moves x1.107 -> x1.112: the eager-attention runs
 #: (BERT on V100, BLOOM on TITAN RTX), whose score matmuls are plain matmuls, run 0.5-1% faster on the re-solved
 #: matmul ceiling, and the median run is one of them.
+#: Then the optimizer's update at its implementation's traced bytes: torch's default multi-tensor AdamW (DDP, FSDP)
+#: streams 84 B per parameter where DeepSpeed's fused kernel streams 28, and clipping scales the gradient in place
+#: (12 B, was 4). Absolute tokens/s improve (held-out median x1.112 -> x1.075, worst x2.87 -> x2.82) and so does the
+#: worst speed ratio (x2.09 -> x1.91: fp16 over fp32 on one GPU, where the fp32 update is paid alike), while the
+#: held-out ratio median moves x1.262 -> x1.268 and one pair more is misordered (GPT-2 large's FSDP SHARD_GRAD_OP at
+#: micro-batch 11 against FULL_SHARD at 15, measured 1.36 and 1.25: FULL_SHARD's update is now the smaller; 67 -> 66 of
+#: 73). The 2021-22 Hugging Face runs used transformers' per-tensor AdamW, which streams the same 84 B.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.26, "ratio_worst": 2.1, "memory_median": 0.18,
-                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.12, "absolute_worst": 2.88,
+    "held_out": {"top1": 0.91, "pairwise": 0.9, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.18,
+                 "memory_worst": 0.41, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.83,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 0.92, "pairwise": 0.91, "ratio_median": 1.25, "ratio_worst": 2.1, "memory_median": 0.17,
-            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.88,
+    "all": {"top1": 0.92, "pairwise": 0.9, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.17,
+            "memory_worst": 0.7, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.07, "absolute_worst": 2.83,
             "largest_median": 1.29, "largest_worst": 2.01},
 }
 

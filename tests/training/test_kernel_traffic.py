@@ -113,3 +113,18 @@ def test_the_eager_tanh_gelu_streams_its_chain_as_the_coefficients_say(policy: s
     recompute = elementwise_bytes(eager, 2 * 88, policy, recompute=1.0) - elementwise_bytes(eager, 2 * 88, policy)
     plain_recompute = elementwise_bytes(plain, 2 * 88, policy, recompute=1.0) - elementwise_bytes(plain, 2 * 88, policy)
     assert recompute - plain_recompute == pytest.approx(extra_forward, rel=0.01)
+
+
+@pytest.mark.parametrize("implementation", ["foreach", "fused", "for-loop"])
+def test_an_adamw_step_streams_what_the_update_model_says(implementation: str) -> None:
+    """torch's AdamW, traced op by op: the fused kernel reads and writes each state once (DeepSpeed's FusedAdam moves
+    the same bytes), the default multi-tensor chain and the old per-tensor loop three times as much; clipping reads the
+    gradient for the norm and scales it in place."""
+    from shardscope.costmodel.optimizer_step import (ADAM_BYTES_PER_PARAM, CLIP_BYTES_PER_PARAM,
+                                                     FOREACH_ADAM_BYTES_PER_PARAM)
+    from shardscope.training.kernel_traffic import traced_update_bytes
+
+    step, clip = traced_update_bytes(implementation, tensors=3, elements=300_000)
+    modeled = ADAM_BYTES_PER_PARAM if implementation == "fused" else FOREACH_ADAM_BYTES_PER_PARAM
+    assert step == pytest.approx(modeled, rel=1e-3)
+    assert clip == pytest.approx(CLIP_BYTES_PER_PARAM, rel=1e-3)

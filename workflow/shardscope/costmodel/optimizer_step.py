@@ -7,11 +7,13 @@ updates only its ``1/N`` of the parameters. Two consequences the step model woul
 micro-batch (or more accumulation) spreads one update over more tokens, and ZeRO-1/2/3 and FSDP update ``N``
 times fewer parameters per GPU than DDP.
 
-- **On the GPU** (AdamW, fp32 master weights and moments): per updated parameter the kernel reads the fp32
-  parameter, its gradient and both moments and writes the parameter and both moments back
-  (:data:`ADAM_BYTES_PER_PARAM`, 28 B), the gradient-norm clipping every framework applies by default reads the
-  gradient once more (4 B), and where DeepSpeed keeps the model's weights in 16 bits beside its fp32 master copy
-  it writes that copy too (:data:`HALF_COPY_BYTES`). The bandwidth is the GPU's datasheet figure times
+- **On the GPU** (AdamW, fp32 master weights and moments): DeepSpeed's FusedAdam reads the fp32 parameter, its
+  gradient and both moments and writes the parameter and both moments back in one kernel
+  (:data:`ADAM_BYTES_PER_PARAM`, 28 B); torch's AdamW at its default on a GPU (``foreach``) runs the update as a
+  chain of multi-tensor kernels, each streaming its operands (:data:`FOREACH_ADAM_BYTES_PER_PARAM`, 84 B). The
+  gradient-norm clipping every framework applies by default reads the gradient for the norm and scales it in place
+  (:data:`CLIP_BYTES_PER_PARAM`), and where DeepSpeed keeps the model's weights in 16 bits beside its fp32 master
+  copy it writes that copy too (:data:`HALF_COPY_BYTES`). The bandwidth is the GPU's datasheet figure times
   :data:`STREAM_SHARE`.
 - **Offloaded to the host** (``offload_optimizer="cpu"``): the update runs on the CPU, at DeepSpeed's CPU-Adam
   rate for ZeRO, whose OpenMP threads span the host's cores so that every rank of a host shares them, and at
@@ -32,13 +34,22 @@ from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.strategies import OFFLOAD_HOLDS, PER_MICRO_BATCH, SHARDED, uses_deepspeed
 from shardscope.costmodel.hardware import GpuSpec, pcie_effective_gbps
 
-#: Bytes AdamW moves per updated parameter with fp32 master weights and moments: reads of the parameter, its
-#: gradient and the two moments, writes of the parameter and the two moments (7 x 4 B; torch.optim.AdamW's and
-#: DeepSpeed's FusedAdam update, ``torch/optim/adamw.py`` / ``csrc/adam/multi_tensor_adam.cu``).
+#: Bytes a fused AdamW kernel moves per updated parameter with fp32 master weights and moments: reads of the
+#: parameter, its gradient and the two moments, writes of the parameter and the two moments (7 x 4 B; DeepSpeed's
+#: FusedAdam, what its ``"type": "AdamW"`` builds on a GPU, ``csrc/adam/multi_tensor_adam.cu``; torch's
+#: ``fused=True``, traced as 28 B with :class:`~torch.utils._python_dispatch.TorchDispatchMode`).
 ADAM_BYTES_PER_PARAM = 28
-#: Bytes of gradient-norm clipping per updated parameter: one more read of the gradient (``clip_grad_norm_``,
-#: DeepSpeed's ``gradient_clipping``, the Hugging Face Trainer's ``max_grad_norm=1.0`` default).
-CLIP_BYTES_PER_PARAM = 4
+#: Bytes torch.optim.AdamW moves per updated parameter at its default on a GPU (``foreach``, since torch 2.0): the
+#: decoupled weight decay (``_foreach_mul_``: 8), the first moment's ``lerp_`` (12), the second's ``mul_`` and
+#: ``addcmul_`` (8 + 16), the denominator's ``sqrt``, ``div_`` and ``add_`` (8 + 8 + 8) and the parameter's
+#: ``addcdiv_`` (16), each kernel reading its operands and writing its result: 84 B, traced on torch 2.13 by
+#: counting every op's operands and in-place results (the per-tensor loop, ``foreach=False``, moves the same 84 B).
+FOREACH_ADAM_BYTES_PER_PARAM = 84
+#: Bytes of gradient-norm clipping per updated parameter: the norm reads the gradient (4) and the scale by the
+#: clamped coefficient, applied whether or not it clips, reads and writes it (8): torch's ``clip_grad_norm_``
+#: (traced: ``_foreach_norm`` and ``_foreach_mul_``), DeepSpeed's ``gradient_clipping`` (unscale and clip in one
+#: multiply), the Hugging Face Trainer's ``max_grad_norm=1.0`` default.
+CLIP_BYTES_PER_PARAM = 12
 #: Bytes per updated parameter of writing the 16-bit model weights from DeepSpeed's fp32 master partition after the
 #: update (its ``_update_model_bf16_weights`` / fp16 copy); torch autocast and FSDP2 keep one fp32 copy and cast at
 #: use, so they write none.
@@ -73,12 +84,14 @@ def updated_params(strategy: str, cfg: ModelConfig, gpus: int, trainable_fractio
 
 def gpu_update_s(strategy: str, params: float, gpu: GpuSpec, dtype: str) -> float:
     """Seconds of one AdamW update of ``params`` parameters on ``gpu`` (memory-bound, :data:`STREAM_SHARE` of its
-    datasheet bandwidth; 0 where the table has no bandwidth for it)."""
+    datasheet bandwidth; 0 where the table has no bandwidth for it): DeepSpeed's fused kernel under ZeRO, torch's
+    default multi-tensor AdamW under DDP and FSDP."""
     bandwidth = gpu.memory_bandwidth_gbps
     if not bandwidth:
         return 0.0
-    per_param = ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM
-    if uses_deepspeed(strategy) and dtype != "float32":
+    deepspeed = uses_deepspeed(strategy)
+    per_param = (ADAM_BYTES_PER_PARAM if deepspeed else FOREACH_ADAM_BYTES_PER_PARAM) + CLIP_BYTES_PER_PARAM
+    if deepspeed and dtype != "float32":
         per_param += HALF_COPY_BYTES
     return params * per_param / (bandwidth * 1e9 * STREAM_SHARE)
 

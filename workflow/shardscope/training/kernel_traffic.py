@@ -43,6 +43,9 @@ NO_KERNEL_OPS = frozenset({
     "_local_scalar_dense", "is_same_size", "sym_size", "sym_stride",
 })
 POLICIES = ("fp32", "autocast", "bf16")
+#: In-place ops that return nothing, by the positions of the tensor lists they write (a ``_foreach_`` op writes its
+#: first): the fused Adam kernels update the parameters and both moments.
+IN_PLACE_LISTS = {"_fused_adamw_": (0, 2, 3), "_fused_adam_": (0, 2, 3)}
 
 
 @dataclass
@@ -75,6 +78,9 @@ class TrafficCounter(TorchDispatchMode):
             return out
         tensors = [x for x in tree_leaves((args, kwargs, out)) if isinstance(x, torch.Tensor)]
         tally.bytes += sum(x.numel() * x.element_size() for x in tensors)
+        if out is None and name.endswith("_"):  # in place, returning nothing: add the writes of the lists it updates
+            written = [args[i] for i in IN_PLACE_LISTS.get(name, (0,) if name.startswith("_foreach_") else ())]
+            tally.bytes += sum(x.numel() * x.element_size() for x in tree_leaves(written))
         return out
 
 
@@ -97,3 +103,30 @@ def traced_traffic(cfg: ModelConfig, micro_batch: int, seq_len: int, policy: str
         counter.phase = "backward"
         loss.backward()
     return counter.forward, counter.backward
+
+
+#: torch.optim.AdamW's implementations on a GPU: ``foreach`` (its default there since torch 2.0), ``fused`` (one
+#: kernel, as DeepSpeed's FusedAdam) and ``for-loop`` (one kernel per op and tensor, the default before 2.0).
+ADAMW_IMPLEMENTATIONS = {"foreach": {"foreach": True}, "fused": {"fused": True}, "for-loop": {"foreach": False}}
+
+
+def traced_update_bytes(implementation: str, tensors: int = 4, elements: int = 1 << 20) -> tuple[float, float]:
+    """(bytes per parameter of one torch.optim.AdamW step in ``implementation``, bytes per parameter of
+    ``clip_grad_norm_``) on CPU, counted op by op by :class:`TrafficCounter` over ``tensors`` fp32 parameters of
+    ``elements`` each, at the second step (the first allocates the moments). What
+    :mod:`shardscope.costmodel.optimizer_step`'s per-parameter bytes were read from."""
+    if implementation not in ADAMW_IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, got {implementation!r}")
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(elements)) for _ in range(tensors)]
+    optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, **ADAMW_IMPLEMENTATIONS[implementation])
+    for p in params:
+        p.grad = torch.randn(elements)
+    optimizer.step()
+    step, clip = TrafficCounter(), TrafficCounter()
+    with step:
+        optimizer.step()
+    with clip:
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+    n = tensors * elements
+    return step.forward.bytes / n, clip.forward.bytes / n
