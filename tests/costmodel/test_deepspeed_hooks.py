@@ -12,7 +12,7 @@ from shardscope.contracts.peak_flops import peak_flops
 from shardscope.costmodel.deepspeed_hooks import (SECONDS_PER_VISIT, hook_recount_s, installed_deepspeed_version,
                                                   recount_note, recounts_in_every_hook)
 from shardscope.costmodel.hardware import spec_for_name
-from shardscope.costmodel.step import StepAssumptions, predict_step
+from shardscope.costmodel.step import DEFAULT_HOST_CALL_S, StepAssumptions, modeled_host_calls, predict_step
 
 H100 = spec_for_name("NVIDIA H100 80GB HBM3")
 #: The fix's benchmark model had 147 parameter tensors (deepspeedai/DeepSpeed#7886): 18 SwiGLU blocks of 8, the
@@ -38,22 +38,32 @@ def test_the_recount_is_the_fixs_measured_difference_on_its_tensor_count() -> No
         assert hook_recount_s(strategy, FIX_SHAPE, version, fraction) == 0.0
 
 
-def test_the_step_waits_for_it_on_a_gpu_every_micro_batch() -> None:
-    cfg = PRESETS["mistral-7b"]
-
-    def step(strategy: str, version: str | None, gpu=H100, accum: int = 1):
-        a = StepAssumptions(micro_batch=1, seq_len=2048, grad_accum=accum, deepspeed_version=version)
-        return predict_step(strategy, "mistral-7b", cfg, 8, peak_flops("NVIDIA H100 80GB HBM3"),
+def test_the_step_is_the_longer_of_the_gpus_work_and_the_hosts_with_the_recount() -> None:
+    def step(cfg: ModelConfig, strategy: str, version: str | None, gpu=H100, accum: int = 1, micro_batch: int = 1):
+        a = StepAssumptions(micro_batch=micro_batch, seq_len=1024, grad_accum=accum, deepspeed_version=version)
+        return predict_step(strategy, "m", cfg, 8, peak_flops("NVIDIA H100 80GB HBM3"),
                             lambda op, size: size / 100e9, 80 * 2**30, a, gpu=gpu)
 
-    extra = cfg.param_tensors() ** 2 * SECONDS_PER_VISIT
-    for accum in (1, 3):
-        before, after = step("zero2", "0.18.7", accum=accum), step("zero2", "0.18.5", accum=accum)
-        assert after.step_time_s - before.step_time_s == pytest.approx(accum * extra)
-        assert after.host_time_s - before.host_time_s == pytest.approx(accum * extra)
-    assert step("fsdp", "0.18.5").step_time_s == step("fsdp", "0.18.7").step_time_s
+    for cfg, micro_batch in ((FIX_SHAPE, 1), (PRESETS["mistral-7b"], 1), (PRESETS["mistral-7b"], 8)):
+        recount = cfg.param_tensors() ** 2 * SECONDS_PER_VISIT
+        for accum in (1, 3):
+            before = step(cfg, "zero2", "0.18.7", accum=accum, micro_batch=micro_batch)
+            after = step(cfg, "zero2", "0.18.5", accum=accum, micro_batch=micro_batch)
+            gpu_s = before.step_time_s - before.host_time_s
+            host_s = modeled_host_calls("zero2", cfg, "none") * accum * DEFAULT_HOST_CALL_S + accum * recount
+            assert after.step_time_s == pytest.approx(max(gpu_s, host_s))
+            assert after.host_time_s == pytest.approx(max(0.0, host_s - gpu_s))
+    # the fix's shape at micro-batch 1 is host-bound with the recount: the host's work sets the step
+    small = step(FIX_SHAPE, "zero2", "0.18.5")
+    assert small.host_time_s > 0 and small.step_time_s > 2 * step(FIX_SHAPE, "zero2", "0.18.7").step_time_s
+    # mistral-7b at micro-batch 8 keeps the GPU busier than the recount keeps the host: it hides
+    big = PRESETS["mistral-7b"]
+    assert step(big, "zero2", "0.18.5", micro_batch=8).step_time_s == step(big, "zero2", "0.18.7",
+                                                                          micro_batch=8).step_time_s
+    assert step(FIX_SHAPE, "fsdp", "0.18.5").step_time_s == step(FIX_SHAPE, "fsdp", "0.18.7").step_time_s
     cpu = replace(H100, family="CPU (gloo)")  # measured steps there already hold the host's work
-    assert step("zero2", "0.18.5", gpu=cpu).step_time_s == step("zero2", "0.18.7", gpu=cpu).step_time_s
+    assert step(FIX_SHAPE, "zero2", "0.18.5", gpu=cpu).step_time_s == step(FIX_SHAPE, "zero2", "0.18.7",
+                                                                           gpu=cpu).step_time_s
 
 
 def test_param_tensors_counts_the_workers_parameters() -> None:

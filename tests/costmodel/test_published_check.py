@@ -304,14 +304,18 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: held-out ratio median moves x1.262 -> x1.268 and one pair more is misordered (GPT-2 large's FSDP SHARD_GRAD_OP at
 #: micro-batch 11 against FULL_SHARD at 15, measured 1.36 and 1.25: FULL_SHARD's update is now the smaller; 67 -> 66 of
 #: 73). The 2021-22 Hugging Face runs used transformers' per-tensor AdamW, which streams the same 84 B.
+#: Then DeepSpeed 0.18.5's gradient-hook recount taken as host work beside the frameworks' other host work, the step
+#: the longer of the GPU's work and the host's (it was added to the step whatever the GPU did): OpenTau's pi05 ZeRO-2
+#: at micro-batch 8 and 16 is host-bound on the recount, ZeRO-3's per-submodule hooks add to it, so ZeRO-2 at 16 is now
+#: the clear winner it measured (held-out top-1 11/12 -> 12/12, pairs 66 -> 68 of 73).
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.11,
                  "memory_worst": 0.7, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 0.91, "pairwise": 0.9, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.18,
+    "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.18,
                  "memory_worst": 0.41, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.83,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 0.92, "pairwise": 0.9, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.17,
+    "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.17,
             "memory_worst": 0.7, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.07, "absolute_worst": 2.83,
             "largest_median": 1.29, "largest_worst": 2.01},
 }

@@ -3,8 +3,9 @@
 DeepSpeed 0.18.5 and 0.18.6 call ``count_used_parameters_in_backward`` inside every parameter's gradient hook (added
 for reentrant checkpointing by deepspeedai/DeepSpeed#7780): each hook walks every trainable parameter to count those
 the running backward will touch, so one backward of ``P`` trainable parameter tensors walks ``P²`` of them on the
-host, with the GPU waiting. Release 0.18.7 counts once per backward phase again (#7886, "Fix hook count performance
-regression from v0.18.5"; the two releases' ``stage_1_and_2.py`` and ``stage3.py`` read here). The fix measured a
+host; the GPU waits for it once the host's work takes longer than the GPU's (the step model takes the longer).
+Release 0.18.7 counts once per backward phase again (#7886, "Fix hook count performance regression from v0.18.5";
+the two releases' ``stage_1_and_2.py`` and ``stage3.py`` read here). The fix measured a
 24-layer transformer of 147 parameter tensors, ZeRO-2, bf16, batch 8 on 8 H100 at 0.1265 s per iteration before and
 0.0505 s after: 0.076 s over 147² hook-parameter visits, :data:`SECONDS_PER_VISIT`. OpenTau's pi05 runs pinned
 deepspeed 0.18.5 (its ``uv.lock``) and found "per-parameter Python hooks" taking about 2.8 s of a 3.4 s ZeRO-2 backward

@@ -47,8 +47,9 @@ Overlap follows each strategy's schedule (:func:`scheduled_exposed_s`: a bucket'
 behind the neighbouring compute, the last reduction and the first gather behind nothing; collectives after
 backward or after the step hide behind nothing), or, where ``overlap`` is given or calibrated, a collective
 issued in forward (backward) hides at most ``overlap`` of its time and at most the length of that compute.
-On a GPU without a calibration the frameworks' host work (:func:`modeled_host_calls` × :data:`DEFAULT_HOST_CALL_S`)
-runs beside the GPU's and adds only what exceeds compute plus exposed communication. ``step = compute + exposed comm``,
+On a GPU without a calibration the frameworks' host work (:func:`modeled_host_calls` × :data:`DEFAULT_HOST_CALL_S`,
+and the gradient hooks' recount of DeepSpeed 0.18.5-0.18.6) runs beside the GPU's and adds only what exceeds compute
+plus exposed communication. ``step = compute + exposed comm``,
 plus ``call_overhead_s`` per collective call where a calibration measured one (host work that hides
 behind nothing), plus ``host_call_s`` per Python function call of the step where a run recorded how
 many it makes (``host_calls``: ``summary.host_calls_per_step``, :mod:`shardscope.training.host_calls`)
@@ -817,8 +818,9 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     optimizer's update runs once per step on the GPU, or on the host with ``a.offload_optimizer="cpu"``, whose
     ``gpus_per_host`` ranks (default: all ``gpus``) share its CPU under DeepSpeed and update side by side under
     torch (:mod:`shardscope.costmodel.optimizer_step`); it is part of the compute time. A DeepSpeed release that
-    recounts the backward's parameters in every gradient hook (``a.deepspeed_version``) adds that host time, which
-    the GPU waits for, to every micro-batch (:func:`~shardscope.costmodel.deepspeed_hooks.hook_recount_s`).
+    recounts the backward's parameters in every gradient hook (``a.deepspeed_version``) adds that host time to every
+    micro-batch (:func:`~shardscope.costmodel.deepspeed_hooks.hook_recount_s`), beside the frameworks' other host
+    work: without a calibration the step is the longer of the GPU's work and the host's.
     """
     if peak_flops <= 0:
         raise ValueError(f"peak FLOP/s must be positive, got {peak_flops}")
@@ -855,16 +857,18 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     host = calls * a.call_overhead_s + (host_calls or 0) * a.host_call_s
     comm = sum(per_phase.values()) + host
     exposed = min(exposed_comm, sum(per_phase.values())) + host
-    if host == 0 and gpu is not None and not gpu.is_cpu:
-        # no calibration, on a GPU: the frameworks' host work runs while the GPU works through what it has been
-        # given, so it costs the step only where it takes longer than the GPU's compute and exposed communication
-        host_s = modeled_host_calls(strategy, cfg, a.checkpointing) * a.grad_accum * DEFAULT_HOST_CALL_S
-        host = max(0.0, host_s - (compute + exposed))
-        comm += host
-        exposed += host
-    if gpu is not None and not gpu.is_cpu:  # a DeepSpeed release that recounts in every hook: the GPU waits for it
-        recount = hook_recount_s(strategy, cfg, a.deepspeed_version, a.trainable_fraction) * a.grad_accum
-        host, comm, exposed = host + recount, comm + recount, exposed + recount
+    on_gpu = gpu is not None and not gpu.is_cpu
+    # a DeepSpeed release that recounts the backward's parameters in every gradient hook: host work of its own
+    recount = hook_recount_s(strategy, cfg, a.deepspeed_version, a.trainable_fraction) * a.grad_accum if on_gpu else 0.0
+    if host == 0 and on_gpu:
+        # no calibration, on a GPU: the frameworks' host work (its counted calls and any recount) runs on one Python
+        # thread while the GPU works through what it has been given, so it costs the step only where it takes longer
+        # than the GPU's compute and exposed communication: the step is the longer of the two
+        host_s = modeled_host_calls(strategy, cfg, a.checkpointing) * a.grad_accum * DEFAULT_HOST_CALL_S + recount
+        added = max(0.0, host_s - (compute + exposed))
+    else:  # a calibrated host term hides behind nothing, and the recount joins it
+        added = recount
+    host, comm, exposed = host + added, comm + added, exposed + added
     terms = whole_peak_terms(strategy, cfg, gpus, a, shard_group)
     memory = {"total_bytes": terms.peak_bytes}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
