@@ -349,7 +349,6 @@ def call_with_fallbacks(argv: list[str], call: Callable[[Sequence[str]], tuple[i
             continue
         return code, out, err, lost, route, seconds
     return code, out, err, lost, route, seconds
-    return code, out, err, lost, route, seconds
 
 
 def _entry_number(entry: Mapping[str, Any], *keys: str) -> tuple[float | None, str]:
