@@ -106,7 +106,9 @@ def test_global_batch_ranks_each_strategy_at_its_own_largest_fitting_micro_batch
     for entry in doc["ranking"]:
         mb, accum = entry["micro_batch"], entry["grad_accum"]
         assert mb * accum * 8 == 480
-        assert entry["peak_bytes"] == job_peak(entry["strategy"], cfg, 8, StepAssumptions(micro_batch=mb, seq_len=2048)).peak_bytes
+        asked = StepAssumptions(micro_batch=mb, seq_len=2048)
+        assert entry["peak_bytes"] == job_peak(entry["strategy"], cfg, 8, asked, capacity_bytes=usable).peak_bytes
+        assert entry["allocated_peak_bytes"] == job_peak(entry["strategy"], cfg, 8, asked).allocated_peak_bytes
         if entry["fits"] and mb < 60:  # the next divisor of the per-rank 60 sequences does not fit
             bigger = next(d for d in (2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60) if d > mb)
             assert not job_peak(entry["strategy"], cfg, 8, StepAssumptions(micro_batch=bigger, seq_len=2048)).fits(usable)

@@ -26,6 +26,9 @@ from shardscope.plan.scales import USABLE_FRACTION, memory_scale
 
 STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 MODEL, GPUS, SEQ = "mistral-7b", 8, 4096
+#: The usable memory every caller is given (preset hgx-h100's 80 GiB): the caching allocator's cache grows into the
+#: room it leaves, so the same room gives the same bytes.
+USABLE = 80 * 2**30
 CFG = PRESETS[MODEL]
 
 
@@ -38,16 +41,16 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:
 def test_every_caller_gets_the_same_bytes(capsys: pytest.CaptureFixture[str], micro_batch: int,
                                           checkpointing: str) -> None:
     question = StepAssumptions(micro_batch=micro_batch, seq_len=SEQ, dtype="bfloat16", checkpointing=checkpointing)
-    truth = {s: job_peak(s, CFG, GPUS, question).peak_bytes for s in STRATEGIES}
+    truth = {s: job_peak(s, CFG, GPUS, question, capacity_bytes=USABLE).peak_bytes for s in STRATEGIES}
     shape = ["--model", MODEL, "--gpus", str(GPUS), "--seq-len", str(SEQ), "--micro-batch", str(micro_batch),
              "--activation-checkpointing", checkpointing, "--dtype", "bfloat16"]
-    memory = _json(capsys, "memory", *shape, "--json", "--no-deepspeed-estimate")
+    memory = _json(capsys, "memory", *shape, "--json", "--no-deepspeed-estimate", "--gpu-memory-gb", str(USABLE / 1e9))
     assert {r["strategy"]: r["peak"]["peak_bytes"] for r in memory if r["strategy"] in STRATEGIES} == truth
     advice = _json(capsys, "advise", *shape, "--topology", "preset:hgx-h100", "--json")
     assert {r["strategy"]: r["peak_bytes"] for r in advice["ranking"]} == truth
-    assert {s: whole_peak_bytes(s, CFG, GPUS, question) for s in STRATEGIES} == truth  # predict plan's step model
+    assert {s: whole_peak_bytes(s, CFG, GPUS, question, capacity_bytes=USABLE) for s in STRATEGIES} == truth
     report = {s: case_row("seed_mistral", s, MODEL, MODEL, GPUS, SEQ, micro_batch, "bfloat16", checkpointing,
-                          80 * 10**9)["peak_bytes"] for s in STRATEGIES}
+                          USABLE)["peak_bytes"] for s in STRATEGIES}
     assert report == truth
     def run(s: str) -> dict:
         return {"job": {"strategy": s, "model": MODEL, "world_size": GPUS, "micro_batch": micro_batch, "seq_len": SEQ,
@@ -58,9 +61,10 @@ def test_every_caller_gets_the_same_bytes(capsys: pytest.CaptureFixture[str], mi
     allocated = {s: job_peak(s, CFG, GPUS, worker, basis="allocated").peak_bytes for s in STRATEGIES}
     figure = {s: modeled_for_job(run(s)).peak_bytes for s in STRATEGIES}
     assert figure == allocated
-    told = _json(capsys, "memory", *shape, "--ddp-bucket-view", "--json", "--no-deepspeed-estimate")
+    told = _json(capsys, "memory", *shape, "--ddp-bucket-view", "--json", "--no-deepspeed-estimate", "--gpu-memory-gb",
+                 str(USABLE / 1e9))
     assert {r["strategy"]: r["peak"]["peak_bytes"] for r in told if r["strategy"] in STRATEGIES} == {
-        s: job_peak(s, CFG, GPUS, worker).peak_bytes for s in STRATEGIES}
+        s: job_peak(s, CFG, GPUS, worker, capacity_bytes=USABLE).peak_bytes for s in STRATEGIES}
     # torch's default DDP holds its buckets beside the gradients: one more copy of the fp32 gradients (autocast)
     copy = job_peak("ddp", CFG, GPUS, question).phases["forward"]["ddp_bucket_copy"]
     assert copy == CFG.param_count() * 4

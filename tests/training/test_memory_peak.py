@@ -249,7 +249,9 @@ def test_memory_cli_prints_every_term_and_the_largest_micro_batch(capsys: pytest
     rows = {r["strategy"]: r for r in json.loads(capsys.readouterr().out)}
     zero3 = rows["zero3"]
     peak = zero3["peak"]
-    assert peak["peak_bytes"] == peak["state_bytes"] + peak["activation_bytes"] + peak["buffer_bytes"] + peak["overhead_bytes"]
+    assert peak["peak_bytes"] == (peak["state_bytes"] + peak["activation_bytes"] + peak["buffer_bytes"]
+                                  + peak["overhead_bytes"] + peak["cache_bytes"])
+    assert peak["allocated_peak_bytes"] == peak["peak_bytes"] - peak["overhead_bytes"] - peak["cache_bytes"]
     assert peak["assumptions"]["seq_len"] == 4096 and peak["method"] == "modeled"
     assert rows["ddp"]["largest_micro_batch"] == 0 and zero3["largest_micro_batch"] >= 1 and zero3["peak_fits"]
     assert main(["memory", "--model", "mistral-7b", "--gpus", "8", "--activation-checkpointing", "full", "--no-deepspeed-estimate"]) == 0

@@ -310,7 +310,8 @@ class Advice:
         ranked = next(r for r in self.decision.ranking if r.strategy == p.strategy)
         mb, accum = self.batches.get(p.strategy, (self.assumptions.micro_batch, self.assumptions.grad_accum))
         return {"strategy": p.strategy, "fits": p.fits, "peak_bytes": p.memory_total_bytes,
-                "device_bytes": p.memory_total_bytes + p.memory_runtime_bytes, "micro_batch": mb,
+                "device_bytes": p.memory_total_bytes + p.memory_runtime_bytes,
+                "allocated_peak_bytes": p.memory_allocated_bytes, "micro_batch": mb,
                 "grad_accum": accum, "step_time_s": p.step_time_s,
                 "tokens_per_s": p.tokens_per_step / p.step_time_s
                 if p.step_time_s > 0 else None, "tied": ranked.tied, **p.to_row()}

@@ -29,8 +29,10 @@ from shardscope.costmodel.step import StepAssumptions
 DTYPES = ("bfloat16", "float16", "float32")
 #: What ``peak_bytes`` is, as the ``--json`` documents say it (``peak_basis``).
 PEAK_BASIS = ("reserved: the whole modeled peak per GPU as the caching allocator reaches it: model states, "
-              "activations, buffers and whatever allocator, CUDA-context and communicator terms the memory model "
-              "(costmodel/memory_peak.py) adds; checked against the usable share of the GPU's memory")
+              "activations, buffers, the allocator's reserve and the blocks it keeps cached in the room the usable "
+              "memory leaves (not needed to fit: freed before an allocation fails); device_bytes adds the CUDA "
+              "context and communicator buffers, and is what is checked against the usable share of the GPU's "
+              "memory; allocated_peak_bytes is the peak of the tensors alive")
 
 
 def memory_dtype(dtype: str) -> str:

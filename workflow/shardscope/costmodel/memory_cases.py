@@ -39,12 +39,17 @@ SEED_STRATEGIES = tuple(s for s in STRATEGIES if s != "zero3_hpz")
 def case_row(case: str, strategy: str, model: str | dict[str, Any], model_name: str, gpus: int, seq_len: int,
              micro_batch: int, dtype: str, checkpointing: str, capacity_bytes: int | None,
              device: str = "gpu", shard_group: int | None = None) -> dict[str, Any]:
-    """One case's modeled terms, whole peak and whether it fits ``capacity_bytes`` (None: unknown memory);
-    ``shard_group``: an hsdp job's shard group or a zero3_hpz job's partition."""
+    """One case's modeled terms, whole peak and whether it fits ``capacity_bytes`` (None: unknown memory), the
+    overhead holding the allocator's reserve and the cache it keeps in the room the GPU leaves
+    (:func:`~shardscope.costmodel.memory_peak.with_room`); ``shard_group``: an hsdp job's shard group or a zero3_hpz
+    job's partition."""
     question = StepAssumptions(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, checkpointing=checkpointing)
-    terms = job_peak(strategy, _config(model), gpus, question, shard_group, device=device)
+    terms = job_peak(strategy, _config(model), gpus, question, shard_group, device=device,
+                     capacity_bytes=capacity_bytes)
+    row = {c: int(getattr(terms, c)) for c in TERM_COLUMNS}
+    row["overhead_bytes"] += terms.cache_bytes  # the allocator's overhead as the run shows it: reserve and cache
     return {"memory_case": case, "strategy": strategy, "model": model_name, "gpus": gpus, "dtype": dtype, "micro_batch": micro_batch,
-            "seq_len": seq_len, "checkpointing": checkpointing, "device": device, **{c: int(getattr(terms, c)) for c in TERM_COLUMNS},
+            "seq_len": seq_len, "checkpointing": checkpointing, "device": device, **row,
             "peak_phase": terms.peak_phase, "capacity_bytes": capacity_bytes,
             "fits": None if capacity_bytes is None else terms.fits(capacity_bytes), "method": "modeled"}
 

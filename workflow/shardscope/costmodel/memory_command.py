@@ -132,7 +132,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace, cfg: ModelConfig
         held = {key: row[key] for key in ("param_bytes", "grad_bytes", "optim_bytes")} if given else None
         group = row["shard_group"] if row["strategy"] in GROUPED_STRATEGIES else None
         usable = int(row["gpu_memory_bytes"] * args.usable_memory)
-        peak = job_peak(row["strategy"], cfg, args.gpus, step, group, held=held, **knobs)
+        peak = job_peak(row["strategy"], cfg, args.gpus, step, group, held=held, capacity_bytes=usable, **knobs)
         row["peak"] = peak.to_dict()
         row["usable_bytes"] = usable
         row["peak_fits"] = peak.fits(usable)

@@ -132,6 +132,18 @@ NCCL_DEFAULT_CHANNELS = 32
 #: 1.006-1.019 (TensorAuto/OpenTau#273). Near a full GPU the allocator frees its unused cache and retries before it
 #: fails, so a run that fits keeps only the fragmentation inside its live segments (the OOM trace above).
 ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
+#: The caching allocator's reserved peak over its allocated peak where the GPU has room to spare: freed blocks stay
+#: cached for reuse and blocks of one size do not serve another, so a training process holds more than its tensors
+#: until an allocation finds no free memory, when PyTorch frees its unused cache and retries before it fails. The
+#: median of eight published training traces, one figure per source (max reserved over max allocated unless said):
+#: 1.012 (TensorAuto/OpenTau#273, DeepSpeed ZeRO-2, the middle of 1.006-1.019), 1.022 (onnxruntime's two LLM traces
+#: above), 1.030 (14766 / 14341 MB, pytorch/pytorch#44742's memory summary), 1.113 (16726 / 15006 and 19354 / 17402 MB,
+#: pytorch/pytorch#40989), 1.149 (17.354 / 15.098 GiB, ecmwf/WeatherGenerator#2628, step 280), 1.205 (deepspeedai/
+#: DeepSpeed#522: 1.15 and 1.26), 1.208 (93 / 77 GiB, meta-pytorch/torchrec#4584's baseline), 1.30 (peak reserved over
+#: peak active, meta-llama/llama-cookbook#41: 1.26-1.35): (1.113 + 1.149) / 2. A peak reported where the GPU's memory
+#: is known grows to it, within what the GPU leaves (:func:`with_room`); "fits" keeps
+#: :data:`ALLOCATOR_RESERVE_FRACTION`, the fragmentation that remains at the retry.
+ALLOCATOR_CACHE_FRACTION = (1.113 + 1.149) / 2 - 1
 #: torch DDP's default (``gradient_as_bucket_view=False``): the reducer allocates its all-reduce buckets when DDP is
 #: built, flat tensors as large as every gradient together, and copies each gradient into them, so the gradients are
 #: held twice for the whole run. With ``gradient_as_bucket_view=True`` (this project's worker) the gradients are views
@@ -898,11 +910,21 @@ class PeakTerms:
     runtime_bytes: int = 0
     """Held outside the allocator (CUDA context, NCCL buffers: :func:`gpu_runtime_bytes`); 0 on the allocated basis."""
     basis: str = "allocated"
+    cache_bytes: int = 0
+    """Freed blocks the caching allocator keeps cached where the GPU has room (:func:`with_room`), part of
+    :attr:`peak_bytes`; not part of what "fits" needs, since the allocator frees them before it fails."""
 
     def fits(self, capacity_bytes: float) -> bool:
         """Whether the whole peak fits a GPU of ``capacity_bytes`` ("fits" means the whole peak, nothing less): the
-        reserved peak within what the CUDA context and NCCL leave (:attr:`device_bytes`)."""
-        return self.device_bytes <= capacity_bytes
+        reserved peak the run needs (its allocated peak and the reserve, :data:`ALLOCATOR_RESERVE_FRACTION`; the
+        cache it would keep given room is freed first) within what the CUDA context and NCCL leave."""
+        return self.device_bytes - self.cache_bytes <= capacity_bytes
+
+    @property
+    def allocated_peak_bytes(self) -> int:
+        """The peak of the tensors alive (``torch.cuda.max_memory_allocated``'s basis): the peak without the
+        allocator's reserve, cache or a calibrated overhead."""
+        return self.peak_bytes - self.cache_bytes - self.overhead_bytes
 
     @property
     def device_bytes(self) -> int:
@@ -916,7 +938,22 @@ class PeakTerms:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary (``shardscope memory --json``)."""
-        return dict(asdict(self), state_bytes=self.state_bytes, device_bytes=self.device_bytes, method="modeled")
+        return dict(asdict(self), state_bytes=self.state_bytes, device_bytes=self.device_bytes,
+                    allocated_peak_bytes=self.allocated_peak_bytes, method="modeled")
+
+
+def with_room(terms: PeakTerms, capacity_bytes: float | None) -> PeakTerms:
+    """``terms`` as a run shows them on a GPU of ``capacity_bytes`` usable bytes: on the reserved basis the caching
+    allocator keeps freed blocks cached up to :data:`ALLOCATOR_CACHE_FRACTION` of the allocated peak, within what the
+    peak and the memory outside the allocator leave (:attr:`PeakTerms.cache_bytes`). Unchanged without a capacity, on
+    the allocated basis, under a calibrated overhead (a measured run's reserve) or where the run does not fit."""
+    if capacity_bytes is None or terms.basis != "reserved" or terms.assumptions.get("overhead_fraction"):
+        return terms
+    allocated = terms.peak_bytes - terms.cache_bytes - terms.overhead_bytes
+    ample = int(allocated * ALLOCATOR_CACHE_FRACTION) - terms.overhead_bytes
+    floor = terms.peak_bytes - terms.cache_bytes
+    cache = max(0, min(ample, int(capacity_bytes) - terms.runtime_bytes - floor))
+    return replace(terms, peak_bytes=floor + cache, cache_bytes=cache)
 
 
 def model_states(strategy: str, cfg: ModelConfig, gpus: int, dtype: str, states: str,
@@ -1172,7 +1209,8 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
                shard_group: int | None = None, held: dict[str, int] | None = None,
                overlap_comm: bool | None = None, basis: str | None = None,
                nccl_channels: int | None = None, trainable_fraction: float = 1.0,
-               ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT, deepspeed: DeepSpeedKnobs | None = None) -> PeakTerms:
+               ddp_bucket_view: bool = DDP_BUCKET_VIEW_DEFAULT, deepspeed: DeepSpeedKnobs | None = None,
+               capacity_bytes: float | None = None) -> PeakTerms:
     """The whole modeled peak per GPU: the one answer to "does it fit?" for advise, the decision map and the report.
 
     ``strategy`` on ``gpus`` GPUs (HSDP: ``shard_group`` GPUs per shard group; ``zero3_hpz``: its partition) training
@@ -1184,7 +1222,9 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     on the ``reserved`` basis (the allocator's reserve as overhead, unless a calibrated fraction is given; the CUDA
     context and NCCL buffers in ``runtime_bytes``), on CPU ``allocated`` (see :func:`predict_peak`). ``held``
     replaces the model states (as :func:`predict_peak`'s: frozen weights, a user's bytes per parameter),
-    ``overlap_comm`` a run's recorded DeepSpeed setting. Raises ValueError naming the argument on bad input.
+    ``overlap_comm`` a run's recorded DeepSpeed setting. ``capacity_bytes``: the GPU's usable memory where it is
+    known, into which the caching allocator's cache grows (:func:`with_room`). Raises ValueError naming the argument
+    on bad input.
     """
     from shardscope.contracts.models import resolve_model
 
@@ -1199,10 +1239,11 @@ def whole_peak(strategy: str, model: str | ModelConfig, gpus: int, seq_len: int,
     # frozen weights held in 16 bits (held given, or the trainable states) are not cast by autocast
     shape = StepShape(micro_batch=micro_batch, seq_len=seq_len, dtype=dtype, attention=cfg.attention,
                       checkpointing=checkpointing, cast_share=trainable_fraction)
-    return predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer, overhead_fraction=overhead_fraction,
-                        device=device, fair=fair, shard_group=shard_group, held=held, overlap_comm=overlap_comm,
-                        basis=basis, nccl_channels=nccl_channels, trainable_fraction=trainable_fraction,
-                        ddp_bucket_view=ddp_bucket_view, deepspeed=deepspeed)
+    terms = predict_peak(strategy, cfg, gpus, shape, states=states, optimizer=optimizer,
+                         overhead_fraction=overhead_fraction, device=device, fair=fair, shard_group=shard_group,
+                         held=held, overlap_comm=overlap_comm, basis=basis, nccl_channels=nccl_channels,
+                         trainable_fraction=trainable_fraction, ddp_bucket_view=ddp_bucket_view, deepspeed=deepspeed)
+    return with_room(terms, capacity_bytes)
 
 
 def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
@@ -1211,7 +1252,7 @@ def calibrate_overhead(measured_peak_bytes: int, modeled: PeakTerms) -> float:
     Fit on one run and checked on the others: a share of the peak, because allocator rounding
     and caching grow with what is allocated. Never below 0 (the model may over-count).
     """
-    base = modeled.peak_bytes - modeled.overhead_bytes
+    base = modeled.allocated_peak_bytes
     if measured_peak_bytes <= 0 or base <= 0:
         raise ValueError("a calibration needs a positive measured and modeled peak")
     return max(0.0, 1.0 - base / measured_peak_bytes)

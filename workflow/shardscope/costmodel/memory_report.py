@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardscope.costmodel.memory_peak import ALLOCATOR_RESERVE_FRACTION
+from shardscope.costmodel.memory_peak import ALLOCATOR_CACHE_FRACTION, ALLOCATOR_RESERVE_FRACTION
 
 GB = 1e9
 MB = 1e6
@@ -66,8 +66,10 @@ def _overhead_words(peak: dict[str, Any]) -> str:
         return f"overhead {fraction:g} of the peak (calibrated from a measured run)"
     if peak.get("basis") == "allocated":
         return "overhead 0 (the allocated basis: tensors alive, no allocator reserve)"
-    return (f"overhead: the caching allocator's reserve, {ALLOCATOR_RESERVE_FRACTION:.1%} of the allocated peak "
-            "(a fraction calibrated from a measured run replaces it)")
+    return (f"overhead: the caching allocator's reserve, {ALLOCATOR_RESERVE_FRACTION:.1%} of the allocated peak, and "
+            f"the blocks it keeps cached in the room the GPU leaves, up to {ALLOCATOR_CACHE_FRACTION:.1%} in all ("
+            "'fits' is decided without the cache, which the allocator frees before it fails; a fraction calibrated "
+            "from a measured run replaces both)")
 
 
 def format_peak_table(rows: list[dict[str, Any]]) -> str:
@@ -90,7 +92,8 @@ def format_peak_table(rows: list[dict[str, Any]]) -> str:
         "the peak phase (logits, gradient buckets, gathered parameters, optimizer step)",
         "  states: as this code's strategies hold them (unless bytes per parameter are given), the same whole peak "
         "advise, predict and the report give; device: the peak and what is held outside the allocator (CUDA context, "
-        "NCCL buffers), as nvidia-smi shows it; fits: the device column within the usable share of the GPU's memory",
+        "NCCL buffers), as nvidia-smi shows it; fits: the device column less the allocator's cache within the usable "
+        "share of the GPU's memory",
         *([f"  DeepSpeed (ZeRO) buckets and ZeRO-3's reuse distance from {first['deepspeed']['source']}"]
           if first.get("deepspeed") else []),
         f"{'':5}{'strategy':>13}  {'states':>11}  {'activations':>11}  {'buffers':>11}  {'overhead':>11}  {'peak':>11}  "
@@ -98,7 +101,8 @@ def format_peak_table(rows: list[dict[str, Any]]) -> str:
         f"{'phase':>8}  fits  largest micro-batch",
     ]
     for row in rows:
-        peak = row["peak"]
+        peak = dict(row["peak"])
+        peak["overhead_bytes"] += peak.get("cache_bytes", 0)  # the overhead as the run shows it: reserve and cache
         cells = "  ".join(f"{peak[k] / scale:8.2f} {unit}" for k in
                           ("state_bytes", "activation_bytes", "buffer_bytes", "overhead_bytes", "peak_bytes",
                            "device_bytes"))

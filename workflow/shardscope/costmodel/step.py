@@ -373,6 +373,8 @@ class StepPrediction:
     "fits" compares ``memory_total_bytes`` plus these with the usable memory (:meth:`PeakTerms.fits`)."""
     optimizer_time_s: float = 0.0
     """The optimizer's update (on the GPU or offloaded), included in the compute time."""
+    memory_allocated_bytes: int | None = None
+    """The peak of the tensors alive (``max_memory_allocated``'s basis), without the allocator's reserve and cache."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -384,7 +386,8 @@ class StepPrediction:
     def to_row(self) -> dict[str, Any]:
         """The ``strategies`` row of the predictions document."""
         row = {k: v for k, v in asdict(self).items()
-               if k not in ("messages", "host_time_s", "mfu", "memory_runtime_bytes", "optimizer_time_s")}
+               if k not in ("messages", "host_time_s", "mfu", "memory_runtime_bytes", "optimizer_time_s",
+                            "memory_allocated_bytes")}
         row["method"] = "modeled"
         return row
 
@@ -645,23 +648,24 @@ def work_factor(a: StepAssumptions, recomputed: float | None = None) -> float:
 
 
 def whole_peak_terms(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions,
-                     shard_group: int | None = None) -> Any:
+                     shard_group: int | None = None, capacity_bytes: int | None = None) -> Any:
     """The memory criterion of "fits": :func:`shardscope.costmodel.answer.job_peak`, the one whole-peak function.
 
     Its default model states are the implementation's (what this code's strategies hold), with
     activations and buffers at ``a.micro_batch`` and the sequence length, in ``a.dtype``, ``a.checkpointing``,
     ``a.trainable_fraction`` and ``a.offload_optimizer`` (``shard_group``: an hsdp shard group or a zero3_hpz
-    partition), on the GPU's reserved basis.
+    partition), on the GPU's reserved basis; with ``capacity_bytes`` (the usable memory) the caching allocator's
+    cache grows into the room the GPU leaves (:func:`~shardscope.costmodel.memory_peak.with_room`).
     """
     from shardscope.costmodel.answer import job_peak
 
-    return job_peak(strategy, cfg, gpus, a, shard_group)
+    return job_peak(strategy, cfg, gpus, a, shard_group, capacity_bytes=capacity_bytes)
 
 
 def whole_peak_bytes(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions,
-                     shard_group: int | None = None) -> int:
+                     shard_group: int | None = None, capacity_bytes: int | None = None) -> int:
     """:func:`whole_peak_terms`' peak, as the GPU's allocator reaches it (reserved basis)."""
-    return int(whole_peak_terms(strategy, cfg, gpus, a, shard_group).peak_bytes)
+    return int(whole_peak_terms(strategy, cfg, gpus, a, shard_group, capacity_bytes).peak_bytes)
 
 
 def phase_comm_times(messages: list[Message] | tuple[Message, ...], collective_time: Callable[[str, int], float],
@@ -869,13 +873,14 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     else:  # a calibrated host term hides behind nothing, and the recount joins it
         added = recount
     host, comm, exposed = host + added, comm + added, exposed + added
-    terms = whole_peak_terms(strategy, cfg, gpus, a, shard_group)
-    memory = {"total_bytes": terms.peak_bytes}
     available = int(memory_bytes * a.usable_fraction) if memory_bytes else None
+    terms = whole_peak_terms(strategy, cfg, gpus, a, shard_group, available)
+    memory = {"total_bytes": terms.peak_bytes}
     fits = None if available is None else terms.fits(available)
     return StepPrediction(strategy=strategy, model=model, param_count=cfg.param_count(), gpus=gpus,
                           step_time_s=compute + exposed, compute_time_s=compute, comm_time_s=comm,
                           exposed_comm_time_s=exposed, memory_total_bytes=int(memory["total_bytes"]),
                           memory_available_bytes=available, fits=fits, tokens_per_step=tokens * gpus * a.grad_accum,
                           messages=tuple(step_messages), host_time_s=host, mfu=mfu,
-                          memory_runtime_bytes=terms.runtime_bytes, optimizer_time_s=update)
+                          memory_runtime_bytes=terms.runtime_bytes, optimizer_time_s=update,
+                          memory_allocated_bytes=terms.allocated_peak_bytes)
