@@ -91,8 +91,8 @@ MEANINGS: dict[str, str] = {
     "max_reserved_bytes": "CUDA's peak reserved bytes after the tracked step", "num_alloc_retries": "CUDA allocator "
     "retries (cache flushes)", "num_ooms": "CUDA out-of-memory events caught by the allocator",
     # memory, modeled
-    "total_bytes": "modeled bytes per GPU (the sum of the terms)", "overhead_bytes": "modeled allocator and runtime "
-    "overhead", "peak_bytes": "modeled whole peak per GPU", "peak_phase": "phase of the modeled peak (forward, backward, backward_blocks, backward_end, step)",
+    "total_bytes": "modeled bytes per GPU (the sum of the terms)", "overhead_bytes": "modeled allocator overhead: its "
+    "reserve, and on a GPU of known memory the freed blocks it keeps cached in the room left", "peak_bytes": "modeled whole peak per GPU", "peak_phase": "phase of the modeled peak (forward, backward, backward_blocks, backward_end, step)",
     "memory_model": "which memory model made the row: the ZeRO paper's or the implementation's", "memory_case": "named memory case (a published configuration)",
     "capacity_bytes": "GPU memory of the case", "gpu_memory_bytes": "GPU memory assumed",
     "master_weights": "fp32 master weights kept", "assumption": "what the case assumes, in words",
