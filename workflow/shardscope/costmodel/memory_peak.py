@@ -135,7 +135,8 @@ ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
 #: The caching allocator's reserved peak over its allocated peak where the GPU has room to spare: freed blocks stay
 #: cached for reuse and blocks of one size do not serve another, so a training process holds more than its tensors
 #: until an allocation finds no free memory, when PyTorch frees its unused cache and retries before it fails. The
-#: median of eight published training traces, one figure per source (max reserved over max allocated unless said):
+#: median of eight published traces, one figure per source (max reserved over max allocated unless said; six are
+#: training runs, pytorch/pytorch#40989's and #44742's workloads are not stated; without them the median is 1.18):
 #: 1.012 (TensorAuto/OpenTau#273, DeepSpeed ZeRO-2, the middle of 1.006-1.019), 1.022 (onnxruntime's two LLM traces
 #: above), 1.030 (14766 / 14341 MB, pytorch/pytorch#44742's memory summary), 1.113 (16726 / 15006 and 19354 / 17402 MB,
 #: pytorch/pytorch#40989), 1.149 (17.354 / 15.098 GiB, ecmwf/WeatherGenerator#2628, step 280), 1.205 (deepspeedai/
