@@ -117,3 +117,48 @@ def test_frozen_weights_held_in_16_bits_are_not_cast_by_autocast():
                    + head_activation_bytes(CFG, frozen, "bf16"))
     assert lora.phases["forward"]["activations"] == sixteen_bit
     assert full.phases["forward"]["activations"] - sixteen_bit > cache
+
+
+def test_the_adamw_implementation_defaults_to_the_frameworks_and_a_run_may_name_its_own():
+    from shardscope.costmodel.optimizer_step import adamw_implementation
+
+    assert [adamw_implementation(s) for s in ("ddp", "fsdp", "hsdp", "zero1", "zero2", "zero3")] == [
+        "foreach", "foreach", "foreach", "fused", "fused", "fused"]
+    assert adamw_implementation("ddp", "fused") == "fused" and adamw_implementation("zero2", "foreach") == "foreach"
+    with pytest.raises(ValueError, match="AdamW implementation must be one of default, fused, foreach"):
+        adamw_implementation("ddp", "fast")
+    with pytest.raises(ValueError, match="AdamW implementation"):
+        StepAssumptions(adamw="fast")
+    bandwidth = 3350e9 * STREAM_SHARE
+    fused_ddp = optimizer_step_s("ddp", CFG, 8, H100, dtype="bfloat16", adamw="fused")
+    assert fused_ddp == pytest.approx(CFG.param_count() * (ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM) / bandwidth)
+    torch_zero1 = optimizer_step_s("zero1", CFG, 8, H100, dtype="bfloat16", adamw="foreach")
+    assert torch_zero1 == pytest.approx(CFG.param_count() / 8 * (FOREACH_ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM
+                                                                 + HALF_COPY_BYTES) / bandwidth)
+
+
+def test_a_fused_kernel_keeps_no_temporary_in_the_step_and_advise_says_which_it_assumed(capsys):
+    import json
+
+    from shardscope.cli import main
+    from shardscope.costmodel.answer import job_peak
+
+    asked = StepAssumptions(micro_batch=1, seq_len=2048)
+    foreach = job_peak("fsdp", CFG, 8, asked).phases["step"]["optimizer_temporaries"]
+    assert foreach == 4 * (CFG.param_count() // 8)  # exp_avg_sq.sqrt() of every local parameter
+    assert job_peak("fsdp", CFG, 8, replace(asked, adamw="fused")).phases["step"]["optimizer_temporaries"] == 0
+    # DeepSpeed's step: FusedAdam (its default) keeps no temporary beside the fp32 gradient; torch's foreach one more
+    fused_zero2 = job_peak("zero2", CFG, 8, asked).phases["step"]["optimizer_temporaries"]
+    torch_zero2 = job_peak("zero2", CFG, 8, replace(asked, adamw="foreach")).phases["step"]["optimizer_temporaries"]
+    assert torch_zero2 >= fused_zero2
+    argv = ["advise", "--topology", "preset:hgx-h100", "--model", "llama-1b", "--gpus", "8", "--json"]
+    assert main(argv) == 0
+    default = {e["strategy"]: e for e in json.loads(capsys.readouterr().out)["ranking"]}
+    assert main([*argv, "--adamw", "fused"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    fused = {e["strategy"]: e for e in doc["ranking"]}
+    assert doc["assumptions"]["adamw"] == "fused"
+    assert fused["ddp"]["step_time_s"] < default["ddp"]["step_time_s"]  # 40 B per parameter where it streamed 96
+    assert fused["zero2"]["step_time_s"] == default["zero2"]["step_time_s"]  # DeepSpeed's default already
+    assert main([*argv, "--adamw", "fast"]) == 2
+    assert "--adamw" in capsys.readouterr().err

@@ -34,6 +34,10 @@ DDP_BUCKET_BYTES = 25 * 2**20
 #: them once; what the pipeline predicts for its own jobs says so (torch's default, which the memory model assumes for
 #: a run it is only told about, copies them: :data:`shardscope.costmodel.memory_peak.DDP_BUCKET_VIEW_DEFAULT`).
 WORKER_DDP_BUCKET_VIEW = True
+#: The worker steps every strategy with torch's AdamW at its default (DeepSpeed with ``"torch_adam": true``): the
+#: multi-tensor ``foreach`` kernels on a GPU, where a run the model is only told about under DeepSpeed would use
+#: DeepSpeed's FusedAdam (:func:`shardscope.costmodel.optimizer_step.adamw_implementation`).
+WORKER_ADAMW = "foreach"
 #: DeepSpeed's default ``reduce_bucket_size`` and ``allgather_bucket_size`` (elements).
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 #: DeepSpeed's default ``stage3_prefetch_bucket_size`` (elements).

@@ -81,7 +81,7 @@ def job_peak(strategy: str, cfg: ModelConfig, gpus: int, a: StepAssumptions, sha
     defaults every caller gets the same bytes. ValueError names the argument on bad input.
     """
     dtype = memory_dtype(a.dtype)
-    choice = OptimizerAssumption(name=optimizer, offload=a.offload_optimizer)
+    choice = OptimizerAssumption(name=optimizer, offload=a.offload_optimizer, implementation=a.adamw)
     if held is None and a.trainable_fraction < 1:
         held = trainable_states(strategy, cfg, gpus, dtype, a.trainable_fraction, choice, shard_group)
     if a.deepspeed is not None:  # the run's own DeepSpeed config, unless a measured run recorded its settings

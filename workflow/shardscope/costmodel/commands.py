@@ -17,6 +17,7 @@ from shardscope.contracts.models import ATTENTION_KINDS
 from shardscope.contracts.names import CHECKPOINTING_MODES, OPS
 from shardscope.costmodel.decision import RULE_CITATION
 from shardscope.costmodel.memory_command import register_memory
+from shardscope.costmodel.optimizer_step import ADAMW_IMPLEMENTATIONS
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, dump_json
 
@@ -132,7 +133,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
                                       trainable_fraction=args.trainable_fraction,
                                       offload_optimizer=offload, grad_accum=args.grad_accum,
                                       ddp_bucket_view=args.ddp_bucket_view, deepspeed=knobs,
-                                      deepspeed_version=args.deepspeed_version or installed_deepspeed_version())
+                                      deepspeed_version=args.deepspeed_version or installed_deepspeed_version(),
+                                      adamw=args.adamw)
         check_checkpointing(cfg, args.activation_checkpointing)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -217,6 +219,7 @@ def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_byte
     frozen = (f", trainable {assumptions.trainable_fraction:g} of the parameters"
               if assumptions.trainable_fraction < 1 else "")
     offload = ", optimizer offloaded to the CPU" if assumptions.offload_optimizer == "cpu" else ""
+    offload += f", AdamW {assumptions.adamw}" if assumptions.adamw != "default" else ""
     deepspeed = (f", DeepSpeed's buckets and limits from {assumptions.deepspeed.source}"
                  if assumptions.deepspeed is not None else "")
     mfu = "from the compute curve" if assumptions.mfu is None else f"{assumptions.mfu:g}"
@@ -377,6 +380,11 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
                         "optimizer state (default 1)")
     p.add_argument("--offload-optimizer", choices=("none", "cpu"), default="none",
                    help="cpu: optimizer state and step on the host (ZeRO-Offload); the GPU keeps none of it")
+    p.add_argument("--adamw", choices=ADAMW_IMPLEMENTATIONS, default="default",
+                   help="the AdamW kernel the run steps with: fused (one kernel: DeepSpeed's FusedAdam, torch's "
+                        "fused=True, 28 B per parameter), foreach (torch's multi-tensor default on a GPU, 84 B and a "
+                        "temporary per parameter), or default: the framework's (fused under DeepSpeed, foreach under "
+                        "DDP and FSDP)")
     p.add_argument("--attention", choices=ATTENTION_KINDS,
                    help="sdpa: torch's fused kernel (flash: no score matrix kept); eager: Hugging Face's eager code (a "
                         "float32 softmax, its cast and any attention dropout kept for every score); default: the "

@@ -34,7 +34,7 @@ from typing import Any
 
 from shardscope.contracts.factors import algbw_gbps, busbw_gbps
 from shardscope.contracts.names import GROUPED_STRATEGIES
-from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
+from shardscope.contracts.strategies import WORKER_ADAMW, WORKER_DDP_BUCKET_VIEW
 from shardscope.costmodel.advise import Advice
 from shardscope.costmodel.calibrate import Calibration
 from shardscope.costmodel.collectives import CollectivePrediction, Job
@@ -134,7 +134,7 @@ def _plan_assumptions(profile: Mapping[str, Any], training: list[Mapping[str, An
         return StepAssumptions(micro_batch=int(profile["micro_batch"]), seq_len=int(profile["seq_len"]), dtype=dtype,
                                comm_bytes=2 if dtype == "bfloat16" else 4,
                                reduce_bytes=2 if reduce_dtype == "bfloat16" else 4,
-                               ddp_bucket_view=WORKER_DDP_BUCKET_VIEW)
+                               ddp_bucket_view=WORKER_DDP_BUCKET_VIEW, adamw=WORKER_ADAMW)
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"plan: the profile cannot size a training step ({exc})") from None
 

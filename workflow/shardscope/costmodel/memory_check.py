@@ -12,7 +12,7 @@ from typing import Any
 
 from shardscope.contracts.models import ModelConfig
 from shardscope.contracts.names import GROUPED_STRATEGIES, MEMORY_MODELS  # noqa: F401  (MEMORY_MODELS: read here too)
-from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
+from shardscope.contracts.strategies import WORKER_ADAMW, WORKER_DDP_BUCKET_VIEW
 from shardscope.costmodel.answer import job_peak
 from shardscope.costmodel.memory_peak import OptimizerAssumption, PeakTerms, StepShape, settings_of_run
 from shardscope.costmodel.step import StepAssumptions
@@ -41,7 +41,8 @@ def question_of(shape: StepShape) -> StepAssumptions:
     """A run's step shape as the question :func:`~shardscope.costmodel.answer.job_peak` answers (advise's, memory's),
     for a run of this project's worker (its DDP's gradients are views of its buckets)."""
     return StepAssumptions(micro_batch=shape.micro_batch, seq_len=shape.seq_len, dtype=shape.dtype,
-                           checkpointing=shape.checkpointing, ddp_bucket_view=WORKER_DDP_BUCKET_VIEW)
+                           checkpointing=shape.checkpointing, ddp_bucket_view=WORKER_DDP_BUCKET_VIEW,
+                           adamw=WORKER_ADAMW)
 
 
 def job_shape(job: dict[str, Any]) -> StepShape:

@@ -105,6 +105,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace, cfg: ModelConfig
 
     from shardscope.costmodel.answer import job_peak, largest_fitting
     from shardscope.costmodel.memory_peak import ATTENTION_KERNELS, CHECKPOINTING
+    from shardscope.costmodel.optimizer_step import ADAMW_IMPLEMENTATIONS
     from shardscope.costmodel.step import StepAssumptions
 
     if args.seq_len is None:
@@ -122,6 +123,7 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace, cfg: ModelConfig
                            checkpointing=_choice("--activation-checkpointing", args.activation_checkpointing,
                                                  CHECKPOINTING),
                            offload_optimizer=args.offload_optimizer, usable_fraction=args.usable_memory,
+                           adamw=_choice("--adamw", args.adamw, ADAMW_IMPLEMENTATIONS),
                            ddp_bucket_view=args.ddp_bucket_view, deepspeed=args.deepspeed_knobs)
     overrides = (args.param_bytes, args.grad_bytes, args.optimizer_bytes)
     given = any(v is not None for v in overrides) or args.no_master_weights
@@ -172,6 +174,10 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16, adamw_bf16_states (bf16 master and moments) "
                    "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")
+    p.add_argument("--adamw", default="default",
+                   help="fused (no temporaries in the step), foreach (torch's default on a GPU: one temporary per "
+                        "stepped parameter) or default: the framework's (fused under DeepSpeed, foreach under DDP and "
+                        "FSDP)")
     p.add_argument("--ddp-bucket-view", action="store_true",
                    help="the run's DDP uses gradient_as_bucket_view=True (see advise --help); by default its buckets "
                         "are a second copy of the gradients, as torch builds DDP")

@@ -94,6 +94,7 @@ from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_element
 from shardscope.contracts.strategies import OFFLOAD_HOLDS, SHARDED, uses_deepspeed
 from shardscope.costmodel.deepspeed_config import ZERO3_SUB_GROUP_ELEMENTS, DeepSpeedKnobs
 from shardscope.costmodel.deepspeed_estimate import largest_layer_params
+from shardscope.costmodel.optimizer_step import ADAMW_IMPLEMENTATIONS, adamw_implementation
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
 #: ``shard_group`` GPUs, replicate across groups) and ZeRO-3 with hpZ (secondary partition over ``shard_group``).
@@ -581,12 +582,19 @@ class OptimizerAssumption:
     the one variant besides ``adamw`` the worker runs), ``adamw_8bit`` (bitsandbytes-style 8-bit moments)."""
     offload: str = "none"
     """``cpu``: moments and master weights live in host memory (ZeRO-Offload); the GPU keeps none."""
+    implementation: str = "default"
+    """The AdamW kernel: ``fused``, ``foreach`` or ``default`` (the framework's:
+    :func:`~shardscope.costmodel.optimizer_step.adamw_implementation`); ``foreach`` keeps a temporary per stepped
+    parameter on a GPU (:func:`step_temporaries`), ``fused`` none."""
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.name!r}")
         if self.offload not in OFFLOAD:
             raise ValueError(f"optimizer offload must be one of {', '.join(OFFLOAD)}, got {self.offload!r}")
+        if self.implementation not in ADAMW_IMPLEMENTATIONS:
+            raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, "
+                             f"got {self.implementation!r}")
 
     @property
     def moment_bytes(self) -> float:
@@ -600,15 +608,16 @@ class OptimizerAssumption:
 
 
 def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, device: str,
-                     deepspeed: DeepSpeedKnobs | None = None) -> int:
+                     deepspeed: DeepSpeedKnobs | None = None, adamw: str = "foreach") -> int:
     """Bytes the optimizer step allocates for a moment.
 
     torch's AdamW on CPU runs per tensor (``foreach`` only on accelerators): ``denom`` and its
     scaled copy, two of the largest local tensor. On GPU the ``foreach`` path keeps one
     temporary per local parameter (``exp_avg_sq.sqrt()`` for all of them): 4 bytes per local
-    parameter. DeepSpeed's ZeRO-1/2/3 then copy the updated fp32 partition into the 16-bit
-    parameters through one partition-sized buffer. DeepSpeed's ZeRO-1/2/3 on a GPU: the moments of its own step
-    (:func:`zero_step_moments`; ``deepspeed``: a run's own config, whose ``sub_group_size`` ZeRO-3 steps by).
+    parameter; a ``fused`` kernel (``adamw``) keeps none. DeepSpeed's ZeRO-1/2/3 then copy the updated fp32 partition
+    into the 16-bit parameters through one partition-sized buffer. DeepSpeed's ZeRO-1/2/3 on a GPU: the moments of
+    its own step (:func:`zero_step_moments`; ``deepspeed``: a run's own config, whose ``sub_group_size`` ZeRO-3 steps
+    by).
     """
     largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
     sharded = strategy in ("fsdp", "fsdp_grad_op", "zero3", "zero1", "zero2")
@@ -618,13 +627,14 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
         temp = 2 * 4 * (local if strategy in ("zero1", "zero2", "zero3") else per_tensor)
     else:
         sub_group = (deepspeed or DeepSpeedKnobs()).sub_group_elements
-        temp = (zero_step_moments(strategy, cfg, gpus, policy, sub_group) if strategy in ("zero1", "zero2", "zero3")
-                else 4 * local)
+        foreach = adamw == "foreach"
+        temp = (zero_step_moments(strategy, cfg, gpus, policy, sub_group, foreach)
+                if strategy in ("zero1", "zero2", "zero3") else 4 * local if foreach else 0)
     return temp
 
 
 def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
-                      sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS) -> int:
+                      sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS, foreach: bool = True) -> int:
     """Bytes beyond the held states at the largest of the three moments of DeepSpeed ZeRO-1/2/3's optimizer step on a
     GPU (``step`` of ``runtime/zero/stage_1_and_2.py`` and ``stage3.py``, read at v0.18.5) of one of ``gpus`` ranks.
 
@@ -638,7 +648,7 @@ def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
       ZeRO-1/2 flatten the whole partition at once; ZeRO-3 one sub-group at a time (``sub_group_size``, which a
       sub-group passes by at most one tensor's share);
     - the update: the 16-bit gradients freed, the fp32 gradient (4 B) beside torch's foreach AdamW's temporary
-      (4 B per parameter; DeepSpeed's FusedAdam keeps none).
+      (4 B per parameter, ``foreach``; DeepSpeed's FusedAdam keeps none).
 
     Measured, not only read: a real DeepSpeed run (one gloo rank on CPU, the optimizer replaced by plain SGD so that
     DeepSpeed's step is all there is) holds these bytes in its step to within 0.01% on three shapes in bf16 and fp32,
@@ -654,7 +664,7 @@ def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
     others = e_grad * (cfg.param_count() - local) if strategy == "zero1" else 0
     norm = 8 * chunk
     flatten = (e_grad + 4 if policy != "fp32" else 4) * flat - others
-    update = (8 - e_grad) * flat - others
+    update = ((8 if foreach else 4) - e_grad) * flat - others
     return max(norm, flatten, update, 0)
 
 
@@ -1068,7 +1078,9 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     # the optimizer steps only the parameters given to it (the trainable ones): foreach AdamW's temporaries and
     # DeepSpeed's partition copy are per stepped parameter
     step_temp = (0 if optimizer.offload == "cpu"
-                 else int(step_temporaries(strategy, cfg, gpus, policy, device, deepspeed) * trainable_fraction))
+                 else int(step_temporaries(strategy, cfg, gpus, policy, device, deepspeed,
+                                           adamw_implementation(strategy, optimizer.implementation))
+                          * trainable_fraction))
     log_softmax = shape.tokens * cfg.head_outputs * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears
     head_input = shape.tokens * cfg.d_model * (4 if policy == "fp32" else 2)

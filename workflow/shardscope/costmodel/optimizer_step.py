@@ -45,6 +45,23 @@ ADAM_BYTES_PER_PARAM = 28
 #: ``addcdiv_`` (16), each kernel reading its operands and writing its result: 84 B, traced on torch 2.13 by
 #: counting every op's operands and in-place results (the per-tensor loop, ``foreach=False``, moves the same 84 B).
 FOREACH_ADAM_BYTES_PER_PARAM = 84
+#: AdamW implementations a run may name: ``fused`` (one kernel: DeepSpeed's FusedAdam, torch's ``fused=True``),
+#: ``foreach`` (torch's multi-tensor chain, its default on a GPU; the per-tensor loop moves the same bytes), and
+#: ``default``, the framework's own: DeepSpeed's FusedAdam under ZeRO, torch's ``foreach`` under DDP and FSDP.
+ADAMW_IMPLEMENTATIONS = ("default", "fused", "foreach")
+
+
+def adamw_implementation(strategy: str, implementation: str = "default") -> str:
+    """``fused`` or ``foreach``: the AdamW ``strategy``'s run steps with, ``implementation`` resolved to its framework's
+    default (DeepSpeed's fused kernel under ZeRO, torch's ``foreach`` under DDP and FSDP)."""
+    if implementation not in ADAMW_IMPLEMENTATIONS:
+        raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, "
+                         f"got {implementation!r}")
+    if implementation != "default":
+        return implementation
+    return "fused" if uses_deepspeed(strategy) else "foreach"
+
+
 #: Bytes of gradient-norm clipping per updated parameter: the norm reads the gradient (4) and the scale by the
 #: clamped coefficient, applied whether or not it clips, reads and writes it (8): torch's ``clip_grad_norm_``
 #: (traced: ``_foreach_norm`` and ``_foreach_mul_``), DeepSpeed's ``gradient_clipping`` (unscale and clip in one
@@ -82,15 +99,17 @@ def updated_params(strategy: str, cfg: ModelConfig, gpus: int, trainable_fractio
     return trainable / max(1, shard_group if strategy == "hsdp" and shard_group else gpus)
 
 
-def gpu_update_s(strategy: str, params: float, gpu: GpuSpec, dtype: str) -> float:
+def gpu_update_s(strategy: str, params: float, gpu: GpuSpec, dtype: str, adamw: str = "default") -> float:
     """Seconds of one AdamW update of ``params`` parameters on ``gpu`` (memory-bound, :data:`STREAM_SHARE` of its
-    datasheet bandwidth; 0 where the table has no bandwidth for it): DeepSpeed's fused kernel under ZeRO, torch's
-    default multi-tensor AdamW under DDP and FSDP."""
+    datasheet bandwidth; 0 where the table has no bandwidth for it), in the ``adamw`` implementation
+    (:func:`adamw_implementation`: by default DeepSpeed's fused kernel under ZeRO, torch's ``foreach`` under DDP and
+    FSDP)."""
     bandwidth = gpu.memory_bandwidth_gbps
     if not bandwidth:
         return 0.0
     deepspeed = uses_deepspeed(strategy)
-    per_param = (ADAM_BYTES_PER_PARAM if deepspeed else FOREACH_ADAM_BYTES_PER_PARAM) + CLIP_BYTES_PER_PARAM
+    fused = adamw_implementation(strategy, adamw) == "fused"
+    per_param = (ADAM_BYTES_PER_PARAM if fused else FOREACH_ADAM_BYTES_PER_PARAM) + CLIP_BYTES_PER_PARAM
     if deepspeed and dtype != "float32":
         per_param += HALF_COPY_BYTES
     return params * per_param / (bandwidth * 1e9 * STREAM_SHARE)
@@ -119,13 +138,14 @@ def offload_update_s(strategy: str, params: float, gpu: GpuSpec, ranks_per_host:
 def optimizer_step_s(strategy: str, cfg: ModelConfig, gpus: int, gpu: GpuSpec | None, *, dtype: str,
                      trainable_fraction: float = 1.0, offload: str = "none", ranks_per_host: int | None = None,
                      grad_bytes: int = 2, param_bytes: int = 2, micro_batches: int = 1,
-                     shard_group: int | None = None) -> float:
+                     shard_group: int | None = None, adamw: str = "default") -> float:
     """Seconds of the optimizer's update in one optimizer step of ``strategy`` on ``gpus`` GPUs (0 on a CPU machine
     or without a GPU spec: see the module docstring). ``ranks_per_host``: the job's ranks on one host, which share its
-    CPU when the update is offloaded (default: all ``gpus``)."""
+    CPU when the update is offloaded (default: all ``gpus``). ``adamw``: the GPU update's implementation
+    (:data:`ADAMW_IMPLEMENTATIONS`)."""
     if gpu is None or gpu.is_cpu:
         return 0.0
     params = updated_params(strategy, cfg, gpus, trainable_fraction, shard_group)
     if offload == "cpu":
         return offload_update_s(strategy, params, gpu, ranks_per_host or gpus, grad_bytes, param_bytes, micro_batches)
-    return gpu_update_s(strategy, params, gpu, dtype)
+    return gpu_update_s(strategy, params, gpu, dtype, adamw)

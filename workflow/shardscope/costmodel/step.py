@@ -80,7 +80,7 @@ from shardscope.costmodel.deepspeed_hooks import hook_recount_s
 from shardscope.costmodel.elementwise import elementwise_bytes
 from shardscope.costmodel.memory_peak import (DDP_BUCKET_VIEW_DEFAULT, compute_policy, recompute_shares,
                                             recomputed_flops_per_token)
-from shardscope.costmodel.optimizer_step import STREAM_SHARE, optimizer_step_s
+from shardscope.costmodel.optimizer_step import ADAMW_IMPLEMENTATIONS, STREAM_SHARE, optimizer_step_s
 
 #: A constant model FLOPs utilisation, for callers that want one (``--mfu``): PaLM reports 46.2% MFU training 540B
 #: on TPU v4 (Chowdhery et al. 2022, Table 3). The step model's default is the curve of :func:`achieved_mfu`.
@@ -241,6 +241,10 @@ class StepAssumptions:
     deepspeed_version: str | None = None
     """The DeepSpeed release the run uses (``advise``: the one installed, or ``--deepspeed-version``); 0.18.5 and 0.18.6
     add host time to every ZeRO backward (:mod:`shardscope.costmodel.deepspeed_hooks`). None: a release without it."""
+    adamw: str = "default"
+    """The AdamW implementation the run steps with (``--adamw``): ``fused``, ``foreach`` or ``default``, its
+    framework's (:func:`~shardscope.costmodel.optimizer_step.adamw_implementation`): the update's bytes and, in the
+    memory model, the step's temporaries."""
 
     def __post_init__(self) -> None:
         if self.reduce_bytes is not None and (isinstance(self.reduce_bytes, bool) or self.reduce_bytes not in (2, 4)):
@@ -270,6 +274,9 @@ class StepAssumptions:
             raise ValueError(f"trainable fraction must be in (0, 1], got {self.trainable_fraction!r}")
         if self.offload_optimizer not in ("none", "cpu"):
             raise ValueError(f"optimizer offload must be none or cpu, got {self.offload_optimizer!r}")
+        if self.adamw not in ADAMW_IMPLEMENTATIONS:
+            raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, "
+                             f"got {self.adamw!r}")
         if self.deepspeed_version is not None and not isinstance(self.deepspeed_version, str):
             raise ValueError(f"deepspeed_version must be a release string such as '0.18.7', got {self.deepspeed_version!r}")
 
@@ -838,7 +845,7 @@ def predict_step(strategy: str, model: str, cfg: ModelConfig, gpus: int, peak_fl
     update = optimizer_step_s(strategy, cfg, gpus, gpu, dtype=a.dtype, trainable_fraction=a.trainable_fraction,
                               offload=a.offload_optimizer, ranks_per_host=gpus_per_host,
                               grad_bytes=gradient_wire_bytes(strategy, a), param_bytes=element, micro_batches=a.grad_accum,
-                              shard_group=shard_group)
+                              shard_group=shard_group, adamw=a.adamw)
     compute = micro_compute * a.grad_accum + update
     if gpus < 2:
         messages: list[Message] = []

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
+from shardscope.contracts.strategies import WORKER_ADAMW, WORKER_DDP_BUCKET_VIEW
 from shardscope.costmodel.step import RecordedCollective, StepAssumptions, predict_step
 
 #: Overlap values tried by the fit (0, 0.1, ..., 1).
@@ -222,7 +222,7 @@ def _assumptions(sample: StepSample) -> StepAssumptions:
     return StepAssumptions(micro_batch=sample.micro_batch, seq_len=sample.seq_len, mfu=1.0,
                            comm_bytes=2 if sample.dtype == "bfloat16" else 4,
                            reduce_bytes=2 if sample.reduce_dtype == "bfloat16" else 4, dtype=sample.dtype,
-                           ddp_bucket_view=WORKER_DDP_BUCKET_VIEW)
+                           ddp_bucket_view=WORKER_DDP_BUCKET_VIEW, adamw=WORKER_ADAMW)
 
 
 def _workload(sample: StepSample, timer: Callable[[str, int], float]) -> tuple[float, dict[str, float], int, int]:

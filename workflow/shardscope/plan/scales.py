@@ -60,7 +60,7 @@ def memory_scale(topology: dict[str, Any], section: MemoryBound | Mapping[str, A
     defaults then the schema's) for ``world_size`` GPUs, or why none is planned."""
     from shardscope.contracts.models import resolve_model
     from shardscope.costmodel.answer import job_peak
-    from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
+    from shardscope.contracts.strategies import WORKER_ADAMW, WORKER_DDP_BUCKET_VIEW
     from shardscope.costmodel.step import StepAssumptions
 
     section = section_settings(MemoryBound, "training.memory_bound", section)
@@ -79,7 +79,7 @@ def memory_scale(topology: dict[str, Any], section: MemoryBound | Mapping[str, A
     for candidate in ladder:
         cname, ccfg = resolve_model(candidate)
         step = StepAssumptions(micro_batch=micro_batch, seq_len=min(seq_len, ccfg.max_seq_len), dtype="bfloat16",
-                               ddp_bucket_view=WORKER_DDP_BUCKET_VIEW)
+                               ddp_bucket_view=WORKER_DDP_BUCKET_VIEW, adamw=WORKER_ADAMW)
         sharded_terms, full_terms = job_peak("zero3", ccfg, world_size, step), job_peak("ddp", ccfg, world_size, step)
         sharded, full = sharded_terms.peak_bytes, full_terms.peak_bytes
         if sharded_terms.fits(usable):

@@ -109,13 +109,13 @@ def modeled_start(job: dict[str, Any], candidates: list[int], checkpointing: str
         return None
     from shardscope.contracts.models import resolve_model
     from shardscope.costmodel.answer import job_peak, largest_fitting
-    from shardscope.contracts.strategies import WORKER_DDP_BUCKET_VIEW
+    from shardscope.contracts.strategies import WORKER_ADAMW, WORKER_DDP_BUCKET_VIEW
     from shardscope.costmodel.step import DEFAULT_USABLE_FRACTION, StepAssumptions
 
     _, cfg = resolve_model(job.get("model_spec") or job["model"])
     usable = int(memory_bytes * DEFAULT_USABLE_FRACTION)
     step = StepAssumptions(seq_len=min(int(job["seq_len"]), cfg.max_seq_len), dtype=job["dtype"],
-                           checkpointing=checkpointing, ddp_bucket_view=WORKER_DDP_BUCKET_VIEW)
+                           checkpointing=checkpointing, ddp_bucket_view=WORKER_DDP_BUCKET_VIEW, adamw=WORKER_ADAMW)
 
     def fits(mb: int) -> bool:
         return job_peak(job["strategy"], cfg, int(job["world_size"]), replace(step, micro_batch=mb),
