@@ -94,7 +94,7 @@ from shardscope.contracts.fairness import FairSettings, deepspeed_bucket_element
 from shardscope.contracts.strategies import OFFLOAD_HOLDS, SHARDED, uses_deepspeed
 from shardscope.costmodel.deepspeed_config import ZERO3_SUB_GROUP_ELEMENTS, DeepSpeedKnobs
 from shardscope.costmodel.deepspeed_estimate import largest_layer_params
-from shardscope.costmodel.optimizer_step import ADAMW_IMPLEMENTATIONS, adamw_implementation
+from shardscope.costmodel.optimizer_step import adamw_implementation, check_adamw
 
 #: Strategies the memory model answers for: the worker's, HSDP (shard inside a group of
 #: ``shard_group`` GPUs, replicate across groups) and ZeRO-3 with hpZ (secondary partition over ``shard_group``).
@@ -592,9 +592,7 @@ class OptimizerAssumption:
             raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.name!r}")
         if self.offload not in OFFLOAD:
             raise ValueError(f"optimizer offload must be one of {', '.join(OFFLOAD)}, got {self.offload!r}")
-        if self.implementation not in ADAMW_IMPLEMENTATIONS:
-            raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, "
-                             f"got {self.implementation!r}")
+        check_adamw(self.implementation)
 
     @property
     def moment_bytes(self) -> float:
@@ -960,8 +958,7 @@ def with_room(terms: PeakTerms, capacity_bytes: float | None) -> PeakTerms:
     the allocated basis, under a calibrated overhead (a measured run's reserve) or where the run does not fit."""
     if capacity_bytes is None or terms.basis != "reserved" or terms.assumptions.get("overhead_fraction"):
         return terms
-    allocated = terms.peak_bytes - terms.cache_bytes - terms.overhead_bytes
-    ample = int(allocated * ALLOCATOR_CACHE_FRACTION) - terms.overhead_bytes
+    ample = int(terms.allocated_peak_bytes * ALLOCATOR_CACHE_FRACTION) - terms.overhead_bytes
     floor = terms.peak_bytes - terms.cache_bytes
     cache = max(0, min(ample, int(capacity_bytes) - terms.runtime_bytes - floor))
     return replace(terms, peak_bytes=floor + cache, cache_bytes=cache)

@@ -51,13 +51,18 @@ FOREACH_ADAM_BYTES_PER_PARAM = 84
 ADAMW_IMPLEMENTATIONS = ("default", "fused", "foreach")
 
 
-def adamw_implementation(strategy: str, implementation: str = "default") -> str:
-    """``fused`` or ``foreach``: the AdamW ``strategy``'s run steps with, ``implementation`` resolved to its framework's
-    default (DeepSpeed's fused kernel under ZeRO, torch's ``foreach`` under DDP and FSDP)."""
+def check_adamw(implementation: str) -> str:
+    """``implementation`` if it is one of :data:`ADAMW_IMPLEMENTATIONS`, else ValueError in one sentence."""
     if implementation not in ADAMW_IMPLEMENTATIONS:
         raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, "
                          f"got {implementation!r}")
-    if implementation != "default":
+    return implementation
+
+
+def adamw_implementation(strategy: str, implementation: str = "default") -> str:
+    """``fused`` or ``foreach``: the AdamW ``strategy``'s run steps with, ``implementation`` resolved to its framework's
+    default (DeepSpeed's fused kernel under ZeRO, torch's ``foreach`` under DDP and FSDP)."""
+    if check_adamw(implementation) != "default":
         return implementation
     return "fused" if uses_deepspeed(strategy) else "foreach"
 

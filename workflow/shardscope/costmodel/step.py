@@ -80,7 +80,7 @@ from shardscope.costmodel.deepspeed_hooks import hook_recount_s
 from shardscope.costmodel.elementwise import elementwise_bytes
 from shardscope.costmodel.memory_peak import (DDP_BUCKET_VIEW_DEFAULT, compute_policy, recompute_shares,
                                             recomputed_flops_per_token)
-from shardscope.costmodel.optimizer_step import ADAMW_IMPLEMENTATIONS, STREAM_SHARE, optimizer_step_s
+from shardscope.costmodel.optimizer_step import STREAM_SHARE, check_adamw, optimizer_step_s
 
 #: A constant model FLOPs utilisation, for callers that want one (``--mfu``): PaLM reports 46.2% MFU training 540B
 #: on TPU v4 (Chowdhery et al. 2022, Table 3). The step model's default is the curve of :func:`achieved_mfu`.
@@ -274,9 +274,7 @@ class StepAssumptions:
             raise ValueError(f"trainable fraction must be in (0, 1], got {self.trainable_fraction!r}")
         if self.offload_optimizer not in ("none", "cpu"):
             raise ValueError(f"optimizer offload must be none or cpu, got {self.offload_optimizer!r}")
-        if self.adamw not in ADAMW_IMPLEMENTATIONS:
-            raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, "
-                             f"got {self.adamw!r}")
+        check_adamw(self.adamw)
         if self.deepspeed_version is not None and not isinstance(self.deepspeed_version, str):
             raise ValueError(f"deepspeed_version must be a release string such as '0.18.7', got {self.deepspeed_version!r}")
 

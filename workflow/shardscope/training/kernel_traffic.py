@@ -107,7 +107,7 @@ def traced_traffic(cfg: ModelConfig, micro_batch: int, seq_len: int, policy: str
 
 #: torch.optim.AdamW's implementations on a GPU: ``foreach`` (its default there since torch 2.0), ``fused`` (one
 #: kernel, as DeepSpeed's FusedAdam) and ``for-loop`` (one kernel per op and tensor, the default before 2.0).
-ADAMW_IMPLEMENTATIONS = {"foreach": {"foreach": True}, "fused": {"fused": True}, "for-loop": {"foreach": False}}
+TORCH_ADAMW_KWARGS = {"foreach": {"foreach": True}, "fused": {"fused": True}, "for-loop": {"foreach": False}}
 
 
 def traced_update_bytes(implementation: str, tensors: int = 4, elements: int = 1 << 20) -> tuple[float, float]:
@@ -115,11 +115,11 @@ def traced_update_bytes(implementation: str, tensors: int = 4, elements: int = 1
     ``clip_grad_norm_``) on CPU, counted op by op by :class:`TrafficCounter` over ``tensors`` fp32 parameters of
     ``elements`` each, at the second step (the first allocates the moments). What
     :mod:`shardscope.costmodel.optimizer_step`'s per-parameter bytes were read from."""
-    if implementation not in ADAMW_IMPLEMENTATIONS:
-        raise ValueError(f"implementation must be one of {', '.join(ADAMW_IMPLEMENTATIONS)}, got {implementation!r}")
+    if implementation not in TORCH_ADAMW_KWARGS:
+        raise ValueError(f"implementation must be one of {', '.join(TORCH_ADAMW_KWARGS)}, got {implementation!r}")
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(elements)) for _ in range(tensors)]
-    optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, **ADAMW_IMPLEMENTATIONS[implementation])
+    optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, **TORCH_ADAMW_KWARGS[implementation])
     for p in params:
         p.grad = torch.randn(elements)
     optimizer.step()
