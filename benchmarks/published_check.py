@@ -8,10 +8,10 @@ advise --json`` for cases with a speed measurement, ``shardscope memory --json``
 case's machine (a ``preset:`` topology or a synthetic one written to a temporary file), GPU, model (an HF-style
 JSON object of dimensions, or a preset), micro-batch, sequence length and the run's flags (``--dtype``,
 ``--activation-checkpointing``, ``--global-batch``, ``--grad-accum``, ``--transport``, ``--trainable-fraction``,
-``--offload-optimizer``). A flag the installed command does not have (``unrecognized arguments``) is dropped and
-the run retried; each lost flag is printed with its case. Where the command refuses the HF-style JSON object, the
-same config goes as a ``config.json`` path, then in shardscope's own field names, and (``advise`` only) at last to
-the library function; the route is printed too.
+``--offload-optimizer``, ``--adamw``). A flag the installed command does not have (``unrecognized arguments``) is
+dropped and the run retried; each lost flag is printed with its case. Where the command refuses the HF-style JSON
+object, the same config goes as a ``config.json`` path, then in shardscope's own field names, and (``advise`` only)
+at last to the library function; the route is printed too.
 
 It prints, for the cases that may set model defaults (``use: defaults``), the cases kept for checking
 (``held_out``) and all of them:
@@ -207,6 +207,8 @@ def _flag_pairs(run: Mapping[str, Any]) -> list[tuple[str, str]]:
         pairs.append(("--trainable-fraction", f"{run['trainable_fraction']:.6g}"))
     if run.get("offload_optimizer", "none") != "none":
         pairs.append(("--offload-optimizer", run["offload_optimizer"]))
+    if run.get("adamw", "default") != "default":
+        pairs.append(("--adamw", run["adamw"]))
     return pairs
 
 

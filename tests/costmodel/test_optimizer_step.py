@@ -162,3 +162,24 @@ def test_a_fused_kernel_keeps_no_temporary_in_the_step_and_advise_says_which_it_
     assert fused["zero2"]["step_time_s"] == default["zero2"]["step_time_s"]  # DeepSpeed's default already
     assert main([*argv, "--adamw", "fast"]) == 2
     assert "--adamw" in capsys.readouterr().err
+
+
+def test_a_for_loop_adamw_streams_what_foreach_does_and_keeps_temporaries_of_its_largest_tensors_alone(capsys):
+    """PyTorch before 2.0 and the Hugging Face Trainer's ``adamw_hf`` step one tensor at a time: the update's bytes and
+    time are foreach's, the step's temporaries a few of the largest tensor instead of one per parameter."""
+    import json
+
+    from shardscope.cli import main
+
+    loop = optimizer_step_s("ddp", CFG, 8, H100, dtype="bfloat16", adamw="for-loop")
+    assert loop == optimizer_step_s("ddp", CFG, 8, H100, dtype="bfloat16", adamw="foreach")
+    argv = ["memory", "--model", "mistral-7b", "--gpus", "8", "--strategy", "ddp", "--seq-len", "256",
+            "--activation-checkpointing", "full", "--json", "--no-deepspeed-estimate"]  # a peak in the step
+    assert main([*argv, "--adamw", "for-loop"]) == 0
+    peak = json.loads(capsys.readouterr().out)[0]["peak"]
+    # the embedding's two (131M elements each) outweigh an MLP weight's three (58.7M each)
+    assert peak["phases"]["step"]["optimizer_temporaries"] == 4 * 2 * CFG.vocab_size * CFG.d_model
+    assert main(argv) == 0
+    foreach = json.loads(capsys.readouterr().out)[0]["peak"]
+    assert foreach["phases"]["step"]["optimizer_temporaries"] == 4 * CFG.param_count()
+    assert peak["allocated_peak_bytes"] < foreach["allocated_peak_bytes"]

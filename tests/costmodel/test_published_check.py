@@ -315,14 +315,19 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: 13.1% (worst 40.4% -> 35.0%), all 16.1% -> 11.2%. The defaults' worst moves 69.7% -> 70.8%: litgpt's 13B LoRA
 #: under FSDP, whose allocated peak the model puts at a third (the load-time peak noted in the case), now compared
 #: on its own basis.
+#: Then the AdamW a run's software stepped with, where that was the per-tensor loop (``adamw: for-loop``: PyTorch
+#: before 2.0, the Trainer's ``adamw_hf``; 9 cases of 2021-22 say why in ``adamw_basis``): its step keeps temporaries
+#: of its largest tensors, not one per parameter, so BERT-large's two checkpointed runs at micro-batch 1 on a V100,
+#: whose peak is the step, go from +20.5% and +12.2% to +3.3% and +2.2% (held-out memory median 13.1% -> 11.3%, all
+#: 11.2% -> 9.8%). Speeds are unchanged: the loop streams foreach's 84 B per parameter.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.03,
                  "memory_worst": 0.71, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.14,
+    "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.12,
                  "memory_worst": 0.36, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.83,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.12,
+    "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.10,
             "memory_worst": 0.71, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.07, "absolute_worst": 2.83,
             "largest_median": 1.29, "largest_worst": 2.01},
 }

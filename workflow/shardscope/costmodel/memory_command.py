@@ -175,9 +175,10 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
                    "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")
     p.add_argument("--adamw", default="default",
-                   help="fused (no temporaries in the step), foreach (torch's default on a GPU: one temporary per "
-                        "stepped parameter) or default: the framework's (fused under DeepSpeed, foreach under DDP and "
-                        "FSDP)")
+                   help="fused (no temporaries in the step), foreach (torch's default on a GPU since 2.0: one "
+                        "temporary per stepped parameter), for-loop (torch before 2.0, foreach=False, the Hugging Face "
+                        "Trainer's adamw_hf: two of its largest tensor) or default: the framework's (fused under "
+                        "DeepSpeed, foreach under DDP and FSDP)")
     p.add_argument("--ddp-bucket-view", action="store_true",
                    help="the run's DDP uses gradient_as_bucket_view=True (see advise --help); by default its buckets "
                         "are a second copy of the gradients, as torch builds DDP")

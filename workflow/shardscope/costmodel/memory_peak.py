@@ -583,9 +583,9 @@ class OptimizerAssumption:
     offload: str = "none"
     """``cpu``: moments and master weights live in host memory (ZeRO-Offload); the GPU keeps none."""
     implementation: str = "default"
-    """The AdamW kernel: ``fused``, ``foreach`` or ``default`` (the framework's:
+    """The AdamW kernel: ``fused``, ``foreach``, ``for-loop`` or ``default`` (the framework's:
     :func:`~shardscope.costmodel.optimizer_step.adamw_implementation`); ``foreach`` keeps a temporary per stepped
-    parameter on a GPU (:func:`step_temporaries`), ``fused`` none."""
+    parameter on a GPU (:func:`step_temporaries`), ``for-loop`` two of its largest tensor, ``fused`` none."""
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
@@ -609,30 +609,32 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
                      deepspeed: DeepSpeedKnobs | None = None, adamw: str = "foreach") -> int:
     """Bytes the optimizer step allocates for a moment.
 
-    torch's AdamW on CPU runs per tensor (``foreach`` only on accelerators): ``denom`` and its
-    scaled copy, two of the largest local tensor. On GPU the ``foreach`` path keeps one
-    temporary per local parameter (``exp_avg_sq.sqrt()`` for all of them): 4 bytes per local
-    parameter; a ``fused`` kernel (``adamw``) keeps none. DeepSpeed's ZeRO-1/2/3 then copy the updated fp32 partition
-    into the 16-bit parameters through one partition-sized buffer. DeepSpeed's ZeRO-1/2/3 on a GPU: the moments of
-    its own step (:func:`zero_step_moments`; ``deepspeed``: a run's own config, whose ``sub_group_size`` ZeRO-3 steps
-    by).
+    torch's AdamW one tensor at a time (``adamw`` ``for-loop``, and always on CPU, where torch has no ``foreach``
+    default) computes ``denom`` and its scaled copy for the tensor it steps while the previous tensor's ``denom`` is
+    still bound: two of one tensor and one of the tensor before it. Its largest moment is the embedding's two (the
+    first tensor, or after a norm) or an MLP weight's two beside its twin's (up and down projections are the same size
+    and adjacent): ``4 x max(2 V·h, 3 h·f)`` bytes, tracked exactly on a model of each kind
+    (``tests/training/test_adamw_temporaries.py``). The ``foreach`` path keeps one temporary per local parameter
+    (``exp_avg_sq.sqrt()`` for all of them, the "~ sizeof(params) more peak memory" torch's documentation states): 4
+    bytes per local parameter; a ``fused`` kernel keeps none. DeepSpeed's ZeRO-1/2/3 on a GPU: the moments of its own
+    step (:func:`zero_step_moments`; ``deepspeed``: a run's own config, whose ``sub_group_size`` ZeRO-3 steps by); on
+    CPU its flat partition is the one tensor torch's loop steps.
     """
-    largest = max(cfg.vocab_size * cfg.d_model, cfg.d_model * cfg.d_ff)
     sharded = strategy in ("fsdp", "fsdp_grad_op", "zero3", "zero1", "zero2")
     local = cfg.param_count() // gpus if sharded else cfg.param_count()
+    share = gpus if strategy in ("fsdp", "fsdp_grad_op") else 1  # FSDP steps each tensor's shard
+    embedding, mlp = -(-cfg.vocab_size * cfg.d_model // share), -(-cfg.d_model * cfg.d_ff // share)
+    for_loop = 4 * max(2 * embedding, 3 * mlp)
+    zero = strategy in ("zero1", "zero2", "zero3")
     if device == "cpu":
-        per_tensor = -(-largest // gpus) if strategy in ("fsdp", "fsdp_grad_op") else largest
-        temp = 2 * 4 * (local if strategy in ("zero1", "zero2", "zero3") else per_tensor)
-    else:
-        sub_group = (deepspeed or DeepSpeedKnobs()).sub_group_elements
-        foreach = adamw == "foreach"
-        temp = (zero_step_moments(strategy, cfg, gpus, policy, sub_group, foreach)
-                if strategy in ("zero1", "zero2", "zero3") else 4 * local if foreach else 0)
-    return temp
+        return 2 * 4 * local if zero else for_loop
+    if zero:
+        return zero_step_moments(strategy, cfg, gpus, policy, (deepspeed or DeepSpeedKnobs()).sub_group_elements, adamw)
+    return {"fused": 0, "foreach": 4 * local, "for-loop": for_loop}[adamw_implementation(strategy, adamw)]
 
 
 def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
-                      sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS, foreach: bool = True) -> int:
+                      sub_group_elements: int = ZERO3_SUB_GROUP_ELEMENTS, adamw: str = "foreach") -> int:
     """Bytes beyond the held states at the largest of the three moments of DeepSpeed ZeRO-1/2/3's optimizer step on a
     GPU (``step`` of ``runtime/zero/stage_1_and_2.py`` and ``stage3.py``, read at v0.18.5) of one of ``gpus`` ranks.
 
@@ -646,7 +648,8 @@ def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
       ZeRO-1/2 flatten the whole partition at once; ZeRO-3 one sub-group at a time (``sub_group_size``, which a
       sub-group passes by at most one tensor's share);
     - the update: the 16-bit gradients freed, the fp32 gradient (4 B) beside torch's foreach AdamW's temporary
-      (4 B per parameter, ``foreach``; DeepSpeed's FusedAdam keeps none).
+      (4 B per parameter, ``adamw`` ``foreach``; its ``for-loop`` steps the flat partition as one tensor, two
+      temporaries of it at once, 8 B; DeepSpeed's FusedAdam keeps none).
 
     Measured, not only read: a real DeepSpeed run (one gloo rank on CPU, the optimizer replaced by plain SGD so that
     DeepSpeed's step is all there is) holds these bytes in its step to within 0.01% on three shapes in bf16 and fp32,
@@ -662,7 +665,8 @@ def zero_step_moments(strategy: str, cfg: ModelConfig, gpus: int, policy: str,
     others = e_grad * (cfg.param_count() - local) if strategy == "zero1" else 0
     norm = 8 * chunk
     flatten = (e_grad + 4 if policy != "fp32" else 4) * flat - others
-    update = ((8 if foreach else 4) - e_grad) * flat - others
+    temporaries = {"fused": 0, "foreach": 4, "for-loop": 8}[adamw_implementation(strategy, adamw)]
+    update = (4 + temporaries - e_grad) * flat - others
     return max(norm, flatten, update, 0)
 
 

@@ -46,9 +46,11 @@ ADAM_BYTES_PER_PARAM = 28
 #: counting every op's operands and in-place results (the per-tensor loop, ``foreach=False``, moves the same 84 B).
 FOREACH_ADAM_BYTES_PER_PARAM = 84
 #: AdamW implementations a run may name: ``fused`` (one kernel: DeepSpeed's FusedAdam, torch's ``fused=True``),
-#: ``foreach`` (torch's multi-tensor chain, its default on a GPU; the per-tensor loop moves the same bytes), and
-#: ``default``, the framework's own: DeepSpeed's FusedAdam under ZeRO, torch's ``foreach`` under DDP and FSDP.
-ADAMW_IMPLEMENTATIONS = ("default", "fused", "foreach")
+#: ``foreach`` (torch's multi-tensor chain, its default on a GPU since PyTorch 2.0), ``for-loop`` (one parameter
+#: tensor at a time: ``foreach=False``, torch's only path on a GPU before 2.0, and the Hugging Face Trainer's own
+#: ``adamw_hf``; the same bytes as ``foreach``, far fewer temporaries), and ``default``, the framework's own:
+#: DeepSpeed's FusedAdam under ZeRO, torch's ``foreach`` under DDP and FSDP.
+ADAMW_IMPLEMENTATIONS = ("default", "fused", "foreach", "for-loop")
 
 
 def check_adamw(implementation: str) -> str:
@@ -60,8 +62,8 @@ def check_adamw(implementation: str) -> str:
 
 
 def adamw_implementation(strategy: str, implementation: str = "default") -> str:
-    """``fused`` or ``foreach``: the AdamW ``strategy``'s run steps with, ``implementation`` resolved to its framework's
-    default (DeepSpeed's fused kernel under ZeRO, torch's ``foreach`` under DDP and FSDP)."""
+    """``fused``, ``foreach`` or ``for-loop``: the AdamW ``strategy``'s run steps with, ``implementation`` resolved to
+    its framework's default (DeepSpeed's fused kernel under ZeRO, torch's ``foreach`` under DDP and FSDP)."""
     if check_adamw(implementation) != "default":
         return implementation
     return "fused" if uses_deepspeed(strategy) else "foreach"
