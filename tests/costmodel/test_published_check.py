@@ -308,8 +308,8 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: the longer of the GPU's work and the host's (it was added to the step whatever the GPU did): OpenTau's pi05 ZeRO-2
 #: at micro-batch 8 and 16 is host-bound on the recount, ZeRO-3's per-submodule hooks add to it, so ZeRO-2 at 16 is now
 #: the clear winner it measured (held-out top-1 11/12 -> 12/12, pairs 66 -> 68 of 73).
-#: Then the caching allocator's cache where the GPU has room (``ALLOCATOR_CACHE_FRACTION``, the median of eight
-#: published training traces: reserved 1.13x allocated, within what the GPU leaves; "fits" unchanged), and an
+#: Then the caching allocator's cache where the GPU has room (``ALLOCATOR_CACHE_FRACTION``, then the median of eight
+#: published traces: reserved 1.13x allocated, within what the GPU leaves; "fits" unchanged), and an
 #: allocated measurement compared with the model's allocated peak (``allocated_peak_bytes``, new in advise's and
 #: memory's JSON) instead of its reserved one: whole-peak memory median defaults 10.3% -> 2.9%, held-out 17.8% ->
 #: 13.1% (worst 40.4% -> 35.0%), all 16.1% -> 11.2%. The defaults' worst moves 69.7% -> 70.8%: litgpt's 13B LoRA
@@ -320,14 +320,18 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: of its largest tensors, not one per parameter, so BERT-large's two checkpointed runs at micro-batch 1 on a V100,
 #: whose peak is the step, go from +20.5% and +12.2% to +3.3% and +2.2% (held-out memory median 13.1% -> 11.3%, all
 #: 11.2% -> 9.8%). Speeds are unchanged: the loop streams foreach's 84 B per parameter.
+#: Then ``ALLOCATOR_CACHE_FRACTION`` from the six published traces that are training steps, what the model describes,
+#: leaving out two whose workloads are not stated (reserved 1.18x allocated where it was 1.13x; "fits" unchanged):
+#: held-out memory median 11.3% -> 8.3%, worst 35.0% -> 32.4% (OpenTau's pi05 ZeRO-3 at micro-batch 8, whose vision
+#: tower and action expert the stand-in leaves out), all 9.8% -> 7.0%.
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.03,
                  "memory_worst": 0.71, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
                  "largest_median": 1.34, "largest_worst": 1.34},
-    "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.12,
-                 "memory_worst": 0.36, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.83,
+    "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.09,
+                 "memory_worst": 0.33, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.83,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.10,
+    "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.07,
             "memory_worst": 0.71, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.07, "absolute_worst": 2.83,
             "largest_median": 1.29, "largest_worst": 2.01},
 }

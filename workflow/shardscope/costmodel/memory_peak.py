@@ -136,16 +136,17 @@ ALLOCATOR_RESERVE_FRACTION = 9382 / 9039 - 1
 #: The caching allocator's reserved peak over its allocated peak where the GPU has room to spare: freed blocks stay
 #: cached for reuse and blocks of one size do not serve another, so a training process holds more than its tensors
 #: until an allocation finds no free memory, when PyTorch frees its unused cache and retries before it fails. The
-#: median of eight published traces, one figure per source (max reserved over max allocated unless said; six are
-#: training runs, pytorch/pytorch#40989's and #44742's workloads are not stated; without them the median is 1.18):
+#: median of the six published training traces, one figure per source (max reserved over max allocated unless said):
 #: 1.012 (TensorAuto/OpenTau#273, DeepSpeed ZeRO-2, the middle of 1.006-1.019), 1.022 (onnxruntime's two LLM traces
-#: above), 1.030 (14766 / 14341 MB, pytorch/pytorch#44742's memory summary), 1.113 (16726 / 15006 and 19354 / 17402 MB,
-#: pytorch/pytorch#40989), 1.149 (17.354 / 15.098 GiB, ecmwf/WeatherGenerator#2628, step 280), 1.205 (deepspeedai/
-#: DeepSpeed#522: 1.15 and 1.26), 1.208 (93 / 77 GiB, meta-pytorch/torchrec#4584's baseline), 1.30 (peak reserved over
-#: peak active, meta-llama/llama-cookbook#41: 1.26-1.35): (1.113 + 1.149) / 2. A peak reported where the GPU's memory
-#: is known grows to it, within what the GPU leaves (:func:`with_room`); "fits" keeps
-#: :data:`ALLOCATOR_RESERVE_FRACTION`, the fragmentation that remains at the retry.
-ALLOCATOR_CACHE_FRACTION = (1.113 + 1.149) / 2 - 1
+#: above), 1.149 (17.354 / 15.098 GiB, ecmwf/WeatherGenerator#2628, step 280), 1.205 (deepspeedai/DeepSpeed#522: 1.15
+#: and 1.26), 1.208 (93 / 77 GiB, meta-pytorch/torchrec#4584's baseline), 1.30 (peak reserved over peak active,
+#: meta-llama/llama-cookbook#41: 1.26-1.35): (1.149 + 1.205) / 2. Two more traces are left out because their
+#: workloads are not stated, so they need not be training steps, what this models: 1.030 (14766 / 14341 MB,
+#: pytorch/pytorch#44742's memory summary) and 1.113 (16726 / 15006 and 19354 / 17402 MB, pytorch/pytorch#40989);
+#: with them the median of eight was 1.131. A peak reported where the GPU's memory is known grows to it, within what
+#: the GPU leaves (:func:`with_room`); "fits" keeps :data:`ALLOCATOR_RESERVE_FRACTION`, the fragmentation that
+#: remains at the retry.
+ALLOCATOR_CACHE_FRACTION = (1.149 + 1.205) / 2 - 1
 #: torch DDP's default (``gradient_as_bucket_view=False``): the reducer allocates its all-reduce buckets when DDP is
 #: built, flat tensors as large as every gradient together, and copies each gradient into them, so the gradients are
 #: held twice for the whole run. With ``gradient_as_bucket_view=True`` (this project's worker) the gradients are views
