@@ -196,3 +196,11 @@ def test_geforce_boards_have_no_pcie_peer_access_so_their_rings_are_host_staged(
     assert any("no PCIe peer-to-peer" in n for n in m.notes) is not peer
     bridged = build_machine(synthetic_topology(gpu_name=gpu, gpus=2, nvlinks=4, layout="pairs", sockets=1))
     assert job_bandwidths(Job(bridged, (0, 1))).link == "nvlink"
+
+
+def test_each_a100_streams_at_its_own_datasheet_bandwidth() -> None:
+    """The 40 GB part (1,555 GB/s) and the 80 GB part (2,039 GB/s SXM) differ in bandwidth; a 40 GB part's capacity is
+    40 GiB, more than 40 x 10^9 bytes, which once sent it to the 80 GB part's figure."""
+    for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"):
+        assert spec_for_name(name).memory_bandwidth_gbps == 1555.0
+    assert spec_for_name("NVIDIA A100-SXM4-80GB").memory_bandwidth_gbps == 2039.0

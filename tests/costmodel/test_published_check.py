@@ -324,15 +324,18 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: leaving out two whose workloads are not stated (reserved 1.18x allocated where it was 1.13x; "fits" unchanged):
 #: held-out memory median 11.3% -> 8.3%, worst 35.0% -> 32.4% (OpenTau's pi05 ZeRO-3 at micro-batch 8, whose vision
 #: tower and action expert the stand-in leaves out), all 9.8% -> 7.0%.
+#: Then the A100 40GB at its own bandwidth and Ampere's attention share refitted to 0.875 (``compute_curve_check.py``):
+#: the held-out absolute worst x2.822 -> x2.830 (litgpt's pythia-70m under FSDP on A40s, whose fused attention now
+#: runs a little faster).
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.03,
                  "memory_worst": 0.71, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
                  "largest_median": 1.34, "largest_worst": 1.34},
     "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.09,
-                 "memory_worst": 0.33, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.83,
+                 "memory_worst": 0.33, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.84,
                  "largest_median": 1.27, "largest_worst": 2.01},
     "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.07,
-            "memory_worst": 0.71, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.07, "absolute_worst": 2.83,
+            "memory_worst": 0.71, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.07, "absolute_worst": 2.84,
             "largest_median": 1.29, "largest_worst": 2.01},
 }
 

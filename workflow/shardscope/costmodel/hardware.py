@@ -170,7 +170,7 @@ class GpuSpec:
     @property
     def memory_bandwidth_gbps(self) -> float | None:
         """Device-memory bandwidth (datasheet, GB/s) of this family, None where the table has none."""
-        a100_40 = self.family == "A100" and self.memory_bytes is not None and self.memory_bytes <= 40 * _GB
+        a100_40 = self.family == "A100" and self.memory_bytes is not None and self.memory_bytes <= 40 * _GIB
         return 1555.0 if a100_40 else MEMORY_BANDWIDTH_GBPS.get(self.family)
 
     def to_dict(self) -> dict[str, Any]:
