@@ -327,16 +327,21 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: Then the A100 40GB at its own bandwidth and Ampere's attention share refitted to 0.875 (``compute_curve_check.py``):
 #: the held-out absolute worst x2.822 -> x2.830 (litgpt's pythia-70m under FSDP on A40s, whose fused attention now
 #: runs a little faster).
+#: Then a GPU from the table at what CUDA gives a process (``DRIVER_RESERVED_FRACTION``, 1.25% less than the datasheet's
+#: binary gigabytes, the median of six published totals): on an 80 GB A100, 79.0 GiB where it was 80. OpenTau's pi05
+#: ZeRO-2 at micro-batch 18, which went out of memory, is no longer predicted to fit (held-out 2 -> 1 of 10); fms-fsdp's
+#: Llama 2 7B HSDP at micro-batch 2, modeled at 79.24 GiB, which ran, now is (held-out false OOM 9 -> 10); the defaults'
+#: largest micro-batch x1.33 -> x1.26 (cosmos3's ZeRO-2, modeled 34 where 27 was the largest that ran).
 PINNED: dict[str, dict[str, float]] = {
     "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.03,
                  "memory_worst": 0.71, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
-                 "largest_median": 1.34, "largest_worst": 1.34},
+                 "largest_median": 1.26, "largest_worst": 1.26},
     "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.09,
-                 "memory_worst": 0.33, "oom_fit": 2, "false_oom": 9, "absolute_median": 1.08, "absolute_worst": 2.84,
+                 "memory_worst": 0.33, "oom_fit": 1, "false_oom": 10, "absolute_median": 1.08, "absolute_worst": 2.84,
                  "largest_median": 1.27, "largest_worst": 2.01},
     "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.07,
-            "memory_worst": 0.71, "oom_fit": 5, "false_oom": 9, "absolute_median": 1.07, "absolute_worst": 2.84,
-            "largest_median": 1.29, "largest_worst": 2.01},
+            "memory_worst": 0.71, "oom_fit": 4, "false_oom": 10, "absolute_median": 1.07, "absolute_worst": 2.84,
+            "largest_median": 1.27, "largest_worst": 2.01},
 }
 
 

@@ -261,10 +261,20 @@ def spec_for_name(name: str | None) -> GpuSpec | None:
     return None
 
 
+#: Share of a GPU's binary gigabytes that CUDA never gives a process: the total PyTorch reports (its OOM message's
+#: "total capacity", ``torch.cuda.get_device_properties().total_memory``) is below the datasheet's ``n x 2^30``.
+#: Published totals over the datasheet's: A100 80GB 79.25 GiB (levihsu/OOTDiffusion#235), A100 40GB 39.50
+#: (TianheWu/CoSeR#10), V100 32GB 31.74 (haotian-liu/LLaVA#812), V100 16GB 15.78 (16160 MiB, transformers'
+#: perf_train_gpu_one page), TITAN RTX 23.65 (huggingface.co/blog/pytorch-fsdp), RTX 3090 23.70
+#: (huggingface.co/blog/zero-deepspeed-fairscale): 0.81-1.46% less, the median 1.25%.
+DRIVER_RESERVED_FRACTION = 0.0125
+
+
 def datasheet_capacity_bytes(memory: int | None) -> int | None:
-    """A datasheet's "80 GB" as the bytes the device has: binary gigabytes (an 80 GB A100 reports 81920 MiB total,
-    a 24 GB RTX 4090 24564 MiB, a 141 GB H200 143771 MiB in nvidia-smi), so ``n x 10^9`` becomes ``n x 2^30``."""
-    return None if memory is None else memory // _GB * _GIB
+    """A datasheet's "80 GB" as the bytes a process can have of it: binary gigabytes (an 80 GB A100 reports 81920 MiB
+    total, a 24 GB RTX 4090 24564 MiB, a 141 GB H200 143771 MiB in nvidia-smi), ``n x 10^9`` read as ``n x 2^30``, less
+    what CUDA keeps (:data:`DRIVER_RESERVED_FRACTION`): the total PyTorch's out-of-memory message states."""
+    return None if memory is None else int(memory // _GB * _GIB * (1 - DRIVER_RESERVED_FRACTION))
 
 
 def _signature_spec(family: str, arch: str, gen: int, memory: int | None, ref: str | None, nic: float, why: str) -> GpuSpec:
