@@ -384,7 +384,7 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
                    help="the AdamW kernel the run steps with: fused (one kernel: DeepSpeed's FusedAdam, torch's "
                         "fused=True, 28 B per parameter), foreach (torch's multi-tensor default on a GPU since 2.0, "
                         "84 B and a temporary per parameter), for-loop (one tensor at a time: torch before 2.0, "
-                        "foreach=False, the Hugging Face Trainer's adamw_hf; 84 B, temporaries of its largest tensor "
+                        "foreach=False, the Hugging Face Trainer's adamw_hf; 84 B, temporaries of its largest tensors "
                         "alone), or default: the framework's (fused under DeepSpeed, foreach under DDP and FSDP)")
     p.add_argument("--attention", choices=ATTENTION_KINDS,
                    help="sdpa: torch's fused kernel (flash: no score matrix kept); eager: Hugging Face's eager code (a "

@@ -177,7 +177,7 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adamw", default="default",
                    help="fused (no temporaries in the step), foreach (torch's default on a GPU since 2.0: one "
                         "temporary per stepped parameter), for-loop (torch before 2.0, foreach=False, the Hugging Face "
-                        "Trainer's adamw_hf: two of its largest tensor) or default: the framework's (fused under "
+                        "Trainer's adamw_hf: a few of its largest tensors) or default: the framework's (fused under "
                         "DeepSpeed, foreach under DDP and FSDP)")
     p.add_argument("--ddp-bucket-view", action="store_true",
                    help="the run's DDP uses gradient_as_bucket_view=True (see advise --help); by default its buckets "

@@ -586,7 +586,7 @@ class OptimizerAssumption:
     implementation: str = "default"
     """The AdamW kernel: ``fused``, ``foreach``, ``for-loop`` or ``default`` (the framework's:
     :func:`~shardscope.costmodel.optimizer_step.adamw_implementation`); ``foreach`` keeps a temporary per stepped
-    parameter on a GPU (:func:`step_temporaries`), ``for-loop`` two of its largest tensor, ``fused`` none."""
+    parameter on a GPU (:func:`step_temporaries`), ``for-loop`` a few of its largest tensors, ``fused`` none."""
 
     def __post_init__(self) -> None:
         if self.name not in OPTIMIZERS:
