@@ -332,15 +332,22 @@ def test_the_split_follows_its_stated_rule_by_source_and_is_about_one_third_defa
 #: ZeRO-2 at micro-batch 18, which went out of memory, is no longer predicted to fit (held-out 2 -> 1 of 10); fms-fsdp's
 #: Llama 2 7B HSDP at micro-batch 2, modeled at 79.24 GiB, which ran, now is (held-out false OOM 9 -> 10); the defaults'
 #: largest micro-batch x1.33 -> x1.26 (cosmos3's ZeRO-2, modeled 34 where 27 was the largest that ran).
+#: Then the matmuls on the classic roofline, min(1, I / R), where they had compute plus memory time (llm-foundry's
+#: held-out 125M-3B rows, ``compute_curve_check.py``: median x1.098 -> x1.031 on A100s, x1.074 -> x1.044 on H100s):
+#: narrow models and 16-bit steps run faster. Worse here: litgpt's pythia-70m on A40s, already modeled 2-3x faster than
+#: it ran, now has FSDP with checkpointing at 4 GPUs 1.03x the lone GPU per GPU where it measured 0.68x (held-out top-1
+#: 12/12 -> 11/12, pairs 68 -> 67 of 73, absolute worst x2.83 -> x3.60); the fp16 runs on Volta and Turing, already
+#: modeled too fast against fp32, a little more so (absolute median x1.08 -> x1.11, held-out speed-ratio median x1.27
+#: unchanged); OpenTau's pi05 DeepSpeed-against-DDP ratios improve (x1.19 -> x1.14).
 PINNED: dict[str, dict[str, float]] = {
-    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.04, "ratio_worst": 1.25, "memory_median": 0.03,
+    "defaults": {"top1": 1.0, "pairwise": 1.0, "ratio_median": 1.041, "ratio_worst": 1.25, "memory_median": 0.03,
                  "memory_worst": 0.71, "oom_fit": 3, "false_oom": 0, "absolute_median": 1.05, "absolute_worst": 1.1,
                  "largest_median": 1.26, "largest_worst": 1.26},
-    "held_out": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.09,
-                 "memory_worst": 0.33, "oom_fit": 1, "false_oom": 10, "absolute_median": 1.08, "absolute_worst": 2.84,
+    "held_out": {"top1": 0.91, "pairwise": 0.91, "ratio_median": 1.27, "ratio_worst": 1.91, "memory_median": 0.09,
+                 "memory_worst": 0.33, "oom_fit": 1, "false_oom": 10, "absolute_median": 1.12, "absolute_worst": 3.61,
                  "largest_median": 1.27, "largest_worst": 2.01},
-    "all": {"top1": 1.0, "pairwise": 0.93, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.07,
-            "memory_worst": 0.71, "oom_fit": 4, "false_oom": 10, "absolute_median": 1.07, "absolute_worst": 2.84,
+    "all": {"top1": 0.92, "pairwise": 0.91, "ratio_median": 1.26, "ratio_worst": 1.91, "memory_median": 0.07,
+            "memory_worst": 0.71, "oom_fit": 4, "false_oom": 10, "absolute_median": 1.10, "absolute_worst": 3.61,
             "largest_median": 1.27, "largest_worst": 2.01},
 }
 

@@ -141,8 +141,10 @@ def test_compute_from_flops_per_token() -> None:
 @pytest.mark.parametrize("arch", ["ampere", "hopper"])
 def test_compute_curve_passes_through_its_published_run_and_rises_with_the_work(arch: str) -> None:
     """The published run (llm-foundry's MPT-7B at micro-batch 6, bf16 FSDP) is reproduced whole: its matmuls on the
-    curve plus its non-matmul traffic at the bandwidth take what its MFU says. A larger micro-batch or a wider model
-    runs closer to the peak, and autocast (DDP: fp32 residual stream, weight casts) below a model held in bf16."""
+    curve plus its non-matmul traffic at the bandwidth take what its MFU says. More tokens per micro-batch run closer
+    to the peak up to the ridge point and no further (the roofline, its loads beside its math from Ampere on); a
+    narrower model streams more bytes per FLOP, and autocast (DDP: fp32 residual stream, weight casts) more than a
+    model held in bf16."""
     from shardscope.contracts.models import PRESETS
     from shardscope.costmodel.hardware import GpuSpec
     from dataclasses import replace
@@ -155,12 +157,29 @@ def test_compute_curve_passes_through_its_published_run_and_rises_with_the_work(
                   reference_name=None, nic_gbps=200.0)
     assert achieved_mfu(MPT_7B, p.tokens, p.seq_len, p.peak_flops, gpu) == pytest.approx(p.mfu)
     mistral = PRESETS["mistral-7b"]
-    by_tokens = [achieved_mfu(mistral, t, 512, p.peak_flops, gpu) for t in (512, 2048, 8192, 32768)]
-    assert by_tokens == sorted(by_tokens) and by_tokens[0] < 0.9 * by_tokens[-1]
+    below_ridge = [achieved_mfu(mistral, t, 16, p.peak_flops, gpu) for t in (16, 64, 256)]
+    assert below_ridge == sorted(below_ridge) and below_ridge[0] < 0.5 * below_ridge[-1]
+    above_ridge = [achieved_mfu(mistral, t, 512, p.peak_flops, gpu) for t in (2048, 8192, 32768)]
+    assert above_ridge == pytest.approx([above_ridge[0]] * 3, rel=1e-3)
     narrow = replace(mistral, d_model=768, n_heads=12, n_kv_heads=12, d_ff=2048)
     assert achieved_mfu(narrow, 4096, 512, p.peak_flops, gpu) < achieved_mfu(mistral, 4096, 512, p.peak_flops, gpu)
     assert achieved_mfu(mistral, 4096, 512, p.peak_flops, gpu, strategy="ddp") < achieved_mfu(mistral, 4096, 512,
                                                                                                p.peak_flops, gpu)
+
+
+def test_the_roofline_is_bound_by_the_bytes_below_the_ridge_point_and_by_the_math_above_it() -> None:
+    """``min(1, I / R)``: a matmul whose intensity is half the ridge point runs at half the peak, one at or above it at
+    the whole (its loads beside its math), on a V100 as on an A100; the width moves the ridge point's token count."""
+    from shardscope.costmodel.step import matmul_intensity, roofline_share
+
+    ridge = 125e12 / 900e9  # a V100's: 139 FLOP per byte
+    # a 4096-wide matmul at 2,048 tokens: 1,024 FLOP per byte
+    assert matmul_intensity(2048, 4096) == pytest.approx(1024)
+    assert roofline_share(2048, 4096, 125e12, 900e9) == 1.0
+    tokens = 70  # a 4096-wide matmul's intensity at 70 tokens: 69 FLOP per byte, half the ridge point
+    assert roofline_share(tokens, 4096, 125e12, 900e9) == pytest.approx(matmul_intensity(tokens, 4096) / ridge)
+    assert 0.45 < roofline_share(tokens, 4096, 125e12, 900e9) < 0.55
+    assert roofline_share(200, 768, 312e12, 2039e9) < roofline_share(200, 4096, 312e12, 2039e9) == 1.0
 
 
 def test_larger_micro_batch_runs_faster_per_token_on_the_gpus_own_bandwidth() -> None:

@@ -2,13 +2,14 @@
 
 Compute: ``flops_per_token(seq_len) × tokens per GPU / (peak × efficiency)``, split 1/3 forward and
 2/3 backward (2N and 4N of the 6N FLOPs per token), times ``grad_accum`` micro-batches. The efficiency is a given
-or calibrated MFU, else the matmuls' (:func:`matmul_efficiency`: a roofline at the tokens per micro-batch and the
-width, against the GPU's datasheet bandwidth, :data:`~shardscope.costmodel.hardware.MEMORY_BANDWIDTH_GBPS`, times a
-published efficiency ceiling per GPU class, :data:`PUBLISHED_EFFICIENCY`) plus the bytes the other ops stream
+or calibrated MFU, else the matmuls' (:func:`matmul_efficiency`: a roofline, :func:`roofline_share`, at the tokens
+per micro-batch and the width, against the GPU's datasheet bandwidth,
+:data:`~shardscope.costmodel.hardware.MEMORY_BANDWIDTH_GBPS`, times a published efficiency ceiling per GPU class,
+:data:`PUBLISHED_EFFICIENCY`) plus the bytes the other ops stream
 (:mod:`shardscope.costmodel.elementwise`) at the memory's bandwidth (:func:`micro_batch_compute_s`), and the fused
 attention kernel's FLOPs at its own share of the matmuls' rate (:data:`FUSED_ATTENTION_SHARE`), so a larger
-micro-batch runs closer to the peak, a longer sequence further from it, and a 16-bit step is bounded by its
-elementwise traffic.
+micro-batch runs closer to the peak (up to the ridge point), a longer sequence further from it, and a 16-bit step is
+bounded by its elementwise traffic.
 
 Communication per step, Ψ parameters on the wire (the ZeRO paper's volumes, in nccl-tests sizes),
 gradients in the dtype the run reduces in (``reduce_bytes``: the ``reduce_dtype`` setting, whose
@@ -142,8 +143,10 @@ EFFICIENCY_CLASS = {"hopper": "hopper", "blackwell": "hopper", "cdna": "hopper"}
 #: values agree with the kernels' published rates: FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023), where
 #: matmuls reach about 80%; 35% of an H100's (the FlashAttention-3 paper), where they reach 60-70%. Eager attention's
 #: score matmuls are plain batched matmuls (share 1; its other ops are timed as traffic). Ampere's moved from 0.85 to
-#: 0.875 when the A100 40GB's rows were modeled at its own 1,555 GB/s instead of the 80GB part's 2,039.
-FUSED_ATTENTION_SHARE = {"ampere": 0.875, "hopper": 0.625}
+#: 0.875 when the A100 40GB's rows were modeled at its own 1,555 GB/s instead of the 80GB part's 2,039; Hopper's from
+#: 0.625 to 0.65 when the matmuls took the classic roofline (:func:`roofline_share`), where they had compute plus
+#: memory time.
+FUSED_ATTENTION_SHARE = {"ampere": 0.875, "hopper": 0.65}
 #: Share of GPU memory the whole modeled peak may use: all of it, since the peak now counts the allocator's
 #: reserve, the CUDA context and NCCL's buffers itself (:func:`shardscope.costmodel.memory_peak.gpu_runtime_bytes`).
 DEFAULT_USABLE_FRACTION = 1.0
@@ -405,11 +408,13 @@ def matmul_intensity(tokens: int, width: int, element_bytes: int = 2) -> float:
 
 
 def roofline_share(tokens: int, width: int, peak_flops: float, memory_bytes_s: float, element_bytes: int = 2) -> float:
-    """Share of the peak a transformer's matmuls reach at ``tokens`` per micro-batch: the roofline's compute time
-    over compute plus memory time, ``I / (I + peak / bandwidth)`` (``I``: :func:`matmul_intensity`), so a matmul
-    whose intensity equals the GPU's ridge point runs at half the peak and one far above it near the peak."""
+    """Share of the peak a transformer's matmuls reach at ``tokens`` per micro-batch: the roofline of Williams,
+    Waterman and Patterson (CACM 2009), ``min(1, I / R)`` (``I``: :func:`matmul_intensity`; ``R`` = peak / bandwidth,
+    the GPU's ridge point). A matmul kernel loads its next tiles while it multiplies the current ones (software
+    pipelining, on every generation), so one above the ridge point is bound by its math alone and one below it by
+    its bytes."""
     intensity = matmul_intensity(tokens, width, element_bytes)
-    return intensity / (intensity + peak_flops / memory_bytes_s)
+    return min(1.0, intensity / (peak_flops / memory_bytes_s))
 
 
 def attention_share(arch: str) -> float:
@@ -449,9 +454,9 @@ def matmul_efficiency(tokens: int, width: int, peak_flops: float, memory_gbps: f
 
     The ceiling is the GPU class's published run (:data:`PUBLISHED_EFFICIENCY`) solved for its matmuls alone
     (:func:`_ceiling`: its MFU less the time its non-matmul traffic takes), so the curve passes through the published
-    run and rises with the tokens per micro-batch and the width (a larger micro-batch, or a wider model, keeps the
-    matmuls further above the ridge point). ``memory_gbps`` None (a GPU without a datasheet bandwidth here): the
-    published GPU's ratio of peak to bandwidth is assumed.
+    run and rises with the tokens per micro-batch and the width up to the GPU's ridge point (a larger micro-batch, or
+    a wider model, moves the matmuls up to it; above it they are bound by their math). ``memory_gbps`` None (a GPU
+    without a datasheet bandwidth here): the published GPU's ratio of peak to bandwidth is assumed.
     """
     point = PUBLISHED_EFFICIENCY[EFFICIENCY_CLASS.get(arch, "ampere")]
     bandwidth = _bandwidth(peak_flops, memory_gbps, arch)
