@@ -207,3 +207,20 @@ def test_each_a100_streams_at_its_own_datasheet_bandwidth() -> None:
     for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"):
         assert spec_for_name(name).memory_bandwidth_gbps == 1555.0
     assert spec_for_name("NVIDIA A100-SXM4-80GB").memory_bandwidth_gbps == 2039.0
+
+
+def test_a_gh200_has_its_hbm_not_the_superchips_memory_its_name_carries() -> None:
+    """nvidia-smi's "NVIDIA GH200 480GB" names the Grace CPU's LPDDR5X: its GPU has 96 GB of HBM3; the HBM3e part,
+    "NVIDIA GH200 144G HBM3e", has 144 GB."""
+    gib = 2**30 * (1 - DRIVER_RESERVED_FRACTION)
+    assert spec_for_name("NVIDIA GH200 480GB").memory_bytes == int(96 * gib)
+    assert spec_for_name("NVIDIA GH200 144G HBM3e").memory_bytes == int(144 * gib)
+
+
+def test_every_gpu_in_the_table_streams_at_its_datasheet_bandwidth() -> None:
+    """No family falls back to its curve's ratio of bandwidth to peak: each has its own datasheet figure."""
+    from shardscope.costmodel.hardware import _TABLE
+
+    names = {"H100 SXM": "NVIDIA H100 80GB HBM3", "GeForce 10 series": "NVIDIA GeForce GTX 1080 Ti"}
+    missing = [row[1] for row in _TABLE if spec_for_name(names.get(row[1], row[1])).memory_bandwidth_gbps is None]
+    assert not missing

@@ -81,18 +81,20 @@ NIC_EFFICIENCY: dict[str, float] = {"ib": NET_EFFICIENCY, "roce": NET_EFFICIENCY
 #: Device-memory bandwidth per GPU family, GB/s (1e9 B/s): the datasheet figure of each (NVIDIA's product pages
 #: and data sheets for A100 80GB SXM 2039 / 40GB 1555, H100 SXM 3350, H100 PCIe 2000, H100 NVL 3900, H200 4800,
 #: H800 3350, H20 4000, GH200 4000 (96 GB HBM3), B200/GB200 8000, B300/GB300 8000, V100 900, P100 732, T4 320,
-#: L40S/L40/L20 864, L4 300, A10/A10G 600, A40 696, RTX A6000/A5000 768, RTX 6000 Ada 960, RTX PRO 6000 1792;
-#: GeForce spec pages: RTX 2080 Ti 616, TITAN RTX 672, RTX 3090 936, RTX 4090 1008, RTX 5090 1792, GTX 1080 320; AMD
-#: Instinct data sheets: MI300X/MI300A 5300, MI325X 6000, MI250X/MI250 1638 per GCD (3277 per OAM: ROCm and torch
-#: enumerate each of its two GCDs as one GPU), MI210 1638). The step model's roofline
+#: L40S/L40/L20 864, L4 300, A10/A10G 600, A30 933, A40 696, RTX A6000/A5000 768, RTX 6000 Ada 960, RTX PRO 6000
+#: 1792, Quadro RTX 8000/6000 672; GeForce spec pages: RTX 2080 Ti 616, TITAN RTX 672, RTX 3080 (10 GB) 760, RTX 3090
+#: 936, RTX 4080 717, RTX 4090 1008, RTX 5090 1792, GTX 1080 320; AMD Instinct data sheets: MI300X/MI300A 5300, MI325X
+#: 6000, MI250X/MI250 1638 per GCD (3277 per OAM: ROCm and torch enumerate each of its two GCDs as one GPU), MI210
+#: 1638, MI100 1229). The step model's roofline
 #: (:func:`shardscope.costmodel.step.achieved_mfu`) reads it; a family not listed gets None (the curve's own ratio).
 MEMORY_BANDWIDTH_GBPS: dict[str, float] = {
     "A100": 2039.0, "A800": 2039.0, "H100 SXM": 3350.0, "H100 PCIe": 2000.0, "H100 NVL": 3900.0, "H200": 4800.0,
     "H800": 3350.0, "H20": 4000.0, "GH200": 4000.0, "B200": 8000.0, "GB200": 8000.0, "B300": 8000.0, "GB300": 8000.0,
     "V100": 900.0, "P100": 732.0, "T4": 320.0, "L40S": 864.0, "L40": 864.0, "L20": 864.0, "L4": 300.0, "A10": 600.0,
-    "A10G": 600.0, "A40": 696.0, "RTX A6000": 768.0, "RTX A5000": 768.0, "RTX 6000 Ada": 960.0,
-    "RTX PRO 6000 Blackwell": 1792.0, "RTX 2080 Ti": 616.0, "TITAN RTX": 672.0, "RTX 3090": 936.0,
-    "RTX 4090": 1008.0, "RTX 5090": 1792.0,
+    "A10G": 600.0, "A30": 933.0, "A40": 696.0, "RTX A6000": 768.0, "RTX A5000": 768.0, "RTX 6000 Ada": 960.0,
+    "RTX PRO 6000 Blackwell": 1792.0, "Quadro RTX 8000": 672.0, "Quadro RTX 6000": 672.0, "RTX 2080 Ti": 616.0,
+    "TITAN RTX": 672.0, "RTX 3080": 760.0, "RTX 3090": 936.0, "RTX 4080": 716.8, "RTX 4090": 1008.0, "RTX 5090": 1792.0,
+    "MI100": 1228.8,
     "GeForce 10 series": 320.0, "MI300X": 5300.0, "MI300A": 5300.0, "MI325X": 6000.0, "MI250X": 1638.0,
     "MI250": 1638.0, "MI210": 1638.0, "Hopper HGX (H100/H200 class)": 3350.0, "A100 HGX": 2039.0,
     "V100 (DGX-1 class)": 900.0, "P100 (DGX-1 class)": 732.0,
@@ -243,6 +245,10 @@ def known_gpu_names() -> list[str]:
 
 
 _SIZE_IN_NAME = re.compile(r"(\d{2,3})\s?GB", re.IGNORECASE)
+#: Families whose device name carries the superchip's memory, not the GPU's: nvidia-smi names the GH200 with 96 GB
+#: of HBM3 "NVIDIA GH200 480GB" (its Grace CPU's 480 GB of LPDDR5X) and the one with 144 GB of HBM3e "NVIDIA GH200
+#: 144G HBM3e" (NVIDIA GH200 Grace Hopper Superchip data sheet: 96 GB HBM3 or 144 GB HBM3e beside 480 GB LPDDR5X).
+_GPU_MEMORY_FROM_NAME: dict[str, tuple[tuple[str, int], ...]] = {"GH200": ((r"144\s?G|624\s?GB", 144 * _GB),)}
 
 
 def spec_for_name(name: str | None) -> GpuSpec | None:
@@ -252,7 +258,9 @@ def spec_for_name(name: str | None) -> GpuSpec | None:
     for pattern, family, arch, gen, memory, ref, nic in _TABLE:
         if re.search(pattern, name):
             size = _SIZE_IN_NAME.search(name)
-            if size and 8 <= int(size.group(1)) <= 512:
+            if family in _GPU_MEMORY_FROM_NAME:
+                memory = next((m for p, m in _GPU_MEMORY_FROM_NAME[family] if re.search(p, name)), memory)
+            elif size and 8 <= int(size.group(1)) <= 512:
                 memory = int(size.group(1)) * _GB
             memory = datasheet_capacity_bytes(memory)
             # No NVLink on GeForce 10 boards joined by PCIe: the arch still sets the link rate if bridged.
