@@ -52,6 +52,22 @@ def test_original_t5_config_is_ungated_as_t5config_defaults_it() -> None:
     assert cfg.param_count() == pytest.approx(737.7e6, rel=1e-4)
 
 
+def test_families_transformers_runs_eagerly_only_default_to_eager_attention() -> None:
+    """A T5, BLOOM or DeBERTa file names no attention implementation, and transformers has none but its eager code for
+    them: their scores are kept (eager). A Llama or GPT-2 file without one is read as SDPA, which transformers picks
+    wherever torch has it; a file or object that names one keeps it."""
+    _, t5 = resolve_model(str(HF / "t5-large" / "config.json"))
+    assert t5.attention == "eager"
+    bloom = {"model_type": "bloom", "n_embed": 1024, "n_layer": 24, "num_attention_heads": 16, "vocab_size": 250880}
+    deberta = {"model_type": "deberta-v2", "hidden_size": 1536, "num_hidden_layers": 24, "num_attention_heads": 24,
+               "intermediate_size": 6144, "vocab_size": 128100}
+    assert resolve_model(bloom)[1].attention == resolve_model(deberta)[1].attention == "eager"
+    assert resolve_model({**bloom, "attn_implementation": "sdpa"})[1].attention == "sdpa"
+    _, gpt2 = resolve_model(str(HF / "gpt2" / "config.json"))
+    _, llama = resolve_model(str(HF / "llama-3.2-1b" / "config.json"))
+    assert gpt2.attention == llama.attention == "sdpa"
+
+
 #: facebook/bart-large's config.json keys that shape it: BartConfig writes ``num_hidden_layers`` as a copy of
 #: ``encoder_layers``, so a reader that took it first counted the encoder alone (12 of 24 layers, 202.5 M).
 BART_LARGE = {"model_type": "bart", "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,

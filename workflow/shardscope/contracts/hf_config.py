@@ -79,6 +79,13 @@ HF_ONLY_KEYS = frozenset({"model_type", "hidden_size", "n_embd", "n_embed", "num
 #: ``from_pretrained`` takes it; ``_attn_implementation`` where a config saved it). ``eager`` is modeled as eager;
 #: ``sdpa``, ``flash_attention_2`` and the rest keep no score matrix, as torch's fused kernel.
 ATTENTION_KEYS = ("attention", "attn_implementation", "_attn_implementation")
+#: Families transformers runs with its eager attention only (no SDPA path), so a config of theirs that names no
+#: implementation is read as ``eager``: T5 and its family (T5's "old eager-only path", huggingface/transformers#47014
+#: of July 2026, still open, would add one; switch_transformers stays eager there), BLOOM (``BloomPreTrainedModel``
+#: declares no ``_supports_sdpa``: its ALiBi scores go through ``baddbmm`` and a float32 softmax) and DeBERTa (its
+#: disentangled attention adds content-to-position scores of its own). Other families default to ``sdpa``, which
+#: transformers picks wherever torch has it.
+EAGER_ONLY_FAMILIES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "bloom", "deberta", "deberta-v2")
 #: Endings of the ``architectures`` whose head is a task's few labels rather than the vocabulary (a ``classifier``
 #: head, :data:`~shardscope.contracts.models.HEAD_KINDS`): DeBERTa-v2-xlarge-MNLI's ``DebertaV2ForSequenceClassification``.
 CLASSIFIER_ARCHITECTURES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
@@ -293,7 +300,8 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     values["head_size"] = head_size
     values["head"] = head
     values["norm"] = doc.get("norm") or norm_kind(doc, family)
-    attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None), "sdpa")
+    attention = next((doc[k] for k in ATTENTION_KEYS if doc.get(k) is not None),
+                     "eager" if family in EAGER_ONLY_FAMILIES else "sdpa")
     values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
     values["activation"] = activation_kind(doc, mlp)
     values["cross_attention_layers"] = decoder

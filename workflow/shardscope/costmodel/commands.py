@@ -389,7 +389,8 @@ def run_shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", choices=ATTENTION_KINDS,
                    help="sdpa: torch's fused kernel (flash: no score matrix kept); eager: Hugging Face's eager code (a "
                         "float32 softmax, its cast and any attention dropout kept for every score); default: the "
-                        "model's (sdpa unless its config names eager)")
+                        "model's config's, else eager for the families transformers runs eagerly only (T5, BLOOM, "
+                        "DeBERTa), else sdpa")
     p.add_argument("--ddp-bucket-view", action="store_true",
                    help="the run's DDP is built with gradient_as_bucket_view=True (this project's worker does): its "
                         "gradients are views of the all-reduce buckets; by default, as torch builds DDP (Hugging Face's "

@@ -170,7 +170,8 @@ def register_memory(sub: argparse._SubParsersAction) -> None:
                         "selective_layer (see advise --help)")
     p.add_argument("--attention", help="sdpa (torch's fused kernel, flash: no score matrix kept) or eager (Hugging Face's "
                                        "eager code: the float32 softmax, its cast and any dropout kept per score); "
-                                       "default: the model's (sdpa unless its config names eager)")
+                                       "default: the model's config's, else eager for the families transformers "
+                                       "runs eagerly only (T5, BLOOM, DeBERTa), else sdpa")
     p.add_argument("--optimizer", default="adamw", help="adamw (fp32 moments), adamw_bf16, adamw_bf16_states (bf16 master and moments) "
                    "or adamw_8bit: the optimizer bytes")
     p.add_argument("--offload-optimizer", default="none", help="none, or cpu (optimizer state and step on the host)")
