@@ -70,7 +70,11 @@ def test_predict_collectives_text_and_options(capsys: pytest.CaptureFixture[str]
     ["advise", "--model", "llama-1b", "--topology", "preset:hgx-h100", "--gpus", "2", "--calibrate", "/nonexistent.json"],
     ["predict", "collectives", "--topology", "preset:hgx-h100", "--ops", "all_shuffle"],
     ["predict", "collectives", "--topology", "preset:hgx-h100", "--min-bytes", "4096", "--max-bytes", "1024"],
-    ["predict", "collectives", "--topology", "preset:hgx-h100", "--gpus", "12"]])
+    ["predict", "collectives", "--topology", "preset:hgx-h100", "--gpus", "12"],
+    # a sequence longer than the model's context (an object without one is sized for 2,048 tokens)
+    ["advise", "--model", "mistral-7b", "--topology", "preset:hgx-h100", "--gpus", "8", "--seq-len", "9000"],
+    ["advise", "--model", '{"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000}',
+     "--topology", "preset:hgx-h100", "--gpus", "8", "--seq-len", "8192"]])
 def test_user_errors_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     code, _, err = _run(capsys, *argv)
     assert code == 2

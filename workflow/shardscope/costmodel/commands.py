@@ -138,6 +138,9 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         check_checkpointing(cfg, args.activation_checkpointing)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if args.seq_len is not None and not 1 <= args.seq_len <= cfg.max_seq_len:
+        raise UserError(f"--seq-len must be between 1 and the model's maximum sequence length {cfg.max_seq_len}, "
+                        f"got {args.seq_len}")
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
     strategies = None if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     shard_sizes = None if args.shard_size is None else dict.fromkeys(GROUPED_STRATEGIES, args.shard_size)
