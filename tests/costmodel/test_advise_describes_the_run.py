@@ -166,6 +166,27 @@ def test_the_gpus_a_model_would_need_are_the_fewest_any_strategy_fits_on() -> No
     assert not any(job_peak(s, cfg, n // 2, a).fits(usable) for s in strategies)
 
 
+def test_activations_no_gpu_count_holds_are_answered_with_checkpointing_and_the_gpus_both_need() -> None:
+    """At 65,536 tokens a 7B model's activations alone outgrow an 80 GB GPU whatever shards its states, and on one GPU
+    its states outgrow it with checkpointing: the answer is the fewest GPUs at which a strategy fits with full
+    activation checkpointing, and at half as many none does."""
+    from dataclasses import replace
+
+    from shardscope.contracts.models import PRESETS
+    from shardscope.costmodel.answer import job_peak, smallest_holding
+    from shardscope.costmodel.step import StepAssumptions
+
+    cfg = replace(PRESETS["mistral-7b"], max_seq_len=65536)
+    a, usable = StepAssumptions(micro_batch=1, seq_len=65536), 80 * 10**9
+    strategies = ["ddp", "fsdp", "zero1", "zero2", "zero3"]
+    no_fit = smallest_holding(strategies, cfg, 1, a, usable)
+    assert no_fit["gpus_needed"] is None and no_fit["fits_with_checkpointing"] is None
+    n, chosen = no_fit["gpus_needed_with_checkpointing"], no_fit["strategy_needed_with_checkpointing"]
+    ckpt = replace(a, checkpointing="full")
+    assert n and job_peak(chosen, cfg, n, ckpt).fits(usable)
+    assert not any(job_peak(s, cfg, n // 2, ckpt).fits(usable) for s in strategies)
+
+
 def test_unknown_gpu_is_a_note_not_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run(capsys, "advise", "--model", "gpt2-small", "--gpus", "2", "--topology", "preset:pcie-l40s",
                           "--gpu", "Quantum 9000")

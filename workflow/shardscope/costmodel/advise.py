@@ -380,14 +380,20 @@ def _holding_clause(no_fit: Mapping[str, Any] | None) -> str:
     """What would hold a model nothing fits: the smallest peak, the GPUs it needs, offload or checkpointing."""
     if not no_fit:
         return "use more GPUs, activation checkpointing, a smaller micro-batch or offload"
-    ways = [f"{no_fit['gpus_needed']} GPUs ({no_fit['strategy_needed']})" if no_fit["gpus_needed"]
-            else "no GPU count up to 4096"]
+    ways = []
+    if no_fit["gpus_needed"]:
+        ways.append(f"{no_fit['gpus_needed']} GPUs ({no_fit['strategy_needed']})")
+    elif no_fit.get("gpus_needed_with_checkpointing"):
+        ways.append(f"{no_fit['gpus_needed_with_checkpointing']} GPUs ({no_fit['strategy_needed_with_checkpointing']}) "
+                    "with full activation checkpointing (no GPU count up to 4096 holds it without: sharding divides "
+                    "the model states, not the activations)")
     if no_fit["fits_with_offload"]:
         ways.append(f"{no_fit['fits_with_offload']} with the optimizer offloaded to the CPU")
     if no_fit["fits_with_checkpointing"]:
         ways.append(f"{no_fit['fits_with_checkpointing']} with full activation checkpointing")
-    return (f"the smallest peak is {no_fit['strategy']}'s at micro-batch {no_fit['micro_batch']} "
-            f"({_gb(no_fit['smallest_peak_bytes'])}), which would need " + " or ".join(ways))
+    smallest = (f"the smallest peak is {no_fit['strategy']}'s at micro-batch {no_fit['micro_batch']} "
+                f"({_gb(no_fit['smallest_peak_bytes'])})")
+    return smallest + (", which would need " + " or ".join(ways) if ways else ", which no GPU count up to 4096 holds")
 
 
 def _group_sentence(advice_n: int, comp: GroupComparison | None, machine: Machine, best: str,

@@ -147,7 +147,8 @@ def smallest_holding(strategies: list[str], cfg: ModelConfig, gpus: int, a: Step
     fewest GPUs (doubling ``gpus``, at most ``most_gpus``) at which any strategy fits and which one (the strategy with
     the smallest peak here need not be the one that shards best: ZeRO-2 keeps every parameter), and which strategy
     fits here with the optimizer offloaded to the CPU or with full activation checkpointing instead (None: none
-    does)."""
+    does). Where no GPU count holds it as asked (its activations alone outgrow the GPU: sharding divides the states,
+    not them), the fewest GPUs with full activation checkpointing too, the two together."""
     def peak(s: str, n: int, step: StepAssumptions) -> PeakTerms:
         group = (shard_sizes or {}).get(s)
         return job_peak(s, cfg, n, step, group if group and n % group == 0 else None)
@@ -155,15 +156,24 @@ def smallest_holding(strategies: list[str], cfg: ModelConfig, gpus: int, a: Step
     peaks = {s: peak(s, gpus, a) for s in strategies}
     best = min(peaks, key=lambda s: peaks[s].device_bytes)
     by_peak = sorted(strategies, key=lambda s: peaks[s].device_bytes)
-    needed, needed_by, n = None, None, gpus
-    while needed is None and n < most_gpus:
-        n *= 2
-        needed_by = next((s for s in by_peak if peak(s, n, a).fits(usable_bytes)), None)
-        needed = n if needed_by else None
+    def fewest(step: StepAssumptions) -> tuple[int | None, str | None]:
+        n = gpus
+        while n < most_gpus:
+            n *= 2
+            chosen = next((s for s in by_peak if peak(s, n, step).fits(usable_bytes)), None)
+            if chosen:
+                return n, chosen
+        return None, None
+
+    needed, needed_by = fewest(a)
     offloaded = {s: peak(s, gpus, replace(a, offload_optimizer="cpu")).device_bytes for s in strategies}
     recomputed = {s: peak(s, gpus, replace(a, checkpointing="full")).device_bytes for s in strategies}
+    # checkpointing alone at these GPUs is its own answer; more GPUs with it only where neither holds it alone
+    both, both_by = fewest(replace(a, checkpointing="full")) if needed is None and a.checkpointing == "none" \
+        and min(recomputed.values()) > usable_bytes else (None, None)
     return {"smallest_peak_bytes": peaks[best].peak_bytes, "strategy": best, "micro_batch": a.micro_batch,
             "gpus": gpus, "usable_bytes": usable_bytes, "gpus_needed": needed, "strategy_needed": needed_by,
+            "gpus_needed_with_checkpointing": both, "strategy_needed_with_checkpointing": both_by,
             "fits_with_offload": min(offloaded, key=offloaded.__getitem__)
             if min(offloaded.values()) <= usable_bytes and a.offload_optimizer == "none" else None,
             "fits_with_checkpointing": min(recomputed, key=recomputed.__getitem__)
