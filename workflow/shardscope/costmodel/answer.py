@@ -156,6 +156,7 @@ def smallest_holding(strategies: list[str], cfg: ModelConfig, gpus: int, a: Step
     peaks = {s: peak(s, gpus, a) for s in strategies}
     best = min(peaks, key=lambda s: peaks[s].device_bytes)
     by_peak = sorted(strategies, key=lambda s: peaks[s].device_bytes)
+
     def fewest(step: StepAssumptions) -> tuple[int | None, str | None]:
         n = gpus
         while n < most_gpus:
