@@ -1,6 +1,6 @@
 """The modeled answer against published training runs: ranking, speed ratios, memory and OOMs, split by use.
 
-    .venv/bin/python benchmarks/published_check.py [--json] [--subprocess] [--cases FILE] [--ratios]
+    .venv/bin/python benchmarks/published_check.py [--json] [--subprocess] [--cases FILE] [--ratios] [--plain]
 
 Reads tests/data/published/training/cases.json (every number as published, with its source and quote; see
 SOURCES.md beside it). For every run of every case it asks the model the question the run answers: ``shardscope
@@ -30,7 +30,8 @@ It prints, for the cases that may set model defaults (``use: defaults``), the ca
 - the time one advise call takes.
 
 Every modeled number is labelled modeled; nothing here is fitted. ``--json`` prints the summary as JSON;
-``--ratios`` also lists each ranked case's throughput ratios, measured beside modeled.
+``--ratios`` also lists each ranked case's throughput ratios, measured beside modeled; ``--plain`` asks with issue
+31's flags alone (:func:`plain_argv`), without what a case says about how its software ran.
 """
 
 from __future__ import annotations
@@ -215,6 +216,35 @@ def _flag_pairs(run: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _run_flags(case: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     """The flags of issue 31 that describe the run (each may be unknown to the installed command)."""
     return [token for pair in _flag_pairs(run) for token in pair]
+
+
+#: What ``--plain`` leaves out: the flags beyond issue 31's list that describe how a run's software ran (the AdamW
+#: loop, the DeepSpeed release and config, the attention implementation, DDP's bucket view, the reduce dtype), and
+#: the keys of a model object that a Hugging Face ``config.json`` on the Hub does not carry (the attention
+#: implementation a run chose, its parameter-tensor count, the norm its framework used).
+BEYOND_ISSUE_FLAGS = ("--adamw", "--deepspeed-version", "--deepspeed-config", "--attention", "--reduce-dtype")
+BEYOND_ISSUE_SWITCHES = ("--ddp-bucket-view",)
+BEYOND_CONFIG_KEYS = ("attn_implementation", "_attn_implementation", "attention", "parameter_tensors", "norm")
+
+
+def plain_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with only what issue 31 lists to describe a run: :data:`BEYOND_ISSUE_FLAGS` and their values,
+    :data:`BEYOND_ISSUE_SWITCHES`, and a JSON ``--model`` object's :data:`BEYOND_CONFIG_KEYS` taken out; the answer
+    a user gets who gives the model's published config and the run's shape alone."""
+    out: list[str] = []
+    skip = False
+    for i, token in enumerate(argv):
+        if skip or token in BEYOND_ISSUE_SWITCHES:
+            skip = False
+            continue
+        if token in BEYOND_ISSUE_FLAGS:
+            skip = True
+            continue
+        if i and argv[i - 1] == "--model" and token.startswith("{"):
+            token = json.dumps({k: v for k, v in json.loads(token).items() if k not in BEYOND_CONFIG_KEYS},
+                               separators=(",", ":"))
+        out.append(token)
+    return out
 
 
 def _model_arg(model: Mapping[str, Any], workdir: Path, model_as: str = "json") -> str:
@@ -819,10 +849,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="call `python -m shardscope` per run (default: in-process)")
     parser.add_argument("--ratios", action="store_true",
                         help="also print each ranked case's throughput ratios, measured beside modeled")
+    parser.add_argument("--plain", action="store_true",
+                        help="ask with issue 31's flags alone: no --adamw, --deepspeed-version, --deepspeed-config, "
+                             "--attention, --reduce-dtype or --ddp-bucket-view, and no model keys a Hub config.json "
+                             "lacks (what a user who gives the published config and the run's shape gets)")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYTHONPATH", str(ROOT / "workflow"))
-    results, summary = check(load_cases(args.cases), call_subprocess if args.subprocess else call_inprocess,
-                             model_as=args.model_as)
+    ask = call_subprocess if args.subprocess else call_inprocess
+    call = (lambda argv: ask(plain_argv(argv))) if args.plain else ask
+    results, summary = check(load_cases(args.cases), call, model_as=args.model_as)
     if args.json:
         summary["runs_detail"] = [dict(asdict(r), answer=asdict(r.answer) if r.answer else None) for r in results]
         print(json.dumps(summary, indent=1, default=str))
