@@ -347,8 +347,12 @@ def test_advise_prints_its_assumptions_and_millisecond_ties_as_a_tie_with_the_ma
     proc = shardscope("advise", "--model", "mistral-7b", "--topology", "preset:hgx-h100", "--gpus", "8", "--micro-batch", "1")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[1].startswith("assumes: micro-batch 1, seq len 4096, bfloat16, activation checkpointing none, MFU ") \
-        and "overlap " in lines[1], lines[1]
+    assert lines[1].startswith("assumes: micro-batch 1, seq len 4096, bfloat16, activation checkpointing none, ") \
+        and ", MFU " in lines[1] and "overlap " in lines[1], lines[1]
+    from shardscope.costmodel.deepspeed_hooks import installed_deepspeed_version
+
+    version = installed_deepspeed_version()  # the release ZeRO's hooks are modeled for, said where there is one
+    assert (f", DeepSpeed {version}," in lines[1]) if version else "DeepSpeed" not in lines[1], lines[1]
     (tie,) = [line for line in lines if line.startswith("tie: ")]
     rows = [line.split() for line in lines if line.split()[1:2] == ["step"]]
     ranked, times = [row[0] for row in rows], {row[0]: float(row[2]) for row in rows}

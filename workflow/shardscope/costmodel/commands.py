@@ -213,10 +213,12 @@ def _step_constants(args: argparse.Namespace) -> tuple[tuple[float | None, float
 def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_bytes: int | None,
                       labels: tuple[str, str] | None = None) -> str:
     """What the ranking assumes, in one line: micro-batch, sequence length, MFU and overlap (with where each came
-    from), usable memory."""
+    from), usable memory, and what the run's software is taken to be where it matters (the AdamW kernel where one is
+    named, the DeepSpeed release, eager attention)."""
     from shardscope.contracts.models import resolve_model
 
-    seq_len = assumptions.seq_len_for(resolve_model(model)[1])
+    cfg = resolve_model(model)[1]
+    seq_len = assumptions.seq_len_for(cfg)
     usable = f"{usable_bytes / 1e9:.0f} GB" if usable_bytes else "unknown"
     mfu_from, overlap_from = labels or ("given", "given")
     frozen = (f", trainable {assumptions.trainable_fraction:g} of the parameters"
@@ -225,6 +227,8 @@ def _assumptions_line(model: str | dict[str, Any], assumptions: Any, usable_byte
     offload += f", AdamW {assumptions.adamw}" if assumptions.adamw != "default" else ""
     deepspeed = (f", DeepSpeed's buckets and limits from {assumptions.deepspeed.source}"
                  if assumptions.deepspeed is not None else "")
+    deepspeed += f", DeepSpeed {assumptions.deepspeed_version}" if assumptions.deepspeed_version else ""
+    deepspeed += ", eager attention (every score kept)" if cfg.attention == "eager" else ""
     mfu = "from the compute curve" if assumptions.mfu is None else f"{assumptions.mfu:g}"
     overlap = "from each strategy's schedule" if assumptions.overlap is None else f"{assumptions.overlap:g}"
     accum = f" x {assumptions.grad_accum} accumulated" if assumptions.grad_accum > 1 else ""
