@@ -182,17 +182,6 @@ def test_the_pipeline_and_the_worker_refuse_an_encoder_decoder() -> None:
         GPT(resolve_model(path)[1])
 
 
-@pytest.mark.parametrize("experts", [{"num_local_experts": 8}, {"num_experts": 64}, {"n_routed_experts": 256},
-                                     {"moe_num_experts": [64, 64]}], ids=["mixtral", "qwen-moe", "deepseek", "ernie"])
-def test_mixture_of_experts_is_refused_not_read_as_its_dense_part(tmp_path: Path, experts: dict) -> None:
-    path = _write(tmp_path, {**MISTRAL, **experts, "num_experts_per_tok": 2})
-    with pytest.raises(ValueError) as err:
-        resolve_model(path)
-    key = next(iter(experts))
-    assert str(err.value).startswith(f"{path}: {key} ") and "mixture-of-experts" in str(err.value)
-    assert "\n" not in str(err.value)
-
-
 def test_one_expert_is_a_dense_model(tmp_path: Path) -> None:
     assert resolve_model(_write(tmp_path, {**MISTRAL, "num_experts": 1}))[1].param_count() == \
         PRESETS["mistral-7b"].param_count()
@@ -256,6 +245,88 @@ def _write(tmp_path: Path, doc: dict) -> str:
 MISTRAL = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
            "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
            "hidden_act": "silu", "tie_word_embeddings": False}
+
+
+#: Published mixture-of-experts configs' keys (the Hub's config.json files) and their published totals: Mixtral-8x7B
+#: 46.7 B (Mistral AI's announcement: "46.7B total parameters but only uses 12.9B parameters per token"), OLMoE-1B-7B
+#: 6.9 B and 1.3 B active (its paper, Muennighoff et al. 2024), Qwen1.5-MoE-A2.7B 14.3 B and 2.7 B activated (Qwen's
+#: model card), Qwen3-30B-A3B 30.5 B and 3.3 B activated (its model card). Active counts include the embedding.
+MOE_CONFIGS = {
+    "mixtral": ({**MISTRAL, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}, 46.7e9, 12.9e9),
+    "olmoe": ({"model_type": "olmoe", "hidden_size": 2048, "intermediate_size": 1024, "num_attention_heads": 16,
+               "num_hidden_layers": 16, "num_key_value_heads": 16, "num_experts": 64, "num_experts_per_tok": 8,
+               "vocab_size": 50304, "tie_word_embeddings": False}, 6.9e9, 1.3e9),
+    "qwen2-moe": ({"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+                   "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_attention_heads": 16,
+                   "num_hidden_layers": 24, "num_key_value_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
+                   "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+                   "tie_word_embeddings": False}, 14.3e9, 2.7e9),
+    "qwen3-moe": ({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+                   "moe_intermediate_size": 768, "num_attention_heads": 32, "num_hidden_layers": 48,
+                   "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+                   "vocab_size": 151936, "tie_word_embeddings": False}, 30.5e9, 3.3e9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOE_CONFIGS))
+def test_a_mixture_of_experts_holds_every_expert_and_computes_with_the_routed_ones(tmp_path: Path, name: str) -> None:
+    """Its parameters are every expert's (within 1% of the published total); its FLOPs per token are the routed
+    experts' (the published active count, the embedding's lookup added, within 3%)."""
+    doc, total, active = MOE_CONFIGS[name]
+    cfg = resolve_model(_write(tmp_path, doc))[1]
+    assert cfg.param_count() == pytest.approx(total, rel=0.01)
+    matmul_per_token = (cfg.flops_per_token(1) - cfg.attention_flops_per_token(1)) / 6
+    assert matmul_per_token + cfg.vocab_size * cfg.d_model == pytest.approx(active, rel=0.03)
+    assert cfg.to_dict()["experts"] == doc.get("num_local_experts", doc.get("num_experts"))
+    assert resolve_model(cfg.to_dict())[1] == cfg
+
+
+def test_an_experts_activations_follow_its_routed_width_and_its_states_every_expert() -> None:
+    """Beside the dense model whose MLP is as wide as a token's routed experts, a mixture-of-experts model keeps more
+    state (every expert) and a little more activation (each expert's copy of its tokens, the router's logits)."""
+    from dataclasses import replace
+
+    from shardscope.costmodel.memory_peak import whole_peak
+
+    dense = replace(PRESETS["mistral-7b"], d_ff=2 * 14336)
+    moe = replace(PRESETS["mistral-7b"], experts=8, experts_per_token=2)
+    assert moe.flops_per_token(1024) == pytest.approx(dense.flops_per_token(1024) + 6 * 32 * 4096 * 8)
+    a, b = (whole_peak("fsdp", m, 8, 1024, 1, "none") for m in (dense, moe))
+    assert b.state_bytes > 1.5 * a.state_bytes
+    acts = [t.assumptions["activation_peak"] for t in (a, b)]  # the peak phase itself may be the optimizer's step
+    assert acts[0] < acts[1] < 1.1 * acts[0]
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"first_k_dense_replace": 1}, "first_k_dense_replace 1 makes its blocks differ"),
+    ({"mlp_only_layers": [0]}, "mlp_only_layers [0] makes some blocks dense"),
+    ({"kv_lora_rank": 512}, "kv_lora_rank names a compressed (latent) attention"),
+    ({"num_experts_per_tok": None}, "no num_experts_per_tok or moe_k or moe_top_k"),
+    ({"num_experts_per_tok": 9}, "experts_per_token must be from 1 to"),
+    ({"num_local_experts": [8, 8]}, "num_local_experts must be a whole number of experts")])
+def test_a_mixture_of_experts_it_cannot_describe_is_one_sentence(tmp_path: Path, change: dict, fragment: str) -> None:
+    doc = {**MOE_CONFIGS["mixtral"][0], **change}
+    with pytest.raises(ValueError) as err:
+        resolve_model(_write(tmp_path, {k: v for k, v in doc.items() if v is not None}))
+    assert fragment in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_pipeline_and_the_worker_refuse_a_mixture_of_experts(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from shardscope.contracts.hf_config import spec_of
+
+    path = _write(tmp_path, MOE_CONFIGS["olmoe"][0])
+    with pytest.raises(ValueError, match="config key gpu.model: the model .* is a mixture of 64 experts"):
+        spec_of(path, "gpu.model")
+    moe = replace(PRESETS["tiny"], experts=4, experts_per_token=2)
+    with pytest.raises(ValueError, match="is a mixture of 4 experts"):
+        spec_of(moe.to_dict(), "gpu.model")
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from shardscope.training.model import GPT
+
+    with pytest.raises(ValueError, match="model.experts .* is modeled only"):
+        GPT(moe)
 
 
 def test_mistral_keys_give_the_mistral_preset(tmp_path: Path) -> None:

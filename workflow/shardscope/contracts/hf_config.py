@@ -22,7 +22,8 @@ Torch-free and offline: the file is read, nothing is downloaded.
 What is kept is what the memory and step models use: width, depth, heads, KV heads, MLP width and
 kind, vocabulary, tying, context and the head (a language model's, or a task's few labels where ``architectures``
 names a classification, token-classification, question-answering or multiple-choice model). A mixture-of-experts
-config is refused. Biases, LayerNorm against RMSNorm and learned position tables
+config (Mixtral, Qwen-MoE, OLMoE, DeepSeek-MoE) is read with every expert's weights and its routing
+(:func:`experts_of`). Biases, LayerNorm against RMSNorm and learned position tables
 are not modeled (a few tenths of a percent of the parameters).
 """
 
@@ -92,8 +93,11 @@ CLASSIFIER_ARCHITECTURES = ("ForSequenceClassification", "ForTokenClassification
                             "ForMultipleChoice")
 #: Keys that give a mixture-of-experts config its number of experts (Mixtral's ``num_local_experts``, Qwen-MoE's and
 #: OLMoE's ``num_experts``, DeepSeek's ``n_routed_experts``, ERNIE's ``moe_num_experts``): the memory and step models
-#: describe dense blocks only, so such a config is refused rather than read as its dense part.
+#: hold every expert's weights and run each token through its routed experts (:func:`experts_of`).
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+#: Keys of the experts each token is routed to: Mixtral's, Qwen-MoE's, OLMoE's and DeepSeek's
+#: ``num_experts_per_tok``, ERNIE's ``moe_k``, DBRX-style ``moe_top_k``.
+TOP_K_KEYS = ("num_experts_per_tok", "moe_k", "moe_top_k")
 #: Keys of the dropout on the attention probabilities, by family: Llama's and BART's ``attention_dropout``, GPT-2's
 #: ``attn_pdrop``, BERT's and DeBERTa's ``attention_probs_dropout_prob``, T5's ``dropout_rate`` (its one dropout).
 ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "dropout_rate")
@@ -212,15 +216,44 @@ def head_kind(doc: dict[str, Any]) -> str:
     return "classifier" if any(str(n).endswith(CLASSIFIER_ARCHITECTURES) for n in names) else "lm"
 
 
-def refuse_experts(doc: dict[str, Any], path: str) -> None:
-    """Refuse a mixture-of-experts config (more than one expert under any of :data:`EXPERT_KEYS`) in one sentence:
-    read as a dense model it would count one expert's weights and so answer for a model several times smaller."""
-    for key in EXPERT_KEYS:
-        experts = doc.get(key)
-        many = experts if isinstance(experts, list) else [experts]
-        if any(isinstance(n, int) and not isinstance(n, bool) and n > 1 for n in many):
-            raise ValueError(f"{path}: {key} {experts} makes it a mixture-of-experts model, which shardscope does not "
-                             f"model (its memory and step models describe dense blocks); give a dense model")
+def experts_of(doc: dict[str, Any], path: str) -> dict[str, int]:
+    """A mixture-of-experts config's experts, as :class:`ModelConfig` takes them (``{}`` for a dense one): the routed
+    experts (:data:`EXPERT_KEYS`), the experts each token is routed to (:data:`TOP_K_KEYS`), one expert's width
+    (``moe_intermediate_size`` where the file gives one beside a dense ``intermediate_size``, else
+    ``intermediate_size``: Mixtral's) and the shared expert's (Qwen2-MoE's ``shared_expert_intermediate_size``,
+    DeepSeek's ``n_shared_experts`` experts). Every block is taken to be the same: a file whose blocks differ (dense
+    first blocks, MLP-only layers, sparse steps) or whose attention is compressed (DeepSeek-V2/V3's latent attention)
+    is refused in one sentence, as are the keys that make no sense."""
+    experts = next(((k, doc[k]) for k in EXPERT_KEYS if doc.get(k) is not None), None)
+    if experts is None or (isinstance(experts[1], int) and not isinstance(experts[1], bool) and experts[1] <= 1):
+        return {}
+    key, count = experts
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise ValueError(f"{path}: {key} must be a whole number of experts, got {count!r} (experts that differ "
+                         "by layer are not modeled)")
+    for uneven, dense in (("first_k_dense_replace", 0), ("decoder_sparse_step", 1), ("moe_layer_freq", 1)):
+        if doc.get(uneven) not in (None, dense):
+            raise ValueError(f"{path}: {uneven} {doc[uneven]!r} makes its blocks differ (some dense, some "
+                             "mixture-of-experts), which shardscope does not model (every block is taken alike)")
+    if doc.get("mlp_only_layers"):
+        raise ValueError(f"{path}: mlp_only_layers {doc['mlp_only_layers']!r} makes some blocks dense, which "
+                         "shardscope does not model (every block is taken alike)")
+    if doc.get("kv_lora_rank") is not None or doc.get("q_lora_rank") is not None:
+        raise ValueError(f"{path}: kv_lora_rank names a compressed (latent) attention, which shardscope does not model")
+    top_k = next((doc[k] for k in TOP_K_KEYS if doc.get(k) is not None), None)
+    if top_k is None:
+        raise ValueError(f"{path}: the config has {key} {count} but no {' or '.join(TOP_K_KEYS)}, which a "
+                         "mixture-of-experts model's routing needs")
+    width_key = "moe_intermediate_size" if doc.get("moe_intermediate_size") is not None else "intermediate_size"
+    width = doc.get(width_key)
+    shared = doc.get("shared_expert_intermediate_size") or 0
+    if not shared and doc.get("n_shared_experts"):
+        count_shared = doc["n_shared_experts"]
+        shared = count_shared * width if isinstance(count_shared, int) and isinstance(width, int) else count_shared
+    for name, value in ((width_key, width), ("experts per token", top_k), ("shared expert width", shared)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name.startswith("shared") else 1):
+            raise ValueError(f"{path}: {name} must be a positive integer, got {value!r}")
+    return {"experts": count, "experts_per_token": top_k, "d_ff": width, "shared_expert_d_ff": shared}
 
 
 def language_model(doc: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
@@ -258,7 +291,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     """The :class:`ModelConfig` of a parsed config.json (``path`` names it in errors; a vision-language model's
     language model, :func:`language_model`)."""
     doc, path = language_model(doc, path)
-    refuse_experts(doc, path)
+    experts = experts_of(doc, path)
     dims = {name: _first(doc, keys, path) for name, keys in KEYS.items()}
     decoder = decoder_depth(doc, path)  # the stand-in's blocks: an encoder-decoder's encoder and decoder together
     dims["n_layers"] = _encoder_depth(doc, path) + decoder
@@ -305,6 +338,7 @@ def shape_of(doc: dict[str, Any], path: str) -> ModelConfig:
     values["attention"] = "eager" if attention == "eager" else "sdpa"  # flash_attention_2, sdpa: no scores kept
     values["activation"] = activation_kind(doc, mlp)
     values["cross_attention_layers"] = decoder
+    values.update(experts)  # a mixture-of-experts block: its experts, and one expert's width as d_ff
     if doc.get("parameter_tensors") is not None:  # shardscope's own key: the real model's tensors, where it says
         values["parameter_tensors"] = doc["parameter_tensors"]
     dropout_key = next((k for k in ATTENTION_DROPOUT_KEYS if doc.get(k) is not None), None)
@@ -365,7 +399,8 @@ def spec_of(model: Any, key: str) -> Any:
 
 def _trainable(cfg: ModelConfig, key: str, where: str) -> None:
     """Refuse, for the pipeline, a model its training worker cannot build: a classifier head, an encoder-decoder's
-    cross-attentions, or a count of parameter tensors the stand-in would not have (all modeled only)."""
+    cross-attentions, a mixture of experts, or a count of parameter tensors the stand-in would not have (all modeled
+    only)."""
     if cfg.parameter_tensors is not None:
         raise ValueError(f"config key {key}: the model ({where}) gives parameter_tensors {cfg.parameter_tensors}, the "
                          "count of a real model that advise, memory and predict model but the training stage cannot "
@@ -375,6 +410,10 @@ def _trainable(cfg: ModelConfig, key: str, where: str) -> None:
                          f"({cfg.cross_attention_layers} decoder layers with cross-attention), which advise, memory and "
                          "predict model but the training stage cannot build (its worker builds decoders); give a "
                          "decoder-only model")
+    if cfg.experts:
+        raise ValueError(f"config key {key}: the model ({where}) is a mixture of {cfg.experts} experts, which advise, "
+                         "memory and predict model but the training stage cannot build (its worker builds dense "
+                         "blocks); give a dense model")
     if cfg.head != "lm":
         raise ValueError(f"config key {key}: the model ({where}) has a classifier head, which advise, memory and predict "
                          "model but the training stage cannot run (its worker trains language models); give a language "

@@ -94,6 +94,17 @@ class ModelConfig:
     (:meth:`param_count`), the per-block weights (:meth:`block_matmul_params`, spread over the blocks) and the FLOPs
     (:meth:`flops_per_token`, the encoder as long as the decoder); its activations and its non-matmul traffic are not
     represented. 0: a decoder or an encoder alone. Modeled only: the training worker builds the stand-in."""
+    experts: int = 0
+    """Routed experts of a mixture-of-experts block (Mixtral's ``num_local_experts``, Qwen-MoE's and OLMoE's
+    ``num_experts``), each an MLP of ``d_ff``; 0: a dense block whose one MLP is ``d_ff`` wide. Every expert's weights
+    are held, sharded and reduced as a dense model's are (no expert parallelism: the data-parallel strategies keep or
+    shard all of them); each token runs :attr:`experts_per_token` of them (:attr:`token_mlp_width`). Modeled only:
+    the training worker builds dense blocks."""
+    experts_per_token: int = 0
+    """Experts each token is routed to (``num_experts_per_tok``); with :attr:`experts` only."""
+    shared_expert_d_ff: int = 0
+    """Inner width of the MLP every token also runs beside its routed experts (Qwen2-MoE's
+    ``shared_expert_intermediate_size``, DeepSeek-MoE's ``n_shared_experts x moe_intermediate_size``); 0: none."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -112,6 +123,10 @@ class ModelConfig:
                 continue
             if f.name in ("head_size", "parameter_tensors") and value is None:
                 continue
+            if f.name in ("experts", "experts_per_token", "shared_expert_d_ff"):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ValueError(f"model.{f.name} must be a non-negative integer, got {value!r}")
+                continue
             if f.name == "cross_attention_layers":
                 if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= self.n_layers:
                     raise ValueError(f"model.cross_attention_layers must be an integer from 0 to model.n_layers "
@@ -129,6 +144,12 @@ class ModelConfig:
             raise ValueError(f"model.activation {self.activation} is a GELU MLP's; model.mlp is {self.mlp}")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"model.n_heads ({self.n_heads}) must be divisible by model.n_kv_heads ({self.n_kv_heads})")
+        if self.experts and not 1 <= self.experts_per_token <= self.experts:
+            raise ValueError(f"model.experts_per_token must be from 1 to model.experts ({self.experts}), "
+                             f"got {self.experts_per_token}")
+        if not self.experts and (self.experts_per_token or self.shared_expert_d_ff):
+            raise ValueError("model.experts_per_token and model.shared_expert_d_ff describe a mixture-of-experts "
+                             "block: give model.experts too")
 
     @property
     def head_dim(self) -> int:
@@ -153,6 +174,24 @@ class ModelConfig:
         return 3 if self.mlp == "swiglu" else 2
 
     @property
+    def token_mlp_width(self) -> int:
+        """The MLP width one token runs through: ``d_ff``, or of a mixture-of-experts block its
+        :attr:`experts_per_token` experts' and the shared expert's together. Activations, their traffic and FLOPs
+        follow it."""
+        return self.experts_per_token * self.d_ff + self.shared_expert_d_ff if self.experts else self.d_ff
+
+    @property
+    def mlp_weight_width(self) -> int:
+        """The MLP width a block holds weights for: ``d_ff``, or every expert's and the shared expert's together.
+        Parameters, gradients, optimizer state and their communication follow it."""
+        return self.experts * self.d_ff + self.shared_expert_d_ff if self.experts else self.d_ff
+
+    @property
+    def router_params(self) -> int:
+        """Weights of a mixture-of-experts block's router (``d_model x experts``); 0 for a dense block."""
+        return self.d_model * self.experts
+
+    @property
     def fused_norm(self) -> bool:
         """Whether the norm is one kernel (torch's LayerNorm, a fused RMSNorm) that saves its input and per-token
         statistics for backward, rather than the eager RMSNorm's fp32 copies."""
@@ -174,7 +213,10 @@ class ModelConfig:
         norm = 2 if self.norm == "layernorm" else 1
         head = 1 if self.head == "lm" and not self.tie_embeddings else 0
         cross = self.cross_attention_layers * (norm + 3)  # its norm, q, the fused k/v, the output
-        return 1 + self.n_layers * (2 * norm + 3 + self.mlp_matrices) + cross + norm + head
+        # a mixture-of-experts block: every expert's matrices, the shared expert's, and the router
+        mlp = self.mlp_matrices * (self.experts + bool(self.shared_expert_d_ff)) + 1 if self.experts \
+            else self.mlp_matrices
+        return 1 + self.n_layers * (2 * norm + 3 + mlp) + cross + norm + head
 
     def attention_params(self) -> int:
         """Weights of one attention: q, the fused k/v (``n_kv_heads`` wide) and the output."""
@@ -187,8 +229,14 @@ class ModelConfig:
         return self.cross_attention_layers * (self.attention_params() + self.norm_params)
 
     def _own_block_matmul_params(self) -> int:
-        """Weights of one block's own matmuls: its attention (:meth:`attention_params`) and its MLP."""
-        return self.attention_params() + self.mlp_matrices * self.d_model * self.d_ff
+        """Weights of one block's own matmuls: its attention (:meth:`attention_params`) and its MLP (every expert's
+        and the router of a mixture-of-experts block: :attr:`mlp_weight_width`)."""
+        return self.attention_params() + self.mlp_matrices * self.d_model * self.mlp_weight_width + self.router_params
+
+    def _own_block_token_matmul_params(self) -> int:
+        """Weights one token is multiplied by in a block: its attention, the MLP width it runs through
+        (:attr:`token_mlp_width`) and the router; :meth:`_own_block_matmul_params` for a dense block."""
+        return self.attention_params() + self.mlp_matrices * self.d_model * self.token_mlp_width + self.router_params
 
     def block_matmul_params(self) -> int:
         """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP, and of an
@@ -211,7 +259,8 @@ class ModelConfig:
         """Training FLOPs per token (forward and backward): the matmuls' ``6·N_matmul`` plus attention's scores.
 
         ``N_matmul`` is every weight a token is multiplied by: each block's matmuls
-        (:meth:`block_matmul_params`, GQA's narrower k/v and the MLP's 2 or 3 matrices included) and the
+        (:meth:`block_matmul_params`, GQA's narrower k/v and the MLP's 2 or 3 matrices included; of a
+        mixture-of-experts block the experts the token is routed to and the router, not every expert) and the
         LM head's ``V·d`` whether or not it is tied to the embedding (a tied head is still a matmul;
         the embedding's lookup is not one; a classifier's few labels are not counted). The attention term is PaLM's (Chowdhery et al. 2022,
         appendix B): ``12·L·d·seq_len`` for ``QKᵀ`` and ``PV`` forward (4·d·s) and backward (8·d·s), ``d`` the
@@ -221,7 +270,7 @@ class ModelConfig:
         over an encoder of ``seq_len`` tokens. Not counted (neither here nor by the counter): norms,
         softmax, activations, rotary and the loss, each O(d) or O(V) per token, not O(d²).
         """
-        blocks = self.n_layers * self._own_block_matmul_params()
+        blocks = self.n_layers * self._own_block_token_matmul_params()
         matmul = blocks + self.cross_attention_layers * self.attention_params() + self.head_outputs * self.d_model
         return 6.0 * matmul + self.attention_flops_per_token(seq_len)
 
@@ -235,12 +284,13 @@ class ModelConfig:
         """Plain dictionary of the shape, as stored with results (``head_size`` only where it is set, ``norm`` only
         where it is not RMSNorm, ``attention`` and ``attention_dropout`` only where not fused and none, ``head`` only
         where it is not a language model's, ``activation`` only where not fused, ``parameter_tensors`` only where
-        given, ``cross_attention_layers`` only where there are some, so a shape that has none of them is stored as it
-        always was)."""
+        given, ``cross_attention_layers`` and the experts' fields only where there are some, so a shape that has none
+        of them is stored as it always was)."""
         out = asdict(self)
         for key, default in (("head_size", None), ("norm", "rmsnorm"), ("attention", "sdpa"), ("attention_dropout", 0.0),
                              ("head", "lm"), ("activation", "fused"), ("parameter_tensors", None),
-                             ("cross_attention_layers", 0)):
+                             ("cross_attention_layers", 0), ("experts", 0), ("experts_per_token", 0),
+                             ("shared_expert_d_ff", 0)):
             if out[key] == default:
                 del out[key]
         return out

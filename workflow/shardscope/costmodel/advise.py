@@ -487,7 +487,7 @@ def advise(doc: Mapping[str, Any], model: str | dict[str, Any], gpus: int, *, gp
 def model_notes(cfg: ModelConfig, spec: Any = None) -> tuple[str, ...]:
     """What the model's description leaves out, said beside the answer: an encoder-decoder's cross-attentions are in
     its weights and FLOPs only, its encoder taken as long as its decoder; a vision-language model (``spec`` read
-    through its ``text_config``) is its language model alone."""
+    through its ``text_config``) is its language model alone; a mixture of experts is held whole and routed evenly."""
     from shardscope.contracts.hf_config import reads_text_config
 
     notes: tuple[str, ...] = ()
@@ -498,6 +498,12 @@ def model_notes(cfg: ModelConfig, spec: Any = None) -> tuple[str, ...]:
     if spec is not None and reads_text_config(spec):
         notes += ("vision-language model: its language model (text_config) is modeled; the vision tower's weights, "
                   "FLOPs and activations are not",)
+    if cfg.experts:
+        notes += (f"mixture of experts: all {cfg.experts} experts' weights are held, sharded and reduced as a dense "
+                  f"model's (no expert parallelism); each token's activations and FLOPs are its "
+                  f"{cfg.experts_per_token} routed experts'; tokens spread evenly over the experts (no load imbalance "
+                  "or capacity factor), the dispatch modeled from Hugging Face's Mixtral code, not traced; the host "
+                  "time of an eager per-expert loop and the framework hooks of every expert's module are not modeled",)
     return notes
 
 

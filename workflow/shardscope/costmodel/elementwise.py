@@ -144,13 +144,13 @@ def elementwise_bytes(cfg: ModelConfig, tokens: int, policy: str, recompute: flo
     key = (policy, cfg.mlp, norm)
     if key not in BLOCK_BYTES_PER_TOKEN:
         raise ValueError(f"no traced traffic for compute policy {policy!r}, MLP {cfg.mlp!r} and norm {cfg.norm!r}")
-    shape = (cfg.d_model, cfg.q_dim, cfg.n_kv_heads * cfg.head_dim, cfg.d_ff, cfg.n_heads)
+    shape = (cfg.d_model, cfg.q_dim, cfg.n_kv_heads * cfg.head_dim, cfg.token_mlp_width, cfg.n_heads)
     per_token = _dot(BLOCK_BYTES_PER_TOKEN[key], shape)
     if recompute:
         per_token += float(recompute) * _dot(BLOCK_FORWARD_BYTES_PER_TOKEN[key], shape)
     if cfg.activation == "eager_tanh":
         both, forward = EAGER_TANH_BYTES[policy]
-        per_token += cfg.d_ff * (both + float(recompute) * forward)
+        per_token += cfg.token_mlp_width * (both + float(recompute) * forward)
     per_token = per_token * cfg.n_layers + _dot(OUTSIDE_BYTES_PER_TOKEN[(policy, norm)], (cfg.head_outputs, cfg.d_model))
     per_batch = 0.0
     if cast_share >= 1:

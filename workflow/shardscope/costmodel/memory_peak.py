@@ -222,7 +222,7 @@ def frozen_saved(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
         return 0
     e = 4 if policy == "fp32" else 2
     widths = (1 if cfg.fused_norm else 3) * cfg.d_model  # a fused norm saves its input for its input's grad
-    return shape.tokens * e * (widths + cfg.q_dim + cfg.d_ff)
+    return shape.tokens * e * (widths + cfg.q_dim + cfg.token_mlp_width)
 
 
 def block_weights(cfg: ModelConfig) -> int:
@@ -271,7 +271,7 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, devi
     are the queries' width ``q = n_heads x head_dim`` (the rotated queries, the attention output and its re-layout
     copy), which is the width unless the model's heads say otherwise (``head_size``)."""
     t, s = shape.tokens, shape.seq_len
-    h, f, a, hd, q = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.head_dim, cfg.q_dim
+    h, f, a, hd, q = cfg.d_model, cfg.token_mlp_width, cfg.n_heads, cfg.head_dim, cfg.q_dim
     kv = cfg.n_kv_heads * hd
     # the MLP's T x d_ff tensors saved: SwiGLU's gate, up, silu and product; GELU's up and gelu outputs. Under
     # autocast each input matmul of the MLP saves its own bf16 copy of the (fp32) normed input: two, or one.
@@ -286,7 +286,20 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, devi
     out -= 2 * t * fused_norm_saves_less(cfg, policy)  # the block's two norms
     if shape.attention == "eager" or cfg.attention == "eager":
         out += eager_attention_bytes(cfg, shape, policy, device)
+    out += expert_dispatch_bytes(cfg, shape, e)
     return out + eager_activation_bytes(cfg, shape, policy, device) - frozen_saved(cfg, shape, policy)
+
+
+def expert_dispatch_bytes(cfg: ModelConfig, shape: StepShape, element: int) -> int:
+    """Bytes a mixture-of-experts block saves beyond a dense block of its routed width (:attr:`~shardscope.contracts.
+    models.ModelConfig.token_mlp_width`), as Hugging Face's Mixtral code routes (modeled from the code, not traced):
+    each of a token's ``k`` experts saves its own gathered copy of the token's input (``k - 1`` more than the dense
+    block's one) and its output for the routing weight's product (``k``), and the router its fp32 logits and their
+    softmax (``2 x 4`` bytes per expert). 0 for a dense block."""
+    if not cfg.experts:
+        return 0
+    k = cfg.experts_per_token
+    return shape.tokens * (element * cfg.d_model * (2 * k - 1) + 8 * cfg.experts)
 
 
 def eager_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: str = "gpu") -> int:
@@ -304,7 +317,7 @@ def eager_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, devi
     if cfg.activation != "eager_tanh":
         return 0
     per_element = 12 if policy == "fp32" or (policy == "autocast" and device == "gpu") else 6
-    return per_element * shape.tokens * cfg.d_ff
+    return per_element * shape.tokens * cfg.token_mlp_width
 
 
 def fused_norm_saves_less(cfg: ModelConfig, policy: str) -> int:
@@ -351,7 +364,8 @@ def block_matmul_widths(cfg: ModelConfig) -> list[int]:
     """Output widths of one block's matmuls in the order its forward runs them: queries, the fused key/value
     projection, the attention's output projection, then the MLP's (SwiGLU's gate, up and down; GELU's up and down)."""
     kv = cfg.n_kv_heads * cfg.head_dim
-    mlp = [cfg.d_ff, cfg.d_ff, cfg.d_model] if cfg.mlp == "swiglu" else [cfg.d_ff, cfg.d_model]
+    f = cfg.token_mlp_width
+    mlp = [f, f, cfg.d_model] if cfg.mlp == "swiglu" else [f, cfg.d_model]
     return [cfg.q_dim, 2 * kv, cfg.d_model, *mlp]
 
 
@@ -365,7 +379,7 @@ def selective_op_saved_bytes(cfg: ModelConfig, shape: StepShape, policy: str) ->
 
 def block_matmul_inputs(cfg: ModelConfig) -> list[int]:
     """Input widths of one block's matmuls, in the order of :func:`block_matmul_widths`."""
-    return [cfg.d_model, cfg.d_model, cfg.q_dim, *([cfg.d_model] * (cfg.mlp_matrices - 1)), cfg.d_ff]
+    return [cfg.d_model, cfg.d_model, cfg.q_dim, *([cfg.d_model] * (cfg.mlp_matrices - 1)), cfg.token_mlp_width]
 
 
 def check_checkpointing(cfg: ModelConfig, mode: str, attention: str = "sdpa") -> None:
@@ -484,7 +498,7 @@ def mlp_backward_moments(cfg: ModelConfig, shape: StepShape, policy: str, input_
     autocast on a GPU the product and its ``1 + tanh`` factor are fp32 and ``0.5·x`` bf16, so those gradients are 4, 4
     and 2 bytes (derived: see :func:`eager_activation_bytes`); by ``up_grads`` its intermediates are freed too.
     """
-    t, h, f = shape.tokens, cfg.d_model, cfg.d_ff
+    t, h, f = shape.tokens, cfg.d_model, cfg.token_mlp_width
     e_act = 4 if policy == "fp32" else 2  # matmul and SwiGLU outputs (bf16 under autocast too)
     e_residual = 2 if policy == "bf16" else 4
     e_grad = 4 if policy in ("fp32", "autocast") else 2
@@ -624,7 +638,8 @@ def step_temporaries(strategy: str, cfg: ModelConfig, gpus: int, policy: str, de
     sharded = strategy in ("fsdp", "fsdp_grad_op", "zero3", "zero1", "zero2")
     local = cfg.param_count() // gpus if sharded else cfg.param_count()
     share = gpus if strategy in ("fsdp", "fsdp_grad_op") else 1  # FSDP steps each tensor's shard
-    embedding, mlp = -(-cfg.vocab_size * cfg.d_model // share), -(-cfg.d_model * cfg.d_ff // share)
+    widest = max(cfg.d_ff, cfg.shared_expert_d_ff)  # one MLP weight: an expert's, or the shared expert's
+    embedding, mlp = -(-cfg.vocab_size * cfg.d_model // share), -(-cfg.d_model * widest // share)
     for_loop = 4 * max(2 * embedding, 3 * mlp)
     zero = strategy in ("zero1", "zero2", "zero3")
     if device == "cpu":
@@ -744,10 +759,15 @@ def zero3_gathered_in_blocks(cfg: ModelConfig, knobs: DeepSpeedKnobs, after_forw
 
 def zero3_block_modules(cfg: ModelConfig) -> list[int]:
     """Parameters of each module of one block in the order ZeRO-3 fetches them: its first norm, queries, fused
-    key/value, output projection, second norm and MLP matrices."""
+    key/value, output projection, second norm and MLP matrices (of a mixture-of-experts block the router, every
+    expert's matrices and the shared expert's)."""
     kv = cfg.n_kv_heads * cfg.head_dim
+    mlp = [cfg.d_model * cfg.d_ff] * cfg.mlp_matrices
+    if cfg.experts:
+        shared = [cfg.d_model * cfg.shared_expert_d_ff] * cfg.mlp_matrices if cfg.shared_expert_d_ff else []
+        mlp = [cfg.router_params, *mlp * cfg.experts, *shared]
     return [cfg.norm_params, cfg.d_model * cfg.q_dim, cfg.d_model * 2 * kv, cfg.q_dim * cfg.d_model, cfg.norm_params,
-            *([cfg.d_model * cfg.d_ff] * cfg.mlp_matrices)]
+            *mlp]
 
 
 def zero3_forward_modules(cfg: ModelConfig) -> list[int]:

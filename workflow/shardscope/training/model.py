@@ -178,6 +178,9 @@ class GPT(nn.Module):
         if cfg.cross_attention_layers:
             raise ValueError("the training worker builds decoders; model.cross_attention_layers (an encoder-decoder's) "
                              "is modeled only (advise, memory, predict)")
+        if cfg.experts:
+            raise ValueError("the training worker builds dense blocks; model.experts (a mixture-of-experts model's) is "
+                             "modeled only (advise, memory, predict)")
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
