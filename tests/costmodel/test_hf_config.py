@@ -283,10 +283,11 @@ def test_a_mixture_of_experts_holds_every_expert_and_computes_with_the_routed_on
 
 def test_an_experts_activations_follow_its_routed_width_and_its_states_every_expert() -> None:
     """Beside the dense model whose MLP is as wide as a token's routed experts, a mixture-of-experts model keeps more
-    state (every expert) and a little more activation (each expert's copy of its tokens, the router's logits)."""
+    state (every expert) and, in every block, the dispatch's own activations (each expert's copies of its tokens, the
+    router's softmax: traced in tests/training/test_expert_activations.py)."""
     from dataclasses import replace
 
-    from shardscope.costmodel.memory_peak import whole_peak
+    from shardscope.costmodel.memory_peak import StepShape, compute_policy, expert_dispatch_bytes, whole_peak
 
     dense = replace(PRESETS["mistral-7b"], d_ff=2 * 14336)
     moe = replace(PRESETS["mistral-7b"], experts=8, experts_per_token=2)
@@ -294,7 +295,8 @@ def test_an_experts_activations_follow_its_routed_width_and_its_states_every_exp
     a, b = (whole_peak("fsdp", m, 8, 1024, 1, "none") for m in (dense, moe))
     assert b.state_bytes > 1.5 * a.state_bytes
     acts = [t.assumptions["activation_peak"] for t in (a, b)]  # the peak phase itself may be the optimizer's step
-    assert acts[0] < acts[1] < 1.1 * acts[0]
+    dispatch = expert_dispatch_bytes(moe, StepShape(micro_batch=1, seq_len=1024), compute_policy("fsdp", "bfloat16"))
+    assert acts[1] - acts[0] == moe.n_layers * dispatch > 0
 
 
 @pytest.mark.parametrize(("change", "fragment"), [

@@ -8,8 +8,6 @@ projection (fp32 and bf16), where a frozen matmul saves no input for a weight gr
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 from torch import nn
@@ -17,6 +15,7 @@ from torch import nn
 from shardscope.contracts.models import resolve_model
 from shardscope.costmodel.memory_peak import StepShape, block_activation_bytes
 from shardscope.training.model import Block
+from training.saved_tensors import saved_bytes
 
 SHAPES = ({"d_model": 320, "n_heads": 5, "n_kv_heads": 1, "d_ff": 896, "mlp": "swiglu"},
           {"d_model": 384, "n_heads": 6, "n_kv_heads": 6, "d_ff": 1000, "mlp": "gelu"},
@@ -44,22 +43,6 @@ class Adapter(nn.Module):
         return self.base(x) + self.b(self.a(x))
 
 
-def _saved_bytes(block: nn.Module, x: torch.Tensor, policy: str) -> int:
-    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if policy == "autocast" else contextlib.nullcontext()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
-        block(x)
-    return sum(seen.values())
-
-
 def _block(dims: dict, policy: str, frozen: bool) -> tuple[int, int]:
     _, cfg = resolve_model({**dims, "n_layers": 1, "vocab_size": 1000, "max_seq_len": 512})
     dtype = torch.bfloat16 if policy == "bf16" else torch.float32
@@ -71,7 +54,7 @@ def _block(dims: dict, policy: str, frozen: bool) -> tuple[int, int]:
     x = torch.randn(MICRO_BATCH, SEQ, cfg.d_model, dtype=dtype, requires_grad=True)
     shape = StepShape(micro_batch=MICRO_BATCH, seq_len=SEQ, dtype="float32" if policy == "fp32" else "bfloat16",
                       cast_share=0.001 if frozen else 1.0)
-    return block_activation_bytes(cfg, shape, policy), _saved_bytes(block, x, policy)
+    return block_activation_bytes(cfg, shape, policy), saved_bytes(block, x, policy)
 
 
 @pytest.mark.parametrize("policy", ["fp32", "autocast", "bf16"])

@@ -501,9 +501,10 @@ def model_notes(cfg: ModelConfig, spec: Any = None) -> tuple[str, ...]:
     if cfg.experts:
         notes += (f"mixture of experts: all {cfg.experts} experts' weights are held, sharded and reduced as a dense "
                   f"model's (no expert parallelism); each token's activations and FLOPs are its "
-                  f"{cfg.experts_per_token} routed experts'; tokens spread evenly over the experts (no load imbalance "
-                  "or capacity factor), the dispatch modeled from Hugging Face's Mixtral code, not traced; the host "
-                  "time of an eager per-expert loop and the framework hooks of every expert's module are not modeled",)
+                  f"{cfg.experts_per_token} routed experts' and their dispatch's (as Hugging Face's Mixtral code "
+                  "routes, traced per block); tokens spread evenly over the experts (no load imbalance or capacity "
+                  "factor); the host time of an eager per-expert loop and the framework hooks of every expert's module "
+                  "are not modeled",)
     return notes
 
 

@@ -286,20 +286,33 @@ def block_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, devi
     out -= 2 * t * fused_norm_saves_less(cfg, policy)  # the block's two norms
     if shape.attention == "eager" or cfg.attention == "eager":
         out += eager_attention_bytes(cfg, shape, policy, device)
-    out += expert_dispatch_bytes(cfg, shape, e)
+    out += expert_dispatch_bytes(cfg, shape, policy)
     return out + eager_activation_bytes(cfg, shape, policy, device) - frozen_saved(cfg, shape, policy)
 
 
-def expert_dispatch_bytes(cfg: ModelConfig, shape: StepShape, element: int) -> int:
+def expert_dispatch_bytes(cfg: ModelConfig, shape: StepShape, policy: str) -> int:
     """Bytes a mixture-of-experts block saves beyond a dense block of its routed width (:attr:`~shardscope.contracts.
-    models.ModelConfig.token_mlp_width`), as Hugging Face's Mixtral code routes (modeled from the code, not traced):
-    each of a token's ``k`` experts saves its own gathered copy of the token's input (``k - 1`` more than the dense
-    block's one) and its output for the routing weight's product (``k``), and the router its fp32 logits and their
-    softmax (``2 x 4`` bytes per expert). 0 for a dense block."""
+    models.ModelConfig.token_mlp_width`) when it routes as Hugging Face's Mixtral code does (traced with autograd's
+    saved-tensor hooks in ``tests/training/test_expert_activations.py``, every policy, exactly). Per token, the
+    router's float32 softmax (4 bytes per expert), its top-k indices (8 per routed expert) and the renormalising
+    division's operands (4 per routed expert and 4). Per routed token, ``torch.where``'s index pair (16), its routing
+    weight, and three copies of its hidden state: the expert's gathered input (under autocast, each of the expert's
+    input matmuls' bf16 cast of it instead, the router keeping one cast where a dense MLP keeps its own), the
+    expert's output (kept by the product with the weight) and that product (kept by ``index_add_``). 0 for a dense
+    block."""
     if not cfg.experts:
         return 0
-    k = cfg.experts_per_token
-    return shape.tokens * (element * cfg.d_model * (2 * k - 1) + 8 * cfg.experts)
+    h, k = cfg.d_model, cfg.experts_per_token
+    router = 4 * cfg.experts + 12 * k + 4
+    if policy == "fp32":
+        routed = 16 + 4 + 3 * h * 4
+    elif policy == "bf16":
+        routed = 16 + 2 + 3 * h * 2
+    else:  # autocast: bf16 casts of the gathered input and a bf16 output, promoted to fp32 by the fp32 weight
+        casts = 2 if cfg.mlp == "swiglu" else 1
+        routed = 16 + 4 + casts * h * 2 + h * 2 + h * 4
+        router -= (casts - 1) * h * 2
+    return shape.tokens * (router + k * routed)
 
 
 def eager_activation_bytes(cfg: ModelConfig, shape: StepShape, policy: str, device: str = "gpu") -> int:
