@@ -503,8 +503,8 @@ def model_notes(cfg: ModelConfig, spec: Any = None) -> tuple[str, ...]:
                   f"model's (no expert parallelism); each token's activations and FLOPs are its "
                   f"{cfg.experts_per_token} routed experts' and their dispatch's (as Hugging Face's Mixtral code "
                   "routes, traced per block); tokens spread evenly over the experts (no load imbalance or capacity "
-                  "factor); the host time of an eager per-expert loop and the framework hooks of every expert's module "
-                  "are not modeled",)
+                  "factor); the time of the dispatch's copies, the host time of an eager per-expert loop and the "
+                  "framework hooks of every expert's module are not modeled",)
     return notes
 
 
