@@ -231,12 +231,16 @@ class ModelConfig:
     def _own_block_matmul_params(self) -> int:
         """Weights of one block's own matmuls: its attention (:meth:`attention_params`) and its MLP (every expert's
         and the router of a mixture-of-experts block: :attr:`mlp_weight_width`)."""
-        return self.attention_params() + self.mlp_matrices * self.d_model * self.mlp_weight_width + self.router_params
+        return self._block_matmuls(self.mlp_weight_width)
 
     def _own_block_token_matmul_params(self) -> int:
         """Weights one token is multiplied by in a block: its attention, the MLP width it runs through
         (:attr:`token_mlp_width`) and the router; :meth:`_own_block_matmul_params` for a dense block."""
-        return self.attention_params() + self.mlp_matrices * self.d_model * self.token_mlp_width + self.router_params
+        return self._block_matmuls(self.token_mlp_width)
+
+    def _block_matmuls(self, mlp_width: int) -> int:
+        """A block's attention, an MLP ``mlp_width`` wide and the router (0 for a dense block)."""
+        return self.attention_params() + self.mlp_matrices * self.d_model * mlp_width + self.router_params
 
     def block_matmul_params(self) -> int:
         """Weights of one block's matmuls: q, the fused k/v (``n_kv_heads`` wide), the output and the MLP, and of an

@@ -16,7 +16,7 @@ from shardscope.cli import gpu_count
 from shardscope.contracts.models import ATTENTION_KINDS
 from shardscope.contracts.names import CHECKPOINTING_MODES, OPS
 from shardscope.costmodel.decision import RULE_CITATION
-from shardscope.costmodel.memory_command import register_memory
+from shardscope.costmodel.memory_command import positive_int, register_memory
 from shardscope.costmodel.optimizer_step import ADAMW_IMPLEMENTATIONS
 from shardscope.errors import UserError
 from shardscope.fileio import atomic_write_json, dump_json
@@ -138,9 +138,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
         check_checkpointing(cfg, args.activation_checkpointing)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if args.seq_len is not None and not 1 <= args.seq_len <= cfg.max_seq_len:
-        raise UserError(f"--seq-len must be between 1 and the model's maximum sequence length {cfg.max_seq_len}, "
-                        f"got {args.seq_len}")
+    if args.seq_len is not None:
+        positive_int("--seq-len", args.seq_len, cfg.max_seq_len)
     memory = int(args.memory_gib * _GIB) if args.memory_gib else None
     strategies = None if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     shard_sizes = None if args.shard_size is None else dict.fromkeys(GROUPED_STRATEGIES, args.shard_size)

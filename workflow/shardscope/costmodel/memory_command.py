@@ -56,7 +56,7 @@ def _shard_group(args: argparse.Namespace) -> int | None:
     """``--shard-group``: HSDP's shard-group size or hpZ's partition size, a divisor of ``--gpus`` (None: all of them)."""
     if args.shard_group is None:
         return None
-    group = _positive_int("--shard-group", args.shard_group)
+    group = positive_int("--shard-group", args.shard_group)
     if args.gpus % group:
         raise UserError(f"--shard-group must divide --gpus {args.gpus}, got {group}")
     return group
@@ -68,7 +68,9 @@ def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _positive_int(flag: str, value: str, most: int | None = None) -> int:
+def positive_int(flag: str, value: str | int, most: int | None = None) -> int:
+    """``value`` as a whole number from 1 to ``most`` (the model's context, for ``--seq-len``), else a UserError in one
+    sentence naming ``flag``; ``memory``'s and ``advise``'s flags share it."""
     bound = f"between 1 and the model's maximum sequence length {most}" if most else "a positive integer"
     try:
         number = int(value)
@@ -111,8 +113,8 @@ def _add_whole_peak(rows: list[dict], args: argparse.Namespace, cfg: ModelConfig
     if args.seq_len is None:
         seq = min(cfg.max_seq_len, 4096)
     else:
-        seq = _positive_int("--seq-len", args.seq_len, cfg.max_seq_len)
-    micro = _positive_int("--micro-batch", args.micro_batch)
+        seq = positive_int("--seq-len", args.seq_len, cfg.max_seq_len)
+    micro = positive_int("--micro-batch", args.micro_batch)
     if not 0 <= args.overhead_fraction < 1:
         raise UserError(f"--overhead-fraction must be at least 0 and below 1, got {args.overhead_fraction:g}")
     if not 0 < args.usable_memory <= 1:

@@ -1113,8 +1113,7 @@ def predict_peak(strategy: str, cfg: ModelConfig, gpus: int, shape: StepShape, s
     # the optimizer steps only the parameters given to it (the trainable ones): foreach AdamW's temporaries and
     # DeepSpeed's partition copy are per stepped parameter
     step_temp = (0 if optimizer.offload == "cpu"
-                 else int(step_temporaries(strategy, cfg, gpus, policy, device, deepspeed,
-                                           adamw_implementation(strategy, optimizer.implementation))
+                 else int(step_temporaries(strategy, cfg, gpus, policy, device, deepspeed, optimizer.implementation)
                           * trainable_fraction))
     log_softmax = shape.tokens * cfg.head_outputs * 4
     # the head's backward: its input (saved for the weight's gradient) is freed as the gradient of it appears

@@ -246,9 +246,9 @@ class StepAssumptions:
     """The DeepSpeed release the run uses (``advise``: the one installed, or ``--deepspeed-version``); 0.18.5 and 0.18.6
     add host time to every ZeRO backward (:mod:`shardscope.costmodel.deepspeed_hooks`). None: a release without it."""
     adamw: str = "default"
-    """The AdamW implementation the run steps with (``--adamw``): ``fused``, ``foreach`` or ``default``, its
-    framework's (:func:`~shardscope.costmodel.optimizer_step.adamw_implementation`): the update's bytes and, in the
-    memory model, the step's temporaries."""
+    """The AdamW implementation the run steps with (``--adamw``): ``fused``, ``foreach``, ``for-loop`` or
+    ``default``, its framework's (:func:`~shardscope.costmodel.optimizer_step.adamw_implementation`): the update's
+    bytes and, in the memory model, the step's temporaries."""
 
     def __post_init__(self) -> None:
         if self.reduce_bytes is not None and (isinstance(self.reduce_bytes, bool) or self.reduce_bytes not in (2, 4)):
